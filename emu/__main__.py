@@ -1,0 +1,7 @@
+"""`python -m emu`."""
+
+import sys
+
+from emu.cli import main
+
+sys.exit(main())

@@ -1,0 +1,222 @@
+"""`python -m emu`: build, run, inspect and clean emulated AI backend fabrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import topologies
+from emu.timedil import TimeDilation, format_rate
+
+log = logging.getLogger("emu")
+
+EPILOG = """examples:
+  python -m emu list
+  python -m emu show rail2x4
+  sudo python -m emu run rail2x4
+  sudo python -m emu run rail2x4 --cli        # then: h1g1 ping h4g2
+  sudo python -m emu clean
+  sudo python -m emu bench forward
+"""
+
+
+def _topo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topology", help="a preset (see `emu list`), rail{R}x{H}, or a YAML file")
+    p.add_argument("--spines", type=int, default=None, metavar="N",
+                   help="number of spines for generated rail fabrics (default 2)")
+    p.add_argument("--tdf", type=float, default=None,
+                   help="time-dilation factor: lab rate = model rate / TDF (default from the "
+                        "topology, else 1000)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests)."""
+    ap = argparse.ArgumentParser(prog="python -m emu", description=__doc__, epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    sub.add_parser("list", help="list the topologies, one line each")
+
+    p = sub.add_parser("show", help="print a topology's wiring and addressing plan (no root)")
+    _topo_args(p)
+    p.add_argument("--json", action="store_true", help="machine-readable description")
+
+    p = sub.add_parser("run", help="build a fabric, check it, run a workload, tear it down",
+                       description="Build the fabric in network namespaces with a switch agent "
+                                   "per switch, print it, check reachability of every GPU NIC "
+                                   "pair, print a summary and tear everything down (also on "
+                                   "Ctrl-C). Needs root.")
+    _topo_args(p)
+    p.add_argument("--cli", action="store_true",
+                   help="open the Mininet CLI before tearing down (try: h1g1 ping h4g2)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="run directory (default runs/<topology>-<timestamp>)")
+    p.add_argument("--no-shaping", action="store_true",
+                   help="do not shape links to their lab rate (forward as fast as possible)")
+    p.add_argument("--quiet", action="store_true", help="only the summary")
+
+    p = sub.add_parser("clean", help="remove what emu runs left behind (only emu's namespaces)")
+    p.add_argument("--run", default=None, metavar="TAG", help="only this run (4 hex digits)")
+    p.add_argument("--all", action="store_true",
+                   help="also runs whose emu process is still alive")
+
+    p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
+    p.add_argument("what", choices=["forward"], help="forward: agent vs Linux bridge")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    return ap
+
+
+def cmd_list(_args) -> int:
+    """`emu list`."""
+    print("Topologies (presets; any rail{R}x{H} is generated, e.g. rail4x8 --spines 4):")
+    for name, desc in topologies.presets().items():
+        print(f"  {name:<14} {desc}")
+    print("  rail{R}x{H}    generated: H hosts x R GPUs, R rail switches, --spines N (default 2)")
+    print("  FILE.yaml      your own fabric (see topologies/presets/*.yaml for the format)")
+    return 0
+
+
+def cmd_show(args) -> int:
+    """`emu show TOPO`."""
+    fab = topologies.load(args.topology, spines=args.spines, tdf=args.tdf)
+    print(json.dumps(fab.to_dict(), indent=1) if args.json else fab.describe())
+    return 0
+
+
+def _run_dir(args, fab) -> Path:
+    if args.out:
+        d = Path(args.out)
+    else:
+        d = Path("runs") / f"{fab.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def cmd_run(args) -> int:
+    """`emu run TOPO`."""
+    from emu import reach
+    from emu.net import FabricNet
+
+    fab = topologies.load(args.topology, spines=args.spines, tdf=args.tdf)
+    if os.geteuid() != 0:
+        print("emu run needs root (network namespaces, raw sockets): try `sudo python -m emu "
+              f"run {args.topology}`", file=sys.stderr)
+        return 2
+    say = (lambda *a, **k: None) if args.quiet else print
+    td = TimeDilation(fab.tdf)
+    run_dir = _run_dir(args, fab)
+    (run_dir / "topology.json").write_text(json.dumps(fab.to_dict(), indent=1))
+    say(fab.describe())
+    say(f"\nTime dilation: TDF {fab.tdf:g} — a {format_rate(2e11)} model link runs at "
+        f"{format_rate(td.lab_rate(2e11))} in the lab; 1 µs model = "
+        f"{td.lab_time(1e-6) * 1e3:g} ms lab.")
+    t0 = time.monotonic()
+    say(f"\nBuilding {fab.name} ({len(fab.nodes)} namespaces, {len(fab.links)} links)...",
+        flush=True)
+    results = []
+    with FabricNet(fab, run_dir=run_dir, shaping=not args.no_shaping) as fnet:
+        t_build = time.monotonic() - t0
+        say(f"  up in {t_build:.1f} s, run tag {fnet.tag} (namespaces emu-{fnet.tag}-*)",
+            flush=True)
+        n = len(fab.gpus)
+        say(f"Checking reachability of all {n * (n - 1)} ordered GPU NIC pairs...", flush=True)
+        results = reach.check_all(fnet)
+        counters = {s.name: fnet.counters(s.name) for s in fab.switches()}
+        if args.cli:
+            from emu.mncli import EmuCLI
+
+            say("\nMininet CLI: try `h1g1 ping h4g2`, `counters rail1`, `fabric`, `exit`.")
+            EmuCLI(fnet)
+    ok = [r for r in results if r.ok]
+    wrong_path = [r for r in ok if r.hops != reach.expected_hops(fab, r.src, r.dst)]
+    summary = {
+        "topology": fab.name, "tdf": fab.tdf, "build_s": round(t_build, 2),
+        "pairs": len(results), "reachable": len(ok), "wrong_path": len(wrong_path),
+        "min_rtt_ms": {"intra_rail": _min_rtt(fab, ok, same=True),
+                       "cross_rail": _min_rtt(fab, ok, same=False)},
+        "switches": {sw: {"rx_packets": sum(p["rx_packets"] for p in c["ports"].values()),
+                          "tx_packets": sum(p["tx_packets"] for p in c["ports"].values()),
+                          "drops": sum(sum(p["drops"].values()) for p in c["ports"].values())}
+                     for sw, c in counters.items()},
+        "verdict": "pass" if results and len(ok) == len(results) and not wrong_path else "fail",
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"\nSummary: {len(ok)}/{len(results)} GPU pairs reachable; "
+          f"{len(results) - len(wrong_path) if ok else 0} took the expected path "
+          f"(intra-rail 0 routed hops, cross-rail 3: rail->spine->rail).")
+    print(f"  {'switch':<8} {'rx pkts':>8} {'tx pkts':>8} {'drops':>6}")
+    for sw, s in summary["switches"].items():
+        print(f"  {sw:<8} {s['rx_packets']:>8} {s['tx_packets']:>8} {s['drops']:>6}")
+    for r in [r for r in results if not r.ok][:10]:
+        print(f"  UNREACHABLE {r.src} -> {r.dst}")
+    for r in wrong_path[:10]:
+        print(f"  UNEXPECTED PATH {r.src} -> {r.dst}: {r.hops} routed hops")
+    print(f"Verdict: {summary['verdict'].upper()}.  Run directory: {run_dir}")
+    return 0 if summary["verdict"] == "pass" else 1
+
+
+def _min_rtt(fab, results, same: bool):
+    vals = [r.rtt_ms for r in results if r.rtt_ms is not None
+            and (fab.gpus[r.src].rail == fab.gpus[r.dst].rail) == same]
+    return min(vals) if vals else None
+
+
+def cmd_clean(args) -> int:
+    """`emu clean`."""
+    from emu import nsutil
+
+    if os.geteuid() != 0:
+        print("emu clean needs root to remove namespaces: try `sudo python -m emu clean`",
+              file=sys.stderr)
+        return 2
+    removed = nsutil.clean(args.run, include_live=args.all)
+    if not removed["runs"] and not removed["skipped"]:
+        print("Nothing to clean: no emu namespaces or run state.")
+    for t in removed["runs"]:
+        print(f"Removed run {t}.")
+    print(f"  {len(removed['namespaces'])} namespaces, {len(removed['processes'])} processes")
+    for t in removed["skipped"]:
+        print(f"Skipped run {t}: its emu process is still running (use --all to remove it).")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    """`emu bench ...`."""
+    from emu import bench
+
+    if os.geteuid() != 0:
+        print("emu bench needs root: try `sudo python -m emu bench forward`", file=sys.stderr)
+        return 2
+    return bench.forward(duration=args.duration)
+
+
+COMMANDS = {"list": cmd_list, "show": cmd_show, "run": cmd_run, "clean": cmd_clean,
+            "bench": cmd_bench}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m emu`."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+    def on_term(signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        return COMMANDS[args.command](args)
+    except topologies.TopologyError as exc:
+        print(f"emu: bad topology: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nemu: interrupted; everything this run created has been removed.",
+              file=sys.stderr)
+        return 130

@@ -1,0 +1,81 @@
+"""Reachability of every GPU NIC pair through the fabric, and proof of the path taken.
+
+Each ordered pair (src GPU, dst GPU) is pinged from the source's host, sourced from
+its NIC address (so the per-NIC routing table sends it through its own rail). The
+reply TTL tells the number of routed hops: 64 for intra-rail (layer 2 in the rail
+VLAN, ch.13), 61 for cross-rail (Rail -> Spine -> Rail, three routers).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+
+from topologies.model import Fabric
+
+PING_RE = re.compile(r"(\d+) packets transmitted, (\d+) received")
+TTL_RE = re.compile(r"ttl=(\d+)")
+TIME_RE = re.compile(r"time=([\d.]+) ms")
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """Outcome of pinging one ordered GPU pair."""
+
+    src: str
+    dst: str
+    sent: int
+    received: int
+    ttl: int | None
+    rtt_ms: float | None
+
+    @property
+    def ok(self) -> bool:
+        """At least one echo reply came back."""
+        return self.received > 0
+
+    @property
+    def hops(self) -> int | None:
+        """Routed hops on the way back (64 - TTL)."""
+        return None if self.ttl is None else 64 - self.ttl
+
+
+def parse_ping(src: str, dst: str, text: str) -> PairResult:
+    """Parse iputils ping output."""
+    m = PING_RE.search(text)
+    sent, recv = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    ttls = [int(t) for t in TTL_RE.findall(text)]
+    rtts = [float(t) for t in TIME_RE.findall(text)]
+    return PairResult(src, dst, sent, recv, min(ttls) if ttls else None,
+                      min(rtts) if rtts else None)
+
+
+def expected_hops(fabric: Fabric, src: str, dst: str) -> int:
+    """Routers a packet crosses between two GPUs: 0 on one rail, 3 across rails."""
+    return 0 if fabric.gpus[src].rail == fabric.gpus[dst].rail else 3
+
+
+def check_all(fnet, count: int = 3, timeout_s: float = 20.0, pairs=None) -> list[PairResult]:
+    """Ping every ordered GPU pair (in parallel) and return the results."""
+    fab = fnet.fabric
+    if pairs is None:
+        gpus = fab.gpu_list()
+        pairs = [(a.name, b.name) for a in gpus for b in gpus if a is not b]
+    procs = []
+    for src, dst in pairs:
+        g, d = fab.gpus[src], fab.gpus[dst]
+        argv = ["ping", "-n", "-c", str(count), "-i", "0.2", "-W", "2", "-I", g.ip, d.ip]
+        procs.append((src, dst, fnet.host(g.host).popen(argv, stdout=subprocess.PIPE,
+                                                         stderr=subprocess.STDOUT)))
+    out = []
+    deadline = time.monotonic() + timeout_s
+    for src, dst, p in procs:
+        try:
+            text, _ = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            text, _ = p.communicate()
+        out.append(parse_ping(src, dst, text.decode(errors="replace")))
+    return out

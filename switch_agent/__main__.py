@@ -1,0 +1,40 @@
+"""`python -m switch_agent CONFIG.json`: run one switch agent in the current namespace."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from switch_agent.agent import Agent
+from switch_agent.config import AgentConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    ap = argparse.ArgumentParser(prog="python -m switch_agent",
+                                 description="emu switch agent: forwards every transit frame "
+                                             "of one switch namespace (started by `emu run`).")
+    ap.add_argument("config", help="agent configuration JSON written by emu")
+    ap.add_argument("--log", default=None, help="log file (default: stderr)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(filename=args.log, level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    cfg = AgentConfig.from_json(Path(args.config).read_text())
+    agent = Agent(cfg)
+
+    def stop(signum, _frame):
+        # epoll.poll() is retried after EINTR (PEP 475): leave the loop by raising
+        agent.running = False
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    agent.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

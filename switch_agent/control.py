@@ -1,0 +1,114 @@
+"""Control socket of the switch agent: one JSON request line in, one JSON reply out.
+
+Requests: {"cmd": "ping"}, {"cmd": "counters"}, {"cmd": "fib"},
+{"cmd": "set", "test_drop_rate": 0.01} (test hook), {"cmd": "reset"}.
+Served from the agent's poll loop (no thread, so counters are read consistently).
+`request(path, payload)` is the client used by `emu` and the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from typing import Any
+
+log = logging.getLogger("switch_agent.control")
+
+
+class ControlServer:
+    """A non-blocking Unix stream listener bound to `path`."""
+
+    def __init__(self, path: str, agent: Any) -> None:
+        self.path = path
+        self.agent = agent
+        if os.path.exists(path):
+            os.unlink(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path + ".tmp")
+        self.sock.listen(16)
+        self.sock.setblocking(False)
+
+    def ready(self) -> None:
+        """Publish the socket under its final name: clients may now connect."""
+        os.replace(self.path + ".tmp", self.path)
+
+    def fileno(self) -> int:
+        """For epoll."""
+        return self.sock.fileno()
+
+    def handle(self) -> None:
+        """Accept and answer pending requests."""
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return
+            with conn:
+                conn.settimeout(1.0)
+                try:
+                    data = b""
+                    while not data.endswith(b"\n"):
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    reply = self.dispatch(json.loads(data or b"{}"))
+                except Exception as exc:  # a bad request must not kill the data plane
+                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                try:
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                except OSError:
+                    pass
+
+    def dispatch(self, req: dict) -> dict:
+        """Answer one request."""
+        a = self.agent
+        cmd = req.get("cmd")
+        if cmd == "ping":
+            return {"ok": True, "switch": a.cfg.name, "pid": os.getpid()}
+        if cmd == "counters":
+            return {"ok": True, **a.snapshot()}
+        if cmd == "fib":
+            return {"ok": True, "routes": [
+                {"prefix": f"{__import__('ipaddress').ip_address(net)}/{plen}",
+                 "nexthops": [list(h) for h in hops]}
+                for plen in a.fib._lens for net, hops in a.fib._by_len[plen].items()]}
+        if cmd == "set":
+            if "test_drop_rate" in req:
+                rate = float(req["test_drop_rate"])
+                if not 0.0 <= rate < 1.0:
+                    return {"ok": False, "error": f"test_drop_rate: must be in [0, 1), got {rate}"}
+                a.drop_rate = rate
+            return {"ok": True}
+        if cmd == "reset":
+            for p in a.ports.values():
+                p.rx_packets = p.rx_bytes = p.tx_packets = p.tx_bytes = p.max_qbytes = 0
+                p.drops.clear()
+            return {"ok": True}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    def close(self) -> None:
+        """Stop listening and remove the socket file."""
+        self.sock.close()
+        for p in (self.path, self.path + ".tmp"):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+
+def request(path: str, payload: dict, timeout: float = 5.0) -> dict:
+    """Send one request to an agent and return its reply."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(json.dumps(payload).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data)

@@ -1,0 +1,142 @@
+"""Forwarding decisions of the switch agent: FIB longest-prefix match, seeded ECMP hash,
+next-hop resolution, TTL decrement with an incremental checksum (pure, no I/O).
+
+Book ch.10 and ch.12 ("Flow-based load balancing"): every packet of a flow takes the
+same path, chosen by a hash of the 5-tuple (src IP, dst IP, protocol, src port, dst
+port). The hash is CRC-32 seeded per switch: equal seeds on every switch reproduce the
+book's *hash polarization*; different seeds (the default) decorrelate the stages.
+The FIB and neighbour table come from the switch namespace's kernel (the control plane,
+ARCHITECTURE.md "Planes and processes"); this module only decides.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+import zlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NextHop:
+    """Where a routed frame goes: egress interface and the MAC rewrite."""
+
+    ifname: str
+    dst_mac: bytes
+    src_mac: bytes
+
+    @property
+    def header(self) -> bytes:
+        """The 12 bytes that replace the Ethernet addresses."""
+        return self.dst_mac + self.src_mac
+
+
+def mac_bytes(mac: str) -> bytes:
+    """'02:00:00:00:01:01' -> 6 bytes."""
+    return bytes.fromhex(mac.replace(":", ""))
+
+
+def ecmp_hash(key: bytes, seed: int) -> int:
+    """Seeded 32-bit hash of a flow key (CRC-32 with the seed as initial value)."""
+    return zlib.crc32(key, seed & 0xFFFFFFFF)
+
+
+def flow_key(frame: bytes | memoryview, l3: int = 14) -> bytes:
+    """5-tuple key of an IPv4 frame: src, dst, proto, and ports for TCP/UDP."""
+    ihl = (frame[l3] & 0x0F) * 4
+    proto = frame[l3 + 9]
+    addrs = bytes(frame[l3 + 12:l3 + 20])
+    if proto in (6, 17) and len(frame) >= l3 + ihl + 4:
+        return addrs + bytes((proto,)) + bytes(frame[l3 + ihl:l3 + ihl + 4])
+    return addrs + bytes((proto,))
+
+
+def decrement_ttl(frame: bytes, l3: int = 14) -> bytes | None:
+    """Copy of the frame's IPv4 part with TTL - 1 and the checksum updated per RFC 1624
+    (HC' = ~(~HC + ~m + m')); None if the TTL would reach 0."""
+    ttl = frame[l3 + 8]
+    if ttl <= 1:
+        return None
+    hc = (frame[l3 + 10] << 8) | frame[l3 + 11]
+    # m = ttl<<8|proto, m' = m - 0x100  ->  ~m + m' = 0xFEFF in ones' complement
+    s = (~hc & 0xFFFF) + 0xFEFF
+    s = (s & 0xFFFF) + (s >> 16)
+    hc2 = ~s & 0xFFFF
+    return (frame[l3:l3 + 8] + bytes((ttl - 1, frame[l3 + 9], hc2 >> 8, hc2 & 0xFF))
+            + frame[l3 + 12:])
+
+
+def ipv4_checksum(header: bytes) -> int:
+    """Full IPv4 header checksum (for tests and cross-checks)."""
+    if len(header) % 2:
+        header += b"\0"
+    s = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+@dataclass(frozen=True)
+class FibRoute:
+    """A FIB entry: prefix and its equal-cost next hops (gateway or None, ifname)."""
+
+    prefix: str
+    nexthops: tuple[tuple[str | None, str], ...]
+
+
+class Fib:
+    """Longest-prefix-match FIB with ECMP and neighbour resolution.
+
+    `svi` maps an SVI interface (e.g. ``vlan101``) to its layer-2 table (MAC -> port),
+    so a route out of the SVI is resolved to the physical access port, as a switch's
+    ARP table + MAC table would.
+    """
+
+    def __init__(self, routes: list[FibRoute], neighbours: dict[tuple[str, str], str],
+                 port_macs: dict[str, str], seed: int = 0,
+                 svi: dict[str, dict[str, str]] | None = None,
+                 local_ips: set[str] | None = None) -> None:
+        self.seed = seed & 0xFFFFFFFF
+        self.local = {socket.inet_aton(ip) for ip in (local_ips or set())}
+        self._by_len: dict[int, dict[int, tuple[tuple[str | None, str], ...]]] = {}
+        for r in routes:
+            net = ipaddress.ip_network(r.prefix, strict=False)
+            self._by_len.setdefault(net.prefixlen, {})[int(net.network_address)] = r.nexthops
+        self._lens = sorted(self._by_len, reverse=True)
+        self._masks = {n: (0xFFFFFFFF << (32 - n)) & 0xFFFFFFFF for n in self._lens}
+        self.neigh = {(dev, ip): mac_bytes(mac) for (dev, ip), mac in neighbours.items()}
+        self.port_macs = {p: mac_bytes(m) for p, m in port_macs.items()}
+        self.svi = {dev: {mac_bytes(m): port for m, port in table.items()}
+                    for dev, table in (svi or {}).items()}
+
+    def lookup(self, dst: bytes) -> tuple[tuple[str | None, str], ...] | None:
+        """Next hops of the longest matching prefix for a 4-byte destination."""
+        d = int.from_bytes(dst, "big")
+        for n in self._lens:
+            hops = self._by_len[n].get(d & self._masks[n])
+            if hops is not None:
+                return hops
+        return None
+
+    def resolve(self, dst: bytes, key: bytes) -> NextHop | str:
+        """The next hop for destination `dst` and flow key `key`, or a drop reason."""
+        hops = self.lookup(dst)
+        if hops is None:
+            return "no_route"
+        gw, dev = hops[ecmp_hash(key, self.seed) % len(hops)] if len(hops) > 1 else hops[0]
+        nh_ip = gw if gw is not None else socket.inet_ntoa(dst)
+        mac = self.neigh.get((dev, nh_ip))
+        if mac is None:
+            return "no_neighbor"
+        port = dev
+        if dev in self.svi:
+            port = self.svi[dev].get(mac)
+            if port is None:
+                return "no_l2_entry"
+            src = self.port_macs[port]
+        else:
+            src = self.port_macs.get(dev)
+            if src is None:
+                return "no_route"
+        return NextHop(port, mac, src)

@@ -1,0 +1,55 @@
+"""Socket I/O of the switch agent: raw AF_PACKET port sockets and a netlink monitor.
+
+The only module of the agent that opens sockets on the data path (ARCHITECTURE.md
+"Switch agent pipeline"). Gotcha (ARCHITECTURE.md): a raw socket also sees the frames
+its own process sends; PACKET_IGNORE_OUTGOING (Linux >= 4.20) makes the kernel skip
+them, so the agent never re-forwards its own output.
+"""
+
+from __future__ import annotations
+
+import socket
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23
+NETLINK_ROUTE = 0
+RTMGRP_LINK = 0x1
+RTMGRP_NEIGH = 0x4
+RTMGRP_IPV4_IFADDR = 0x10
+RTMGRP_IPV4_ROUTE = 0x40
+SOCKET_BUFFER = 8 * 1024 * 1024
+
+
+def open_port(ifname: str) -> socket.socket:
+    """A non-blocking raw socket bound to one interface, ignoring our own output."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+    for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+        try:
+            s.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
+        except OSError:
+            pass
+    s.bind((ifname, ETH_P_ALL))
+    s.setblocking(False)
+    drain(s)  # frames of other interfaces that arrived before bind()
+    return s
+
+
+def open_netlink_monitor() -> socket.socket:
+    """A netlink socket that becomes readable on route, neighbour or address changes."""
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+    s.bind((0, RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE))
+    s.setblocking(False)
+    return s
+
+
+def drain(s: socket.socket) -> int:
+    """Read and discard everything pending on a non-blocking socket."""
+    n = 0
+    while True:
+        try:
+            s.recv(65535)
+        except (BlockingIOError, InterruptedError):
+            return n
+        n += 1

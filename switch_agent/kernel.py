@@ -1,0 +1,42 @@
+"""Read the control plane (addresses, routes, neighbours) from the switch namespace's
+kernel with pyroute2, and watch it for changes (thin I/O; ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import socket
+
+from pyroute2 import IPRoute
+
+from switch_agent.forward import FibRoute
+
+RTN_UNICAST = 1
+MAIN_TABLE = 254
+
+
+def read_control_plane(ipr: IPRoute) -> tuple[list[FibRoute], dict[tuple[str, str], str], set[str]]:
+    """(routes, neighbours {(dev, ip): mac}, local IPv4 addresses) of this namespace."""
+    names = {ln["index"]: ln.get_attr("IFLA_IFNAME") for ln in ipr.get_links()}
+    local = {a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET)}
+    routes: list[FibRoute] = []
+    for r in ipr.get_routes(family=socket.AF_INET, table=MAIN_TABLE):
+        if r["type"] != RTN_UNICAST:
+            continue
+        dst = r.get_attr("RTA_DST") or "0.0.0.0"
+        prefix = f"{dst}/{r['dst_len']}"
+        mp = r.get_attr("RTA_MULTIPATH")
+        if mp:
+            hops = tuple((nh.get_attr("RTA_GATEWAY"), names[nh["oif"]]) for nh in mp)
+        else:
+            oif = r.get_attr("RTA_OIF")
+            if oif is None:
+                continue
+            hops = ((r.get_attr("RTA_GATEWAY"), names[oif]),)
+        routes.append(FibRoute(prefix, hops))
+    neigh: dict[tuple[str, str], str] = {}
+    for n in ipr.get_neighbours(family=socket.AF_INET):
+        mac = n.get_attr("NDA_LLADDR")
+        ip = n.get_attr("NDA_DST")
+        if mac and ip and n["ifindex"] in names:
+            neigh[(names[n["ifindex"]], ip)] = mac
+    return routes, neigh, local

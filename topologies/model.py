@@ -1,0 +1,294 @@
+"""Declarative fabric description: nodes, ports, links, addresses (no root, no I/O).
+
+A `Fabric` is the *description* of a backend network (Mininet's Topo/realisation split,
+STYLE.md): the rail-optimized designs of the book (ch.12 Figure 12-4, ch.13 "Backend
+Network Topologies") reduced to data. `emu.net` realises it in namespaces; `emu show`
+prints it; tests check it without root.
+
+Conventions (ch.13 "single-rail-per-switch"):
+* one subnet per rail: Rail-r = 10.0.r.0/24; host h's NIC on rail r = 10.0.r.(10+h);
+  the rail switch is every NIC's default gateway, 10.0.r.1, on its SVI ``vlan10r``
+  (VLAN 100+r, as in the book's VLAN 101, 102 ...). Host-facing ports are access
+  ports of that VLAN: intra-rail traffic is switched at layer 2 (one hop), everything
+  else is routed by the rail switch.
+* rail <-> spine links are routed point-to-point /31s: Spine-s / Rail-r =
+  172.16.s.(2(r-1))/31, rail side even, spine side odd. Rails reach other rails' subnets
+  through every spine (ECMP); spines reach rail subnets through that rail's link.
+* every host has a frontend interface ``fe0`` = 192.168.10.(100+h)/24 on a plain
+  frontend switch (a Linux bridge): the book's management/frontend network (ch.14).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from emu.timedil import DEFAULT_TDF, format_rate
+
+HOST = "host"
+SWITCH = "switch"
+FRONTEND = "frontend"
+
+ROLE_RAIL = "rail"
+ROLE_SPINE = "spine"
+
+
+@dataclass(frozen=True)
+class Port:
+    """One interface of a node: name inside the node's namespace, MAC, optional IPv4."""
+
+    node: str
+    ifname: str
+    mac: str
+    ip: str | None = None  # "a.b.c.d/len"
+    vlan: int | None = None  # access VLAN (rail host-facing ports)
+
+    @property
+    def address(self) -> str | None:
+        """The bare IPv4 address, without prefix length."""
+        return self.ip.split("/")[0] if self.ip else None
+
+
+@dataclass(frozen=True)
+class Link:
+    """A full-duplex link between two ports, with its model speed and delay."""
+
+    a: Port
+    b: Port
+    model_bps: float
+    delay_s: float = 0.0  # model one-way propagation delay
+    kind: str = ""  # "host-rail", "rail-spine", "frontend"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU and its NIC: ``h1g1`` is GPU-1 of Host-1, its NIC on Rail-1."""
+
+    name: str
+    host: str
+    index: int  # 1-based local GPU number (local rank + 1)
+    rail: int
+    nic: str  # interface name in the host namespace
+    ip: str  # bare address
+    gateway: str
+    gateway_mac: str
+    mac: str
+
+
+@dataclass(frozen=True)
+class Node:
+    """A host (GPU server), a switch running the agent, or the frontend bridge."""
+
+    name: str
+    kind: str
+    label: str  # the book's name: Host-1, Rail-1, Spine-2 ...
+    role: str = ""
+    router_mac: str | None = None
+    svi: str | None = None  # SVI interface name (rail switches)
+    svi_ip: str | None = None  # "10.0.1.1/24"
+    vlan: int | None = None
+    ecmp_seed: int = 0
+
+
+@dataclass(frozen=True)
+class Route:
+    """A route in a node's FIB: prefix via one or more (gateway, ifname) next hops."""
+
+    prefix: str
+    nexthops: tuple[tuple[str | None, str], ...]  # (gateway or None, ifname)
+
+
+@dataclass
+class Fabric:
+    """A whole backend fabric plus frontend, in model units."""
+
+    name: str
+    description: str
+    nodes: dict[str, Node] = field(default_factory=dict)
+    ports: dict[tuple[str, str], Port] = field(default_factory=dict)
+    links: list[Link] = field(default_factory=list)
+    gpus: dict[str, Gpu] = field(default_factory=dict)
+    tdf: float = DEFAULT_TDF
+    mtu: int = 9216
+
+    # -- construction ------------------------------------------------------
+    def add_node(self, node: Node) -> Node:
+        """Add a node; names are unique."""
+        if node.name in self.nodes:
+            raise ValueError(f"nodes: duplicate node name {node.name!r}")
+        self.nodes[node.name] = node
+        return node
+
+    def add_link(self, a: Port, b: Port, model_bps: float, delay_s: float, kind: str) -> Link:
+        """Add a link between two new ports."""
+        for p in (a, b):
+            if p.node not in self.nodes:
+                raise ValueError(f"links: unknown node {p.node!r}")
+            if (p.node, p.ifname) in self.ports:
+                raise ValueError(f"links: port {p.node}:{p.ifname} used twice")
+            self.ports[(p.node, p.ifname)] = p
+        link = Link(a, b, model_bps, delay_s, kind)
+        self.links.append(link)
+        return link
+
+    # -- queries -----------------------------------------------------------
+    def hosts(self) -> list[Node]:
+        """GPU servers, in order."""
+        return [n for n in self.nodes.values() if n.kind == HOST]
+
+    def switches(self) -> list[Node]:
+        """Switches that run the agent, in order."""
+        return [n for n in self.nodes.values() if n.kind == SWITCH]
+
+    def node_ports(self, node: str) -> list[Port]:
+        """A node's ports in creation order."""
+        return [p for (n, _), p in self.ports.items() if n == node]
+
+    def node_links(self, node: str) -> list[tuple[Port, Port, Link]]:
+        """(local port, peer port, link) for every link of a node."""
+        out = []
+        for link in self.links:
+            if link.a.node == node:
+                out.append((link.a, link.b, link))
+            elif link.b.node == node:
+                out.append((link.b, link.a, link))
+        return out
+
+    def peer(self, node: str, ifname: str) -> Port:
+        """The port at the other end of node:ifname."""
+        for local, remote, _ in self.node_links(node):
+            if local.ifname == ifname:
+                return remote
+        raise KeyError(f"{node}:{ifname} has no link")
+
+    def link_of(self, node: str, ifname: str) -> Link:
+        """The link attached to node:ifname."""
+        for local, _, link in self.node_links(node):
+            if local.ifname == ifname:
+                return link
+        raise KeyError(f"{node}:{ifname} has no link")
+
+    def gpu_list(self) -> list[Gpu]:
+        """GPUs ordered by (host, index): the order of global ranks."""
+        return list(self.gpus.values())
+
+    # -- control plane -----------------------------------------------------
+    def routes(self, node: str) -> list[Route]:
+        """The static routes the control plane installs on a switch (besides connected)."""
+        n = self.nodes[node]
+        rails = self.rail_subnets()
+        out: list[Route] = []
+        if n.kind != SWITCH:
+            return out
+        uplinks = [(local, remote) for local, remote, link in self.node_links(node)
+                   if link.kind == "rail-spine"]
+        if n.role == ROLE_RAIL:
+            own = n.svi_ip and str(ipaddress.ip_interface(n.svi_ip).network)
+            for subnet in rails.values():
+                if subnet != own and uplinks:
+                    out.append(Route(subnet, tuple((r.address, l.ifname) for l, r in uplinks)))
+        elif n.role == ROLE_SPINE:
+            for local, remote in uplinks:
+                rail_node = self.nodes[remote.node]
+                if rail_node.svi_ip:
+                    subnet = str(ipaddress.ip_interface(rail_node.svi_ip).network)
+                    out.append(Route(subnet, ((remote.address, local.ifname),)))
+        return out
+
+    def neighbours(self, node: str) -> list[tuple[str, str, str]]:
+        """Static (ifname, ip, mac) neighbour entries the control plane installs on a node."""
+        n = self.nodes[node]
+        out: list[tuple[str, str, str]] = []
+        if n.kind == SWITCH:
+            for local, remote, _ in self.node_links(node):
+                if remote.address is None:
+                    continue
+                dev = n.svi if local.vlan is not None and n.svi else local.ifname
+                out.append((dev, remote.address, remote.mac))
+        elif n.kind == HOST:
+            for gpu in self.gpus.values():
+                if gpu.host != node:
+                    continue
+                out.append((gpu.nic, gpu.gateway, gpu.gateway_mac))
+                for peer in self.gpus.values():
+                    if peer.rail == gpu.rail and peer.host != node:
+                        out.append((gpu.nic, peer.ip, peer.mac))
+        return out
+
+    def l2_table(self, node: str) -> dict[str, str]:
+        """Static MAC -> port table of a rail switch's VLAN (host NIC MACs)."""
+        return {remote.mac: local.ifname for local, remote, _ in self.node_links(node)
+                if local.vlan is not None}
+
+    def rail_subnets(self) -> dict[int, str]:
+        """rail number -> subnet."""
+        out = {}
+        for n in self.nodes.values():
+            if n.role == ROLE_RAIL and n.svi_ip and n.vlan is not None:
+                out[n.vlan - 100] = str(ipaddress.ip_interface(n.svi_ip).network)
+        return out
+
+    # -- presentation ------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        """Node, link and address counts (used by tests and the summary)."""
+        return {
+            "hosts": len(self.hosts()),
+            "gpus": len(self.gpus),
+            "switches": len(self.switches()),
+            "rails": len([n for n in self.switches() if n.role == ROLE_RAIL]),
+            "spines": len([n for n in self.switches() if n.role == ROLE_SPINE]),
+            "links": len(self.links),
+            "fabric_links": len([lk for lk in self.links if lk.kind != "frontend"]),
+            "addresses": len([p for p in self.ports.values() if p.ip])
+            + len([n for n in self.nodes.values() if n.svi_ip]),
+        }
+
+    def to_dict(self) -> dict:
+        """JSON-able description (topology.json of a run)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "tdf": self.tdf,
+            "mtu": self.mtu,
+            "nodes": [vars(n) for n in self.nodes.values()],
+            "links": [
+                {"a": vars(lk.a), "b": vars(lk.b), "kind": lk.kind,
+                 "model_bps": lk.model_bps, "lab_bps": lk.model_bps / self.tdf,
+                 "model_delay_s": lk.delay_s}
+                for lk in self.links
+            ],
+            "gpus": [vars(g) for g in self.gpus.values()],
+        }
+
+    def describe(self) -> str:
+        """The wiring and addressing plan as plain text (`emu show TOPO`)."""
+        c = self.counts()
+        lines = [
+            f"{self.name}: {self.description}",
+            f"  {c['hosts']} hosts x {c['gpus'] // max(c['hosts'], 1)} GPUs, "
+            f"{c['rails']} rail switches, {c['spines']} spines, {c['links']} links; "
+            f"TDF {self.tdf:g} (lab rate = model rate / {self.tdf:g}), MTU {self.mtu}",
+            "",
+            "Nodes:",
+        ]
+        for n in self.nodes.values():
+            extra = f"  SVI {n.svi} {n.svi_ip} (VLAN {n.vlan})" if n.svi else ""
+            lines.append(f"  {n.name:<8} {n.label:<10} {n.kind:<8}{extra}")
+        lines += ["", "GPU NICs:"]
+        for g in self.gpus.values():
+            lines.append(f"  {g.name:<6} {g.host}:{g.nic:<5} {g.ip:<14} Rail-{g.rail}  "
+                         f"gw {g.gateway}  mac {g.mac}")
+        lines += ["", "Links (model speed / lab speed):"]
+        for lk in self.links:
+            a = f"{lk.a.node}:{lk.a.ifname}" + (f" {lk.a.ip}" if lk.a.ip else "")
+            b = f"{lk.b.node}:{lk.b.ifname}" + (f" {lk.b.ip}" if lk.b.ip else "")
+            lines.append(f"  {a:<28} <-> {b:<28} {format_rate(lk.model_bps):>9} / "
+                         f"{format_rate(lk.model_bps / self.tdf):<9} {lk.kind}")
+        sw_routes = [(s.name, r) for s in self.switches() for r in self.routes(s.name)]
+        if sw_routes:
+            lines += ["", "Routes (besides connected):"]
+            for name, r in sw_routes:
+                hops = ", ".join(f"via {gw} dev {dev}" for gw, dev in r.nexthops)
+                ecmp = "  [ECMP]" if len(r.nexthops) > 1 else ""
+                lines.append(f"  {name:<8} {r.prefix:<15} {hops}{ecmp}")
+        return "\n".join(lines)
