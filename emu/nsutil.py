@@ -121,14 +121,15 @@ def kill_pids(pids: list[int], grace: float = 2.0) -> None:
             os.kill(p, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if _alive(p)]
+        pids = [p for p in pids if alive(p)]
         time.sleep(0.05)
     for p in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """True if the process exists and is not a zombie."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -174,7 +175,7 @@ def clean(tag: str | None = None, include_live: bool = False) -> dict[str, list]
     removed: dict[str, list] = {"runs": [], "namespaces": [], "processes": [], "skipped": []}
     for t in sorted(tags):
         owner = states.get(t, {}).get("pid")
-        if owner and owner != os.getpid() and _alive(owner) and not include_live:
+        if owner and owner != os.getpid() and alive(owner) and not include_live:
             removed["skipped"].append(t)
             continue
         names = emu_namespaces(t)

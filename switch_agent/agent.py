@@ -173,8 +173,7 @@ class Agent:
             while q and sh.can_send(now):
                 frame = q.popleft()
                 p.qbytes -= len(frame)
-                done_at = sh.depart(len(frame), now)
-                p.inflight.append(((done_at if done_at > now else now) + p.delay, frame))
+                p.inflight.append((sh.depart(len(frame), now) + p.delay, frame))
             t = self.flush(p, now)
             if q:
                 r = sh.ready_at(now)

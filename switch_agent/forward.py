@@ -3,7 +3,7 @@ next-hop resolution, TTL decrement with an incremental checksum (pure, no I/O).
 
 Book ch.10 and ch.12 ("Flow-based load balancing"): every packet of a flow takes the
 same path, chosen by a hash of the 5-tuple (src IP, dst IP, protocol, src port, dst
-port). The hash is CRC-32 seeded per switch: equal seeds on every switch reproduce the
+port). The hash is keyed per switch (the seed): equal seeds on every switch reproduce the
 book's *hash polarization*; different seeds (the default) decorrelate the stages.
 The FIB and neighbour table come from the switch namespace's kernel (the control plane,
 ARCHITECTURE.md "Planes and processes"); this module only decides.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
-import zlib
+from hashlib import blake2b
 from dataclasses import dataclass
 
 
@@ -38,8 +38,11 @@ def mac_bytes(mac: str) -> bytes:
 
 
 def ecmp_hash(key: bytes, seed: int) -> int:
-    """Seeded 32-bit hash of a flow key (CRC-32 with the seed as initial value)."""
-    return zlib.crc32(key, seed & 0xFFFFFFFF)
+    """Seeded 32-bit hash of a flow key (keyed BLAKE2b, computed once per flow: the
+    agent caches decisions). A CRC seeded through its initial value would not do: CRC
+    is affine, so two seeds give the same path choice for every flow, up to a constant
+    flip — every seed would polarize."""
+    return int.from_bytes(blake2b(key, digest_size=4, key=(seed & 0xFFFFFFFF).to_bytes(4, "big")).digest(), "big")
 
 
 def flow_key(frame: bytes | memoryview, l3: int = 14) -> bytes:

@@ -1,11 +1,11 @@
 """Egress shaping to a link's lab rate: a virtual-finish-time token bucket (pure).
 
-A link of model rate R runs in the lab at R / TDF (emu.timedil). The shaper decides
-when the next frame may start; `depart` returns when its last bit has left, which is
-when it reaches the far end (plus the propagation delay): the agent hands it to the
-veth then. A burst allowance absorbs the poll loop's timer granularity, so the
-average rate over any backlogged period is exact while short-term bursts stay below
-`burst_s` worth of bytes.
+A link of model rate R runs in the lab at R / TDF (emu.timedil). The shaper keeps the
+time at which the wire is free again; `depart` books a frame's serialisation and
+returns when its last bit has left, which is when it reaches the far end (plus the
+propagation delay): the agent hands it to the veth then, so the wire carries frames at
+exactly the link rate. `can_send` lets the agent book frames up to `burst_s` ahead of
+time, which absorbs the poll loop's timer granularity without exceeding the rate.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ class Shaper:
         self.free_at = 0.0
 
     def ready_at(self, now: float) -> float:
-        """Earliest lab time at which the next frame may start."""
+        """Earliest lab time at which the next frame may be booked."""
         return self.free_at - self.burst_s
 
     def can_send(self, now: float) -> bool:
-        """True when a frame may start now."""
-        return now >= self.free_at - self.burst_s
+        """True when a frame may be booked now (the wire is free within burst_s)."""
+        return self.free_at - now <= self.burst_s
 
     def depart(self, nbytes: int, now: float) -> float:
-        """Account a frame that starts now; return the time its last bit leaves."""
-        start = self.free_at if self.free_at > now - self.burst_s else now - self.burst_s
+        """Book a frame's serialisation; return the time its last bit leaves (>= now)."""
+        start = self.free_at if self.free_at > now else now
         self.free_at = start + nbytes / self.rate_Bps
         return self.free_at

@@ -1,0 +1,126 @@
+"""rail2x4 in real namespaces with switch agents (root): reachability, the path a
+cross-rail packet takes, egress shaping, clean-up."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pyroute2 import netns as pr_netns
+
+import topologies
+from emu import nsutil, reach
+from emu.net import FabricNet
+
+pytestmark = pytest.mark.netns
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def fnet():
+    with FabricNet(topologies.load("rail2x4")) as f:
+        yield f
+
+
+def totals(fnet, switch, port):
+    return fnet.counters(switch)["ports"][port]
+
+
+def test_all_gpu_pairs_reach_each_other_on_the_expected_path(fnet):
+    results = reach.check_all(fnet, count=2)
+    assert len(results) == 56
+    bad = [(r.src, r.dst) for r in results if not r.ok]
+    assert not bad, f"unreachable: {bad}"
+    for r in results:
+        assert r.hops == reach.expected_hops(fnet.fabric, r.src, r.dst), r
+
+
+def test_cross_rail_traverses_rail_spine_rail(fnet):
+    for sw in ("rail1", "rail2", "spine1", "spine2"):
+        fnet.agent_request(sw, {"cmd": "reset"})
+    n = 20
+    out = reach.check_all(fnet, count=n, pairs=[("h1g1", "h4g2")])[0]
+    assert out.received == n and out.ttl == 61  # three routers on the way back
+    # requests: rail1 eth1 in -> uplink out; a spine; rail2 uplink in -> eth4 out
+    r1_up = totals(fnet, "rail1", "eth5")["tx_packets"] + totals(fnet, "rail1", "eth6")["tx_packets"]
+    spine_rx = sum(totals(fnet, s, "eth1")["rx_packets"] for s in ("spine1", "spine2"))
+    spine_tx = sum(totals(fnet, s, "eth2")["tx_packets"] for s in ("spine1", "spine2"))
+    r2_down = totals(fnet, "rail2", "eth4")["tx_packets"]
+    assert totals(fnet, "rail1", "eth1")["rx_packets"] >= n
+    assert r1_up >= n and spine_rx >= n and spine_tx >= n and r2_down >= n
+    # nothing leaked to the other hosts
+    assert totals(fnet, "rail2", "eth2")["tx_packets"] == 0
+
+
+def test_egress_shaping_holds_lab_rate(fnet):
+    fab = fnet.fabric
+    src, dst = fab.gpus["h1g1"], fab.gpus["h2g1"]
+    lab_bps = fnet.td.lab_rate(fab.link_of("rail1", "eth2").model_bps)
+    gen = fnet.host("h1").popen(
+        [sys.executable, "-m", "traffic.rawgen", "--iface", src.nic, "--src-ip", src.ip,
+         "--dst-ip", dst.ip, "--dst-mac", dst.mac, "--size", "9000",
+         "--rate", str(2 * lab_bps), "--duration", "5"],
+        cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.5)  # let the egress queue fill
+    a = fnet.counters("rail1")
+    time.sleep(2.5)
+    b = fnet.counters("rail1")
+    out, err = gen.communicate(timeout=20)
+    sent = json.loads(out)
+    assert sent["rate_bps"] > 1.5 * lab_bps, (sent, err)  # offered load really saturates
+    rate = (b["ports"]["eth2"]["tx_bytes"] - a["ports"]["eth2"]["tx_bytes"]) * 8 / (b["t_lab"] - a["t_lab"])
+    assert rate == pytest.approx(lab_bps, rel=0.05)
+
+
+def _dead_pid():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_clean_removes_exactly_emu_state():
+    foreign = f"foreign-{os.getpid()}"
+    pr_netns.create(foreign)
+    try:
+        f = FabricNet(topologies.load("rail1x2", spines=0))
+        f.start()
+        tag = f.tag
+        assert len(nsutil.emu_namespaces(tag)) == 4
+        pids = nsutil.pids_in(nsutil.emu_namespaces(tag))
+        assert pids
+        # pretend the emu process died without tearing down
+        state = json.loads((nsutil.STATE_DIR / tag / "state.json").read_text())
+        nsutil.write_state(tag, {**state, "pid": _dead_pid()})
+        f.net = None  # forget, as a crashed process would
+        r = subprocess.run([sys.executable, "-m", "emu", "clean"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert nsutil.emu_namespaces(tag) == []
+        assert not (nsutil.STATE_DIR / tag).exists()
+        assert not [p for p in pids if nsutil.alive(p)]  # (zombies of our children are dead)
+        assert foreign in pr_netns.listnetns()
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert "emu-" not in links
+    finally:
+        pr_netns.remove(foreign)
+
+
+def test_ctrl_c_tears_everything_down():
+    p = subprocess.Popen([sys.executable, "-m", "emu", "run", "rail2x4"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in p.stdout:
+        if "Checking reachability" in line:
+            break
+    m = [s for s in nsutil.run_states().items() if s[1].get("pid") == p.pid]
+    assert m, "the run recorded its state"
+    tag = m[0][0]
+    assert nsutil.emu_namespaces(tag)
+    p.send_signal(signal.SIGINT)
+    rest = p.communicate(timeout=60)[0]
+    assert p.returncode == 130, rest
+    assert nsutil.emu_namespaces(tag) == []
+    assert not (nsutil.STATE_DIR / tag).exists()

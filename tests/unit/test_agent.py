@@ -1,0 +1,151 @@
+"""The agent's frame handling with in-memory ports (no sockets, simulated clock)."""
+
+import pytest
+
+from switch_agent.agent import Agent
+from switch_agent.config import AgentConfig, PortConfig
+from switch_agent.forward import FibRoute
+from traffic.rawgen import build_frame
+
+ROUTER = "02:00:00:00:05:00"
+H1, H2 = "02:00:00:00:01:01", "02:00:00:00:02:01"
+SPINE1, SPINE2 = "02:00:00:00:07:01", "02:00:00:00:08:01"
+
+
+class FakeSock:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, frame):
+        self.sent.append(frame)
+        return len(frame)
+
+
+def mac(s):
+    return bytes.fromhex(s.replace(":", ""))
+
+
+def make_agent(rate=200e6, limit=10_000_000, drop_rate=0.0, delay=0.0):
+    ports = (PortConfig("eth1", ROUTER, 200e9, rate, delay, 101, "h1:nic1"),
+             PortConfig("eth2", ROUTER, 200e9, rate, delay, 101, "h2:nic1"),
+             PortConfig("eth5", "02:00:00:00:05:05", 400e9, 2 * rate, delay, None, "spine1:eth1"),
+             PortConfig("eth6", "02:00:00:00:05:06", 400e9, 2 * rate, delay, None, "spine2:eth1"))
+    cfg = AgentConfig("rail1", 1000.0, "/nonexistent", ports,
+                      svi={"vlan101": {H1: "eth1", H2: "eth2"}}, ecmp_seed=3,
+                      queue_limit_bytes=limit, test_drop_rate=drop_rate)
+    a = Agent(cfg, open_sockets=False)
+    for p in a.ports.values():
+        p.sock = FakeSock()
+    a.install_fib([FibRoute("10.0.1.0/24", ((None, "vlan101"),)),
+                   FibRoute("10.0.2.0/24", (("172.16.1.1", "eth5"), ("172.16.2.1", "eth6")))],
+                  {("vlan101", "10.0.1.11"): H1, ("vlan101", "10.0.1.12"): H2,
+                   ("eth5", "172.16.1.1"): SPINE1, ("eth6", "172.16.2.1"): SPINE2},
+                  {"10.0.1.1", "172.16.1.0", "172.16.2.0"})
+    return a
+
+
+def run(a, until, step=0.0005, t0=0.0):
+    t = t0
+    while t <= until:
+        a.service(t)
+        t += step
+
+
+def test_intra_rail_is_switched_unchanged():
+    a = make_agent()
+    f = bytes(build_frame(mac(H1), mac(H2), "10.0.1.11", "10.0.1.12", 1000))
+    a.on_frame(a.ports["eth1"], f, 0.0)
+    run(a, 0.01)
+    assert a.ports["eth2"].sock.sent == [f]
+    assert a.ports["eth2"].tx_packets == 1 and a.ports["eth1"].rx_packets == 1
+
+
+def test_cross_rail_is_routed_ttl_and_macs_rewritten():
+    a = make_agent()
+    f = bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "10.0.2.14", 1000, ttl=64))
+    a.on_frame(a.ports["eth1"], f, 0.0)
+    run(a, 0.01)
+    out = a.ports["eth5"].sock.sent + a.ports["eth6"].sock.sent
+    assert len(out) == 1
+    o = out[0]
+    assert o[22] == 63
+    assert o[:6] in (mac(SPINE1), mac(SPINE2))
+    assert o[6:12] == mac("02:00:00:00:05:05" if o[:6] == mac(SPINE1) else "02:00:00:00:05:06")
+    assert o[34:] == f[34:]
+
+
+def test_same_flow_same_uplink_and_flows_spread():
+    a = make_agent()
+    used = {}
+    for sport in range(50000, 50400):
+        f = bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "10.0.2.14", 200, sport=sport))
+        for _ in range(2):
+            a.on_frame(a.ports["eth1"], f, 0.0)
+    run(a, 0.05)
+    n5, n6 = a.ports["eth5"].tx_packets, a.ports["eth6"].tx_packets
+    assert n5 + n6 == 800 and n5 % 2 == 0 and 300 < n5 < 500
+
+
+def test_frames_for_the_switch_and_other_macs_are_not_forwarded():
+    a = make_agent()
+    to_switch = bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "10.0.1.1", 100))
+    other = bytes(build_frame(mac(SPINE1), mac("02:00:00:00:99:99"), "1.1.1.1", "10.0.2.1", 100))
+    a.on_frame(a.ports["eth1"], to_switch, 0.0)
+    a.on_frame(a.ports["eth5"], other, 0.0)
+    run(a, 0.01)
+    assert sum(p.tx_packets for p in a.ports.values()) == 0
+    assert a.ports["eth5"].drops == {"not_for_us": 1}
+
+
+def test_broadcast_flooded_in_vlan_only():
+    a = make_agent()
+    arp = mac("ff:ff:ff:ff:ff:ff") + mac(H1) + b"\x08\x06" + bytes(46)
+    a.on_frame(a.ports["eth1"], arp, 0.0)
+    run(a, 0.01)
+    assert [p.tx_packets for p in a.ports.values()] == [0, 1, 0, 0]
+
+
+def test_no_route_and_ttl_drops_counted():
+    a = make_agent()
+    a.on_frame(a.ports["eth1"], bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "9.9.9.9", 100)), 0)
+    a.on_frame(a.ports["eth1"], bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "10.0.2.9", 100, ttl=1)), 0)
+    assert a.ports["eth1"].drops == {"no_route": 1, "ttl_expired": 1}
+
+
+def test_tail_drop_at_queue_limit():
+    a = make_agent(limit=5000)
+    f = bytes(build_frame(mac(H1), mac(H2), "10.0.1.11", "10.0.1.12", 1000))
+    for _ in range(10):
+        a.on_frame(a.ports["eth1"], f, 0.0)
+    assert a.ports["eth2"].qbytes == 5000
+    assert a.ports["eth2"].drops == {"queue_full": 5}
+
+
+def test_shaped_egress_rate_and_delay():
+    a = make_agent(rate=8e6, delay=0.002)  # 1 MB/s, 2 ms propagation
+    f = bytes(build_frame(mac(H1), mac(H2), "10.0.1.11", "10.0.1.12", 1000))
+    for _ in range(100):
+        a.on_frame(a.ports["eth1"], f, 0.0)
+    t, times = 0.0, []
+    while t < 0.2:
+        before = a.ports["eth2"].tx_packets
+        a.service(t)
+        times += [t] * (a.ports["eth2"].tx_packets - before)
+        t += 0.0001
+    assert len(times) == 100
+    assert times[0] == pytest.approx(0.003, abs=2e-4)   # 1 ms serialisation + 2 ms delay
+    assert times[-1] == pytest.approx(0.102, abs=5e-4)  # 100 frames at 1 ms each
+
+
+def test_test_hook_drops_fraction():
+    a = make_agent(drop_rate=0.1, limit=10**9)
+    f = bytes(build_frame(mac(H1), mac(H2), "10.0.1.11", "10.0.1.12", 100))
+    for _ in range(5000):
+        a.on_frame(a.ports["eth1"], f, 0.0)
+    assert 400 < a.ports["eth2"].drops["test_hook"] < 600
+
+
+def test_snapshot_schema():
+    snap = make_agent().snapshot()
+    assert snap["switch"] == "rail1"
+    assert set(snap["ports"]["eth1"]) >= {"rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "drops"}
