@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import topologies
-from emu.timedil import TimeDilation, format_rate
+from emu.timedil import DEFAULT_TDF, TimeDilation, format_rate
 
 log = logging.getLogger("emu")
 
@@ -32,7 +32,7 @@ def _topo_args(p: argparse.ArgumentParser) -> None:
                    help="number of spines for generated rail fabrics (default 2)")
     p.add_argument("--tdf", type=float, default=None,
                    help="time-dilation factor: lab rate = model rate / TDF (default from the "
-                        "topology, else 1000)")
+                        "topology, else %g)" % DEFAULT_TDF)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also runs whose emu process is still alive")
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
-    p.add_argument("what", choices=["forward"], help="forward: agent vs Linux bridge")
+    p.add_argument("what", choices=["forward", "tdf"],
+                   help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     return ap
 
@@ -194,6 +195,8 @@ def cmd_bench(args) -> int:
     if os.geteuid() != 0:
         print("emu bench needs root: try `sudo python -m emu bench forward`", file=sys.stderr)
         return 2
+    if args.what == "tdf":
+        return bench.fabric_load(duration=args.duration)
     return bench.forward(duration=args.duration)
 
 

@@ -172,7 +172,11 @@ class FabricNet:
     """
 
     def __init__(self, fabric: Fabric, run_dir: Path | None = None, tag: str | None = None,
-                 shaping: bool = True, test_drop_rate: float = 0.0) -> None:
+                 shaping: bool = True, test_drop_rate: float = 0.0,
+                 switch_kind: str = "agent") -> None:
+        if switch_kind not in ("agent", "bridge"):
+            raise ValueError(f"switch_kind: 'agent' or 'bridge', got {switch_kind!r}")
+        self.switch_kind = switch_kind
         self.fabric = fabric
         self.tag = tag or new_tag()
         self.td = TimeDilation(fabric.tdf)
@@ -205,7 +209,8 @@ class FabricNet:
                                                      for n in self.fabric.nodes]})
         setLogLevel("warning")
         classes = {}
-        for kind, base in ((HOST, EmuHost), (SWITCH, AgentSwitch), (FRONTEND, FrontendSwitch)):
+        switch_cls = AgentSwitch if self.switch_kind == "agent" else FrontendSwitch
+        for kind, base in ((HOST, EmuHost), (SWITCH, switch_cls), (FRONTEND, FrontendSwitch)):
             classes[kind] = type(base.__name__, (base,), {"tag": self.tag})
         topo = FabricTopo(fabric=self.fabric, classes=classes)
         self.net = Mininet(topo=topo, controller=None, build=False, autoSetMacs=False,
@@ -213,13 +218,14 @@ class FabricNet:
         self.net.build()
         for n in self.fabric.nodes.values():
             self.configure(n.name)
-        for sw in self.fabric.switches():
+        for sw in self.fabric.switches() if self.switch_kind == "agent" else ():
             node = self.net[sw.name]
             node.agent_config = self.agent_config(sw.name)
             if self.run_dir:
                 node.agent_log = str(self.run_dir / f"agent-{sw.name}.log")
         self.net.start()
-        self.wait_agents()
+        if self.switch_kind == "agent":
+            self.wait_agents()
 
     def stop(self) -> None:
         """Tear everything down: agents, shells, namespaces, state. Idempotent."""

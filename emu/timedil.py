@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Default time-dilation factor. A 200 Gbps model link runs at 200 Mbps in the lab,
-#: which a 2-core machine forwards through every agent of rail2x4 with margin
-#: (see README "Performance" for the measurement behind it).
-DEFAULT_TDF = 1000.0
+#: Default time-dilation factor. A 200 Gbps model link runs at 40 Mbps in the lab. On a
+#: 2-core machine rail2x4 delivers 100 % of an all-NIC cross-rail load of half line
+#: rate at TDF 2000 but only 84 % at TDF 1000 (`python -m emu bench tdf`, README
+#: "Performance"); 5000 keeps full line rate on every NIC below what TDF 2000 sustained.
+DEFAULT_TDF = 5000.0
 
 PFC_QUANTUM_BITS = 512  # IEEE 802.1Qbb: one pause quantum = 512 bit times
 

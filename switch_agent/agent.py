@@ -23,7 +23,7 @@ import time
 
 from switch_agent import control, io
 from switch_agent.config import AgentConfig, PortConfig
-from switch_agent.forward import Fib, NextHop, decrement_ttl, flow_key, mac_bytes
+from switch_agent.forward import Fib, decrement_ttl, flow_key, mac_bytes
 from switch_agent.shaper import Shaper
 
 log = logging.getLogger("switch_agent")
@@ -90,7 +90,7 @@ class Agent:
                 self.l2[mac_bytes(mac)] = self.ports[ifname]
         self.router_macs = {p.mac for p in self.ports.values()}
         self.fib = Fib([], {}, {}, cfg.ecmp_seed)
-        self.cache: dict[bytes, NextHop | str] = {}
+        self.cache: dict[bytes, tuple[Port, bytes] | str] = {}  # flow -> (port, L2 header)
         self.local: set[bytes] = set()
         self.rng = random.Random(cfg.test_drop_seed)
         self.drop_rate = cfg.test_drop_rate
@@ -119,18 +119,19 @@ class Agent:
             if frame[30:34] in self.local:
                 return  # for the switch itself: the kernel answers
             key = flow_key(frame)
-            nh = self.cache.get(key)
-            if nh is None:
+            hit = self.cache.get(key)
+            if hit is None:
                 nh = self.fib.resolve(frame[30:34], key)
-                self.cache[key] = nh
-            if nh.__class__ is str:
-                port.drop(nh)
+                hit = nh if nh.__class__ is str else (self.ports[nh.ifname], nh.header + ETH_IPV4)
+                self.cache[key] = hit
+            if hit.__class__ is str:
+                port.drop(hit)
                 return
             body = decrement_ttl(frame)
             if body is None:
                 port.drop("ttl_expired")
                 return
-            self.enqueue(self.ports[nh.ifname], nh.header + frame[12:14] + body, now)
+            self.enqueue(hit[0], hit[1] + body, now)
             return
         if port.vlan is None:
             if dst[0] & 1 == 0:

@@ -139,7 +139,7 @@ def test_ecmp_seed_modes():
 
 def test_describe_mentions_tdf_and_speeds():
     text = topologies.load("rail2x4").describe()
-    assert "TDF 1000" in text and "200 Gbps / 200 Mbps" in text and "[ECMP]" in text
+    assert "TDF 5000" in text and "200 Gbps / 40 Mbps" in text and "[ECMP]" in text
 
 
 def test_presets_listed():
