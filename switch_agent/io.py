@@ -13,6 +13,7 @@ import socket
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
+PACKET_QDISC_BYPASS = 20
 NETLINK_ROUTE = 0
 RTMGRP_LINK = 0x1
 RTMGRP_NEIGH = 0x4
@@ -25,6 +26,8 @@ def open_port(ifname: str) -> socket.socket:
     """A non-blocking raw socket bound to one interface, ignoring our own output."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+    # the agent does its own queueing and shaping: skip the kernel qdisc layer on send
+    s.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
     for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
         try:
             s.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
