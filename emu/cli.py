@@ -131,8 +131,11 @@ def cmd_run(args) -> int:
         results = reach.check_all(fnet)
         counters = {s.name: fnet.counters(s.name) for s in fab.switches()}
         if args.cli:
+            from mininet.log import setLogLevel
+
             from emu.mncli import EmuCLI
 
+            setLogLevel("output")  # the CLI prints through Mininet's 'output' level
             say("\nMininet CLI: try `h1g1 ping h4g2`, `counters rail1`, `fabric`, `exit`.")
             EmuCLI(fnet)
     ok = [r for r in results if r.ok]

@@ -23,7 +23,7 @@ import time
 
 from switch_agent import control, io
 from switch_agent.config import AgentConfig, PortConfig
-from switch_agent.forward import Fib, decrement_ttl, flow_key, mac_bytes
+from switch_agent.forward import Fib, decrement_ttl, flow_key, icmp_time_exceeded, mac_bytes
 from switch_agent.shaper import Shaper
 
 log = logging.getLogger("switch_agent")
@@ -92,6 +92,7 @@ class Agent:
         self.fib = Fib([], {}, {}, cfg.ecmp_seed)
         self.cache: dict[bytes, tuple[Port, bytes] | str] = {}  # flow -> (port, L2 header)
         self.local: set[bytes] = set()
+        self.port_ip: dict[str, bytes] = {}  # ingress port -> address to answer from
         self.rng = random.Random(cfg.test_drop_seed)
         self.drop_rate = cfg.test_drop_rate
         self.backlog: set[Port] = set()
@@ -105,6 +106,14 @@ class Agent:
         port_macs = {p.name: p.cfg.mac for p in self.ports.values()}
         self.fib = Fib(routes, neighbours, port_macs, self.cfg.ecmp_seed, self.cfg.svi, local_ips)
         self.local = set(self.fib.local)
+        by_dev = {dev: socket.inet_aton(ip) for ip, dev in dict(local_ips).items()} \
+            if isinstance(local_ips, dict) else {}
+        self.port_ip = {}
+        for p in self.ports.values():
+            svi = next((d for d, t in self.cfg.svi.items() if p.name in t.values()), None)
+            addr = by_dev.get(svi) if svi else by_dev.get(p.name)
+            if addr:
+                self.port_ip[p.name] = addr
         self.cache.clear()
 
     # -- data plane ----------------------------------------------------------
@@ -130,6 +139,7 @@ class Agent:
             body = decrement_ttl(frame)
             if body is None:
                 port.drop("ttl_expired")
+                self.time_exceeded(port, frame, now)
                 return
             self.enqueue(hit[0], hit[1] + body, now)
             return
@@ -148,6 +158,16 @@ class Agent:
         for other in self.vlan_ports[port.vlan]:
             if other is not port:
                 self.enqueue(other, frame, now)
+
+    def time_exceeded(self, port: Port, frame: bytes, now: float) -> None:
+        """Answer an expired packet with ICMP Time Exceeded (so traceroute shows hops)."""
+        src = self.port_ip.get(port.name)
+        if src is None or frame[23] == 1 and frame[34] == 11:
+            return  # no address here, or never answer an ICMP error
+        packet = icmp_time_exceeded(frame, src)
+        nh = self.fib.resolve(frame[26:30], packet[12:20] + b"\x01")
+        if nh.__class__ is not str:
+            self.enqueue(self.ports[nh.ifname], nh.header + ETH_IPV4 + packet, now)
 
     def enqueue(self, out: Port, frame: bytes, now: float) -> None:
         """Put a frame on an egress port's queue (tail drop at the queue limit)."""

@@ -70,6 +70,19 @@ def decrement_ttl(frame: bytes, l3: int = 14) -> bytes | None:
             + frame[l3 + 12:])
 
 
+def icmp_time_exceeded(frame: bytes, src_ip: bytes) -> bytes:
+    """IPv4 + ICMP Time Exceeded (type 11, code 0, RFC 792) for an expired frame, from
+    `src_ip`, quoting the original IP header and 8 bytes (without Ethernet header)."""
+    ihl = (frame[14] & 0x0F) * 4
+    quote = frame[14:14 + ihl + 8]
+    icmp = bytearray(struct.pack("!BBHI", 11, 0, 0, 0) + quote)
+    struct.pack_into("!H", icmp, 2, ipv4_checksum(bytes(icmp)))
+    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0xC0, 20 + len(icmp), 0, 0, 64, 1, 0,
+                               src_ip, frame[26:30]))
+    struct.pack_into("!H", ip, 10, ipv4_checksum(bytes(ip)))
+    return bytes(ip + icmp)
+
+
 def ipv4_checksum(header: bytes) -> int:
     """Full IPv4 header checksum (for tests and cross-checks)."""
     if len(header) % 2:
@@ -99,7 +112,7 @@ class Fib:
     def __init__(self, routes: list[FibRoute], neighbours: dict[tuple[str, str], str],
                  port_macs: dict[str, str], seed: int = 0,
                  svi: dict[str, dict[str, str]] | None = None,
-                 local_ips: set[str] | None = None) -> None:
+                 local_ips: dict[str, str] | set[str] | None = None) -> None:
         self.seed = seed & 0xFFFFFFFF
         self.local = {socket.inet_aton(ip) for ip in (local_ips or set())}
         self._by_len: dict[int, dict[int, tuple[tuple[str | None, str], ...]]] = {}

@@ -14,10 +14,12 @@ RTN_UNICAST = 1
 MAIN_TABLE = 254
 
 
-def read_control_plane(ipr: IPRoute) -> tuple[list[FibRoute], dict[tuple[str, str], str], set[str]]:
-    """(routes, neighbours {(dev, ip): mac}, local IPv4 addresses) of this namespace."""
+def read_control_plane(ipr: IPRoute) -> tuple[list[FibRoute], dict[tuple[str, str], str],
+                                                dict[str, str]]:
+    """(routes, neighbours {(dev, ip): mac}, local IPv4 addresses {ip: ifname})."""
     names = {ln["index"]: ln.get_attr("IFLA_IFNAME") for ln in ipr.get_links()}
-    local = {a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET)}
+    local = {a.get_attr("IFA_ADDRESS"): names.get(a["index"], "")
+             for a in ipr.get_addr(family=socket.AF_INET)}
     routes: list[FibRoute] = []
     for r in ipr.get_routes(family=socket.AF_INET, table=MAIN_TABLE):
         if r["type"] != RTN_UNICAST:

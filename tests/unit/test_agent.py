@@ -149,3 +149,25 @@ def test_snapshot_schema():
     snap = make_agent().snapshot()
     assert snap["switch"] == "rail1"
     assert set(snap["ports"]["eth1"]) >= {"rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "drops"}
+
+
+def test_ttl_expiry_answers_icmp_time_exceeded_from_the_svi():
+    import socket as s_
+
+    from switch_agent.forward import ipv4_checksum
+
+    a = make_agent()
+    a.install_fib([FibRoute("10.0.1.0/24", ((None, "vlan101"),)),
+                   FibRoute("10.0.2.0/24", (("172.16.1.1", "eth5"),))],
+                  {("vlan101", "10.0.1.11"): H1, ("eth5", "172.16.1.1"): SPINE1},
+                  {"10.0.1.1": "vlan101", "172.16.1.0": "eth5"})
+    f = bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "10.0.2.14", 200, ttl=1))
+    a.on_frame(a.ports["eth1"], f, 0.0)
+    run(a, 0.01)
+    (icmp,) = a.ports["eth1"].sock.sent
+    assert icmp[:6] == mac(H1) and icmp[12:14] == b"\x08\x00"
+    ip = icmp[14:34]
+    assert ip[9] == 1 and s_.inet_ntoa(ip[12:16]) == "10.0.1.1" and s_.inet_ntoa(ip[16:20]) == "10.0.1.11"
+    assert ipv4_checksum(ip) == 0
+    assert icmp[34] == 11 and icmp[35] == 0 and ipv4_checksum(icmp[34:]) == 0
+    assert icmp[42:42 + 28] == f[14:14 + 28]  # quotes the original header + 8 bytes
