@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run directory (default runs/<topology>-<timestamp>)")
     p.add_argument("--no-shaping", action="store_true",
                    help="do not shape links to their lab rate (forward as fast as possible)")
+    p.add_argument("--pcap", default="hosts", metavar="WHICH",
+                   help="capture per interface: all, hosts (GPU NICs, default), none, or "
+                        "node:ifname,... (files in RUNDIR/pcaps/, bounded by --pcap-limit)")
+    p.add_argument("--pcap-limit", type=float, default=20.0, metavar="MB",
+                   help="size bound per capture file (default 20 MB; the capture stops there "
+                        "and the summary says it was truncated)")
     p.add_argument("--quiet", action="store_true", help="only the summary")
 
     p = sub.add_parser("clean", help="remove what emu runs left behind (only emu's namespaces)")
@@ -102,10 +108,15 @@ def _run_dir(args, fab) -> Path:
 
 def cmd_run(args) -> int:
     """`emu run TOPO`."""
-    from emu import reach
+    from emu import capture, reach
     from emu.net import FabricNet
 
     fab = topologies.load(args.topology, spines=args.spines, tdf=args.tdf)
+    try:
+        targets = capture.select(fab, args.pcap)
+    except ValueError as exc:
+        print(f"emu: {exc}", file=sys.stderr)
+        return 2
     if os.geteuid() != 0:
         print("emu run needs root (network namespaces, raw sockets): try `sudo python -m emu "
               f"run {args.topology}`", file=sys.stderr)
@@ -126,6 +137,8 @@ def cmd_run(args) -> int:
         t_build = time.monotonic() - t0
         say(f"  up in {t_build:.1f} s, run tag {fnet.tag} (namespaces emu-{fnet.tag}-*)",
             flush=True)
+        caps = capture.Captures(run_dir / "pcaps", bound_kb=int(args.pcap_limit * 1000))
+        caps.start(fnet, targets)
         n = len(fab.gpus)
         say(f"Checking reachability of all {n * (n - 1)} ordered GPU NIC pairs...", flush=True)
         results = reach.check_all(fnet)
@@ -138,6 +151,7 @@ def cmd_run(args) -> int:
             setLogLevel("output")  # the CLI prints through Mininet's 'output' level
             say("\nMininet CLI: try `h1g1 ping h4g2`, `counters rail1`, `fabric`, `exit`.")
             EmuCLI(fnet)
+        pcaps = caps.stop()
     ok = [r for r in results if r.ok]
     wrong_path = [r for r in ok if r.hops != reach.expected_hops(fab, r.src, r.dst)]
     summary = {
@@ -149,6 +163,7 @@ def cmd_run(args) -> int:
                           "tx_packets": sum(p["tx_packets"] for p in c["ports"].values()),
                           "drops": sum(sum(p["drops"].values()) for p in c["ports"].values())}
                      for sw, c in counters.items()},
+        "pcaps": pcaps,
         "verdict": "pass" if results and len(ok) == len(results) and not wrong_path else "fail",
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -162,6 +177,11 @@ def cmd_run(args) -> int:
         print(f"  UNREACHABLE {r.src} -> {r.dst}")
     for r in wrong_path[:10]:
         print(f"  UNEXPECTED PATH {r.src} -> {r.dst}: {r.hops} routed hops")
+    truncated = [name for name, p in pcaps.items() if p["truncated"]]
+    if pcaps:
+        print(f"  {len(pcaps)} captures in {run_dir / 'pcaps'} (timestamps are lab time; "
+              f"model time = lab / {fab.tdf:g})"
+              + (f"; truncated at the size bound: {', '.join(truncated)}" if truncated else ""))
     print(f"Verdict: {summary['verdict'].upper()}.  Run directory: {run_dir}")
     return 0 if summary["verdict"] == "pass" else 1
 

@@ -124,3 +124,38 @@ def test_ctrl_c_tears_everything_down():
     assert p.returncode == 130, rest
     assert nsutil.emu_namespaces(tag) == []
     assert not (nsutil.STATE_DIR / tag).exists()
+
+
+def test_captures_decode_in_tshark_and_show_the_hops(fnet, tmp_path):
+    import shutil
+
+    from emu.capture import Captures
+
+    if shutil.which("tshark") is None:
+        pytest.skip("needs tshark (Debian package tshark; ./setup.sh installs it)")
+    caps = Captures(tmp_path, bound_kb=1000)
+    caps.start(fnet, [("h1", "nic1"), ("h4", "nic2")])
+    reach.check_all(fnet, count=3, pairs=[("h1g1", "h4g2")])
+    files = caps.stop()
+    assert set(files) == {"h1-nic1.pcap", "h4-nic2.pcap"}
+    out = subprocess.run(["tshark", "-r", str(tmp_path / "h4-nic2.pcap"), "-Y",
+                          "icmp.type == 8", "-T", "fields", "-e", "ip.src", "-e", "ip.ttl"],
+                         capture_output=True, text=True, timeout=60).stdout.split("\n")
+    rows = [r.split("\t") for r in out if r]
+    assert len(rows) == 3
+    assert all(r == ["10.0.1.11", "61"] for r in rows)  # decremented by rail1, spine, rail2
+
+
+def test_capture_bound_holds(fnet, tmp_path):
+    from emu.capture import Captures
+
+    caps = Captures(tmp_path, bound_kb=50, snaplen=9216)
+    caps.start(fnet, [("h2", "nic1")])
+    src, dst = fnet.fabric.gpus["h1g1"], fnet.fabric.gpus["h2g1"]
+    fnet.host("h1").popen([sys.executable, "-m", "traffic.rawgen", "--iface", "nic1",
+                           "--src-ip", src.ip, "--dst-ip", dst.ip, "--dst-mac", dst.mac,
+                           "--size", "9000", "--count", "40", "--duration", "5"],
+                          cwd=str(ROOT)).wait(30)
+    time.sleep(1.0)
+    info = caps.stop()["h2-nic1.pcap"]
+    assert info["truncated"] and info["bytes"] <= 50_000 + 9300

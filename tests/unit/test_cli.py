@@ -52,3 +52,16 @@ def test_bad_topology_is_a_clear_error():
 def test_parser_defaults():
     a = build_parser().parse_args(["run", "rail2x4"])
     assert a.spines is None and a.tdf is None and not a.cli
+
+
+def test_pcap_selection():
+    import topologies
+    from emu.capture import select
+
+    fab = topologies.load("rail2x4")
+    assert len(select(fab, "hosts")) == 8
+    assert select(fab, "none") == []
+    assert len(select(fab, "all")) == 28  # 24 fabric ports + 4 host frontends, not the bridge
+    assert select(fab, "rail1:eth5,h1:nic1") == [("rail1", "eth5"), ("h1", "nic1")]
+    with pytest.raises(ValueError, match="rail9:eth1"):
+        select(fab, "rail9:eth1")
