@@ -159,3 +159,22 @@ def test_capture_bound_holds(fnet, tmp_path):
     time.sleep(1.0)
     info = caps.stop()["h2-nic1.pcap"]
     assert info["truncated"] and info["bytes"] <= 50_000 + 9300
+
+
+def test_error_during_build_tears_down(monkeypatch):
+    calls = []
+    real = FabricNet.configure
+
+    def failing(self, node):
+        calls.append(node)
+        if len(calls) == 3:
+            raise RuntimeError("injected failure")
+        return real(self, node)
+
+    monkeypatch.setattr(FabricNet, "configure", failing)
+    f = FabricNet(topologies.load("rail2x4"))
+    with pytest.raises(RuntimeError, match="injected"):
+        with f:
+            pass
+    assert nsutil.emu_namespaces(f.tag) == []
+    assert not (nsutil.STATE_DIR / f.tag).exists()
