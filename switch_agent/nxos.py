@@ -1,0 +1,472 @@
+"""Parse the book's NX-OS QoS snippets into a `QosConfig` (book ch.11, Examples 11-1..11-7).
+
+An engineer pastes the configuration of Figure 11-8 as printed in the book and gets the
+effective switch configuration. Supported, and nothing more:
+
+* ``class-map type qos [match-all|match-any] NAME`` + ``match dscp 24[,26][,30-32]``
+* ``policy-map type qos NAME`` + ``class NAME`` + ``set qos-group N`` (``class-default``)
+* ``class-map type queuing NAME`` + ``match qos-group N``
+* ``policy-map type queuing NAME`` + ``class type queuing c-out-8q-qN|c-out-8q-q-default|NAME``
+  + ``priority level 1`` / ``bandwidth remaining percent N`` /
+  ``random-detect minimum-threshold N kbytes maximum-threshold N kbytes
+  drop-probability P weight W [ecn]`` (units bytes|kbytes|mbytes; kbyte = 1000 B as
+  elsewhere in emu)
+* ``class-map type network-qos NAME`` + ``match qos-group N``;
+  ``policy-map type network-qos NAME`` + ``class type network-qos c-8q-nqN|NAME`` +
+  ``pause pfc-cos N[,M]`` + ``mtu N``
+* ``system qos`` + ``service-policy type qos input|queuing output|network-qos NAME``
+* ``interface ethernet1/N`` (also ``Ethernet 2/24``, ranges ``ethernet1/1-8``, lists
+  with commas, ``ethN``) + ``priority-flow-control mode auto|on|off``,
+  ``priority-flow-control watch-dog``, ``priority-flow-control watch-dog-interval on|off``,
+  ``service-policy type qos input NAME``
+* global ``priority-flow-control watch-dog-interval on|off`` (Example 11-5)
+
+Indentation does not matter; ``!`` lines are comments. The seed text of the book is a
+PDF extraction, so three of its artefacts are accepted: several commands on one line
+("set qos-group 3 class CNP"), a word wrapped at a hyphen ("maximum-" / "threshold"),
+and ``...`` elision lines. Anything else unknown or malformed raises ValueError naming
+the line number and text.
+
+Semantics follow NX-OS: the paste is applied on top of a factory-default switch
+(`factory_default`: no classification, q-default 100 %, no PFC class, watchdog off);
+only policies bound under ``system qos`` or an interface take effect. Module 1 ports map
+to the emulator's port names (``Ethernet1/5`` -> ``eth5``); others keep the NX-OS name.
+Values NX-OS snippets do not carry (xON/xOFF/headroom, queue limits, watchdog timers)
+come from `base` (default: the book thresholds of `switch_agent.qos_config`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from switch_agent.qos_config import (NUM_QUEUES, Classification, InterfaceQos, QosConfig,
+                                     QueueConfig, Queuing, TrafficClass, Wred)
+
+UNITS = {"bytes": 1, "kbytes": 1000, "mbytes": 1000 ** 2}
+_IFACE = re.compile(r"^(?:ethernet|eth)(\d+)(?:/(\d+)(?:-(\d+))?)?$", re.I)
+_SLOT = re.compile(r"^(\d+)/(\d+)(?:-(\d+))?$")
+
+
+def factory_default(base: QosConfig | None = None) -> QosConfig:
+    """An NX-OS switch before the book's configuration (thresholds kept from `base`)."""
+    base = base or QosConfig()
+    queues = tuple(QueueConfig(bandwidth_percent=100 if i == 0 else 0,
+                               limit_bytes=base.queuing.queues[i].limit_bytes)
+                   for i in range(NUM_QUEUES))
+    return replace(base, name="nxos",
+                   classification=Classification("default-in-policy", (), 0),
+                   queuing=Queuing("default-8q-out-policy", queues),
+                   pfc=replace(base.pfc, policy="default-8q-nq-policy", no_drop=frozenset()),
+                   watchdog=replace(base.watchdog, enabled=False),
+                   default_interface=InterfaceQos("auto", True, False), interfaces=())
+
+
+def interface_name(nxos: str) -> str:
+    """``Ethernet1/5`` -> ``eth5`` (the emulator's port); other modules keep the NX-OS name."""
+    m = _IFACE.match(nxos.replace(" ", ""))
+    if not m:
+        raise ValueError(f"not an Ethernet interface: {nxos!r}")
+    if m.group(2) is None:
+        return f"eth{int(m.group(1))}"
+    return f"eth{int(m.group(2))}" if m.group(1) == "1" else f"Ethernet{m.group(1)}/{m.group(2)}"
+
+
+@dataclass
+class _State:
+    qos_cmaps: dict[str, set[int]] = field(default_factory=dict)
+    group_cmaps: dict[str, dict[str, int]] = field(default_factory=lambda: {"queuing": {},
+                                                                            "network-qos": {}})
+    qos_pols: dict[str, dict] = field(default_factory=dict)  # name -> {"classes", "default"}
+    queuing_pols: dict[str, dict[int, dict]] = field(default_factory=dict)
+    nq_pols: dict[str, dict[int, dict]] = field(default_factory=dict)
+    bound: dict[str, tuple[str, int]] = field(default_factory=dict)  # kind -> (policy, line)
+    ifaces: dict[str, dict] = field(default_factory=dict)
+    watchdog: bool | None = None
+    ctx: tuple = ("top",)
+
+
+class _Line:
+    """Tokens of one logical line with a cursor; errors name the line."""
+
+    def __init__(self, num: int, text: str) -> None:
+        self.num, self.text = num, text
+        self.tok = text.replace(", ", ",").split()
+        self.i = 0
+
+    def error(self, why: str) -> ValueError:
+        return ValueError(f"line {self.num}: {self.text.strip()!r}: {why}")
+
+    def more(self) -> bool:
+        return self.i < len(self.tok)
+
+    def peek(self, k: int = 0) -> str:
+        return self.tok[self.i + k].lower() if self.i + k < len(self.tok) else ""
+
+    def take(self, what: str = "a value") -> str:
+        if not self.more():
+            raise self.error(f"expected {what}")
+        self.i += 1
+        return self.tok[self.i - 1]
+
+    def word(self, *choices: str) -> str:
+        w = self.take(" or ".join(choices)).lower()
+        if w not in choices:
+            raise self.error(f"expected {' or '.join(choices)}, got {w!r}")
+        return w
+
+    def number(self, what: str, lo: int, hi: int) -> int:
+        t = self.take(what)
+        if not t.isdigit() or not lo <= int(t) <= hi:
+            raise self.error(f"{what}: must be {lo}..{hi}, got {t!r}")
+        return int(t)
+
+    def numlist(self, what: str, lo: int, hi: int) -> list[int]:
+        t = self.take(what)
+        out: list[int] = []
+        for part in t.split(","):
+            a, _, b = part.partition("-")
+            if not a.isdigit() or (b and not b.isdigit()):
+                raise self.error(f"{what}: not a number list, got {t!r}")
+            a_, b_ = int(a), int(b or a)
+            if not lo <= a_ <= b_ <= hi:
+                raise self.error(f"{what}: must be {lo}..{hi}, got {t!r}")
+            out.extend(range(a_, b_ + 1))
+        return out
+
+
+def _logical_lines(text: str) -> list[_Line]:
+    out: list[_Line] = []
+    pending: tuple[int, str] | None = None
+    for num, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s or s.startswith("!") or s.strip(". ") == "":
+            continue
+        if pending:
+            num, s = pending[0], pending[1] + s
+            pending = None
+        if s.endswith("-"):
+            pending = (num, s)
+            continue
+        out.append(_Line(num, s))
+    if pending:
+        out.append(_Line(*pending))
+    return out
+
+
+def _queue_of_class(name: str, st: _State, kind: str, ln: _Line) -> int:
+    fixed = {"queuing": "c-out-8q-q", "network-qos": "c-8q-nq"}[kind]
+    low = name.lower()
+    if low == f"{fixed}-default":
+        return 0
+    if low.startswith(fixed) and low[len(fixed):].isdigit() and int(low[len(fixed):]) < NUM_QUEUES:
+        return int(low[len(fixed):])
+    if name in st.group_cmaps[kind]:
+        return st.group_cmaps[kind][name]
+    raise ln.error(f"class {name!r}: no class-map type {kind} of that name "
+                   f"(nor {fixed}0..7 / {fixed}-default)")
+
+
+def _interfaces(ln: _Line) -> list[str]:
+    spec = ""
+    while ln.more():
+        nxt = ln.peek()
+        if spec and not (_SLOT.match(nxt) or nxt.startswith(",") or spec.endswith(",")):
+            break
+        spec += ln.take()
+    names: list[str] = []
+    for part in filter(None, spec.split(",")):
+        m = _IFACE.match(part)
+        if not m:
+            raise ln.error(f"not an Ethernet interface: {part!r}")
+        if m.group(2) is None:
+            names.append(f"eth{int(m.group(1))}")
+            continue
+        lo, hi = int(m.group(2)), int(m.group(3) or m.group(2))
+        if hi < lo:
+            raise ln.error(f"interface range {part!r}: end before start")
+        names.extend(interface_name(f"ethernet{m.group(1)}/{n}") for n in range(lo, hi + 1))
+    if not names:
+        raise ln.error("expected an interface name, e.g. ethernet1/5")
+    return names
+
+
+def _command(ln: _Line, st: _State) -> None:
+    w = ln.word("class-map", "policy-map", "class", "match", "set", "priority", "bandwidth",
+                "random-detect", "pause", "mtu", "system", "service-policy", "interface",
+                "priority-flow-control")
+    ctx = st.ctx
+    if w == "class-map":
+        ln.word("type")
+        kind = ln.word("qos", "queuing", "network-qos")
+        mode = ln.word("match-all", "match-any") if ln.peek() in ("match-all", "match-any") \
+            else "match-all"
+        name = ln.take("a class-map name")
+        if kind == "qos":
+            st.qos_cmaps[name] = set()
+        st.ctx = ("cmap", kind, name, mode, [])
+    elif w == "policy-map":
+        ln.word("type")
+        kind = ln.word("qos", "queuing", "network-qos")
+        name = ln.take("a policy-map name")
+        {"qos": st.qos_pols, "queuing": st.queuing_pols, "network-qos": st.nq_pols}[kind][name] = \
+            {"classes": [], "default": 0} if kind == "qos" else {}
+        st.ctx = ("pmap", kind, name)
+    elif w == "class":
+        if ctx[0] not in ("pmap", "pclass"):
+            raise ln.error("'class' outside a policy-map")
+        kind, pol = ctx[1], ctx[2]
+        if ln.peek() == "type":
+            ln.take()
+            ln.word(kind)
+        name = ln.take("a class name")
+        if kind == "qos":
+            if name != "class-default" and name not in st.qos_cmaps:
+                raise ln.error(f"class {name!r}: no class-map type qos of that name")
+            st.ctx = ("pclass", kind, pol, name)
+        else:
+            q = _queue_of_class(name, st, kind, ln)
+            pols = st.queuing_pols if kind == "queuing" else st.nq_pols
+            pols[pol].setdefault(q, {})
+            st.ctx = ("pclass", kind, pol, q)
+    elif w == "match":
+        if ctx[0] != "cmap":
+            raise ln.error("'match' outside a class-map")
+        if ctx[1] == "qos":
+            ln.word("dscp")
+            ctx[4].append(set(ln.numlist("dscp", 0, 63)))
+            sets = ctx[4]
+            st.qos_cmaps[ctx[2]] = set.union(*sets) if ctx[3] == "match-any" \
+                else set.intersection(*sets)
+        else:
+            ln.word("qos-group")
+            st.group_cmaps[ctx[1]][ctx[2]] = ln.number("qos-group", 0, NUM_QUEUES - 1)
+    elif w == "set":
+        if ctx[:2] != ("pclass", "qos"):
+            raise ln.error("'set qos-group' outside a class of a policy-map type qos")
+        ln.word("qos-group")
+        g = ln.number("qos-group", 0, NUM_QUEUES - 1)
+        pol = st.qos_pols[ctx[2]]
+        if ctx[3] == "class-default":
+            pol["default"] = g
+        else:
+            pol["classes"].append((ctx[3], g))
+    elif w in ("priority", "bandwidth", "random-detect"):
+        if ctx[:2] != ("pclass", "queuing"):
+            raise ln.error(f"{w!r} outside a class of a policy-map type queuing")
+        q = st.queuing_pols[ctx[2]][ctx[3]]
+        if w == "priority":
+            ln.word("level")
+            ln.number("priority level (only level 1 is modelled)", 1, 1)
+            q["strict"] = True
+        elif w == "bandwidth":
+            ln.word("remaining")
+            ln.word("percent")
+            q["bw"] = ln.number("bandwidth remaining percent", 0, 100)
+        else:
+            q["wred"] = _random_detect(ln)
+    elif w in ("pause", "mtu"):
+        if ctx[:2] != ("pclass", "network-qos"):
+            raise ln.error(f"{w!r} outside a class of a policy-map type network-qos")
+        c = st.nq_pols[ctx[2]][ctx[3]]
+        if w == "pause":
+            ln.word("pfc-cos")
+            c.setdefault("pfc", set()).update(ln.numlist("pfc-cos", 0, NUM_QUEUES - 1))
+        else:
+            c["mtu"] = ln.number("mtu", 1500, 9216)
+    elif w == "system":
+        ln.word("qos")
+        st.ctx = ("system",)
+    elif w == "service-policy":
+        ln.word("type")
+        kind = ln.word("qos", "queuing", "network-qos")
+        if kind == "qos":
+            ln.word("input")
+        elif kind == "queuing":
+            ln.word("output")
+        name = ln.take("a policy-map name")
+        pols = {"qos": st.qos_pols, "queuing": st.queuing_pols, "network-qos": st.nq_pols}[kind]
+        if name not in pols:
+            raise ln.error(f"no policy-map type {kind} named {name!r}")
+        if ctx[0] == "system":
+            st.bound[kind] = (name, ln.num)
+        elif ctx[0] == "iface" and kind == "qos":
+            for n in ctx[1]:
+                st.ifaces[n]["qos"] = (name, ln.num)
+        else:
+            raise ln.error("service-policy outside 'system qos'"
+                           + (" (interfaces take only type qos input)" if ctx[0] == "iface" else
+                              " or an interface"))
+    elif w == "interface":
+        names = _interfaces(ln)
+        for n in names:
+            st.ifaces.setdefault(n, {})
+        st.ctx = ("iface", names)
+    elif w == "priority-flow-control":
+        sub = ln.word("mode", "watch-dog", "watch-dog-interval")
+        if sub == "watch-dog-interval":
+            on = ln.word("on", "off") == "on"
+            if ctx[0] == "iface":
+                for n in ctx[1]:
+                    st.ifaces[n]["watchdog"] = on
+            else:
+                st.watchdog = on
+            return
+        if ctx[0] != "iface":
+            raise ln.error(f"'priority-flow-control {sub}' outside an interface")
+        if sub == "watch-dog":
+            for n in ctx[1]:
+                st.ifaces[n]["watchdog"] = True
+        else:
+            mode = ln.word("auto", "on", "off")
+            for n in ctx[1]:
+                st.ifaces[n]["mode"] = mode
+
+
+def _random_detect(ln: _Line) -> Wred:
+    vals: dict[str, float] = {"weight": 0, "ecn": 0}
+    while ln.more() and ln.peek() in ("minimum-threshold", "maximum-threshold",
+                                      "drop-probability", "weight", "ecn"):
+        k = ln.take().lower()
+        if k == "ecn":
+            vals["ecn"] = 1
+        elif k == "drop-probability":
+            vals[k] = ln.number("drop-probability", 0, 100)
+        elif k == "weight":
+            vals[k] = ln.number("weight", 0, 15)
+        else:
+            n = ln.number(k, 0, 10 ** 12)
+            vals[k] = n * UNITS[ln.word(*UNITS)]
+    for k in ("minimum-threshold", "maximum-threshold"):
+        if k not in vals:
+            raise ln.error(f"random-detect: {k} missing")
+    try:
+        return Wred(int(vals["minimum-threshold"]), int(vals["maximum-threshold"]),
+                    vals.get("drop-probability", 100), int(vals["weight"]), bool(vals["ecn"]))
+    except ValueError as exc:
+        raise ln.error(f"random-detect: {exc}") from None
+
+
+def parse_nxos(text: str, base: QosConfig | None = None,
+               warnings: list[str] | None = None) -> QosConfig:
+    """Parse NX-OS QoS configuration text; `warnings` (if given) collects unbound policies."""
+    st = _State()
+    for ln in _logical_lines(text):
+        while ln.more():
+            _command(ln, st)
+    cfg = factory_default(base)
+    notes = warnings if warnings is not None else []
+    # classification: one qos input policy, system-wide or on interfaces
+    qos_names = {n for n, _ in [st.bound["qos"]]} if "qos" in st.bound else set()
+    qos_names |= {i["qos"][0] for i in st.ifaces.values() if "qos" in i}
+    if len(qos_names) > 1:
+        raise ValueError(f"service-policy type qos input: only one classification policy is "
+                         f"modelled, got {', '.join(sorted(qos_names))}")
+    if qos_names:
+        name = qos_names.pop()
+        pol = st.qos_pols[name]
+        classes = tuple(TrafficClass(c, tuple(sorted(st.qos_cmaps[c])), g)
+                        for c, g in pol["classes"])
+        cfg = replace(cfg, classification=Classification(name, classes, pol["default"]))
+    if "queuing" in st.bound:
+        name = st.bound["queuing"][0]
+        qs = st.queuing_pols[name]
+        queues = list(cfg.queuing.queues)
+        for i in range(NUM_QUEUES):
+            q = qs.get(i, {})
+            queues[i] = QueueConfig(q.get("strict", False), q.get("bw", 0), q.get("wred"),
+                                    cfg.queuing.queues[i].limit_bytes)
+        if "bw" not in qs.get(0, {}) and not queues[0].strict:
+            rest = 100 - sum(q.bandwidth_percent for q in queues if not q.strict)
+            queues[0] = replace(queues[0], bandwidth_percent=max(rest, 0))
+        try:
+            cfg = replace(cfg, queuing=Queuing(name, tuple(queues)))
+        except ValueError as exc:
+            raise ValueError(f"policy-map type queuing {name}: {exc}") from None
+    if "network-qos" in st.bound:
+        name = st.bound["network-qos"][0]
+        classes = st.nq_pols[name].values()
+        no_drop = frozenset().union(*(c.get("pfc", set()) for c in classes))
+        mtus = [c["mtu"] for c in classes if "mtu" in c]
+        cfg = replace(cfg, pfc=replace(cfg.pfc, policy=name, no_drop=no_drop),
+                      mtu=max(mtus) if mtus else cfg.mtu)
+    if st.watchdog is not None:
+        cfg = replace(cfg, watchdog=replace(cfg.watchdog, enabled=st.watchdog))
+    default = cfg.default_interface
+    if "qos" in st.bound:
+        default = replace(default, classify=True)
+    ifaces = tuple((n, InterfaceQos(i.get("mode", default.pfc_mode),
+                                    i.get("watchdog", default.watchdog),
+                                    "qos" in i or default.classify))
+                   for n, i in st.ifaces.items())
+    cfg = replace(cfg, default_interface=default, interfaces=ifaces)
+    for kind, pols in (("qos", st.qos_pols), ("queuing", st.queuing_pols),
+                       ("network-qos", st.nq_pols)):
+        bound = {st.bound[kind][0]} if kind in st.bound else set()
+        if kind == "qos":
+            bound |= {i["qos"][0] for i in st.ifaces.values() if "qos" in i}
+        for name in pols:
+            if name not in bound:
+                notes.append(f"policy-map type {kind} {name} is not bound (system qos / "
+                             f"interface service-policy): not applied")
+    return cfg
+
+
+def _nx_iface(name: str) -> str:
+    m = re.match(r"^eth(\d+)$", name)
+    return f"ethernet1/{m.group(1)}" if m else name
+
+
+def _size_words(n: int) -> str:
+    return f"{n // 1000} kbytes" if n % 1000 == 0 else f"{n} bytes"
+
+
+def to_nxos(cfg: QosConfig) -> str:
+    """Render a config as NX-OS text that `parse_nxos` reads back (extras as ``!`` comments)."""
+    out: list[str] = []
+    c = cfg.classification
+    for tc in c.classes:
+        out += [f"class-map type qos match-any {tc.name}",
+                f"  match dscp {','.join(str(d) for d in tc.dscp)}"]
+    out.append(f"policy-map type qos {c.policy}")
+    for tc in c.classes:
+        out += [f"  class {tc.name}", f"    set qos-group {tc.qos_group}"]
+    out += ["  class class-default", f"    set qos-group {c.default_group}"]
+    out.append(f"policy-map type queuing {cfg.queuing.policy}")
+    for i in reversed(range(NUM_QUEUES)):
+        q = cfg.queuing.queues[i]
+        out.append(f"  class type queuing c-out-8q-q{i if i else '-default'}")
+        if q.strict:
+            out.append("    priority level 1")
+        else:
+            out.append(f"    bandwidth remaining percent {q.bandwidth_percent}")
+        if q.wred:
+            w = q.wred
+            out.append(f"    random-detect minimum-threshold {_size_words(w.min_bytes)} "
+                       f"maximum-threshold {_size_words(w.max_bytes)} drop-probability "
+                       f"{w.max_prob_pct:g} weight {w.weight}" + (" ecn" if w.ecn else ""))
+        out.append(f"    ! queue-limit {q.limit_bytes} bytes")
+    p = cfg.pfc
+    out.append(f"policy-map type network-qos {p.policy}")
+    for prio in sorted(p.no_drop):
+        out += [f"  class type network-qos c-8q-nq{prio}", f"    pause pfc-cos {prio}",
+                f"    mtu {cfg.mtu}"]
+    out.append(f"  ! xoff {p.xoff_bytes} xon {p.xon_bytes} headroom {p.headroom_bytes} bytes, "
+               f"pause quanta {p.pause_quanta:#06x}, cnp dscp {cfg.cnp_dscp} priority "
+               f"{cfg.cnp_priority}")
+    out += ["system qos", f"  service-policy type network-qos {p.policy}",
+            f"  service-policy type queuing output {cfg.queuing.policy}"]
+    if cfg.default_interface.classify:
+        out.append(f"  service-policy type qos input {c.policy}")
+    wd = cfg.watchdog
+    out.append(f"priority-flow-control watch-dog-interval {'on' if wd.enabled else 'off'}")
+    out.append(f"! watchdog detect {wd.detect_s:g} s restore {wd.restore_s:g} s action {wd.action}")
+    d = cfg.default_interface
+    out.append(f"! every other interface: priority-flow-control mode {d.pfc_mode}, watch-dog "
+               f"{'on' if d.watchdog else 'off'}")
+    for name, iq in cfg.interfaces:
+        out += [f"interface {_nx_iface(name)}", f"  priority-flow-control mode {iq.pfc_mode}",
+                f"  priority-flow-control watch-dog-interval {'on' if iq.watchdog else 'off'}"]
+        if iq.classify:
+            out.append(f"  service-policy type qos input {c.policy}")
+    return "\n".join(out) + "\n"
