@@ -1,0 +1,305 @@
+"""Priority-based Flow Control (IEEE 802.1Qbb), DSCP-based as in book ch.11 (pure).
+
+* Frame codec (ch.11 Step 3, Fig 11-4): MAC Control frame, destination
+  01:80:C2:00:00:01, Ethertype 0x8808, opcode 0x0101, class-enable vector (bit n =
+  priority n, priority 3 -> 0x0008), eight 16-bit pause quanta (1 quantum = 512 bit
+  times), padded to 60 bytes (64 with the FCS the kernel adds). Byte-identical to
+  Scapy's ``scapy.contrib.mac_control.MACControlClassBasedFlowControl``.
+* ``IngressPfc``: buffer accounting per (ingress port, priority) (ch.11 Step 2,
+  Figs 11-4..11-6). Bytes are held from admission until the frame leaves its egress
+  queue. Above xOFF -> send a pause; while above xON the pause is refreshed before it
+  expires; below xON -> send a resume (quanta 0). A no-drop priority only loses frames
+  past xOFF + headroom (a headroom overflow: the headroom was sized too small).
+* ``EgressPause``: what a received pause does to an egress port (ch.11 Step 4): that
+  priority stops until the quanta expire or a resume arrives; others keep flowing.
+
+Headroom (``headroom_bytes``): what arrives after xOFF is crossed, before the upstream
+sender stops - Cisco white paper "Priority Flow Control: Build Reliable Layer 2
+Infrastructure" (c11-542809) and IEEE 802.1Qbb Annex N: one MTU being sent by the
+receiver when xOFF is crossed (the pause waits behind it), the round trip of the cable
+(2 x delay x rate), the sender's response time, and one MTU the sender has started:
+headroom = 2 x MTU + 2 x cable_delay x rate / 8 + response_bits / 8.
+
+Times are lab seconds (``now``); durations are converted with ``emu.timedil``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from emu.timedil import TimeDilation
+
+PFC_DST = bytes.fromhex("0180c2000001")
+ETHERTYPE_MAC_CONTROL = b"\x88\x08"
+OPCODE_PFC = b"\x01\x01"
+PFC_FRAME_LEN = 60  # without FCS
+MAX_QUANTA = 0xFFFF
+#: sender response time used by the Cisco PFC white paper: 60 quanta = 3840 bytes
+PFC_RESPONSE_BITS = 60 * 512
+
+ADMIT = 0  # admitted, nothing to send
+XOFF = 1  # admitted, and send a pause for this priority now
+DROP = 2  # headroom overflow: drop the frame
+
+_QUANTA = struct.Struct("!8H")
+
+
+# -- frame codec ------------------------------------------------------------------
+def build_pfc_frame(src_mac: bytes, class_enable: int, quanta: Sequence[int]) -> bytes:
+    """The 60-byte PFC frame from `src_mac` with the given vector and 8 quanta."""
+    if not 0 <= class_enable <= 0xFF:
+        raise ValueError(f"class_enable: must be in 0..255, got {class_enable!r}")
+    if len(quanta) != 8 or any(not 0 <= q <= MAX_QUANTA for q in quanta):
+        raise ValueError(f"quanta: 8 values in 0..65535, got {quanta!r}")
+    body = (PFC_DST + bytes(src_mac) + ETHERTYPE_MAC_CONTROL + OPCODE_PFC
+            + class_enable.to_bytes(2, "big") + _QUANTA.pack(*quanta))
+    return body + bytes(PFC_FRAME_LEN - len(body))
+
+
+def pause_frame(src_mac: bytes, priority: int, quanta: int = MAX_QUANTA) -> bytes:
+    """PFC frame pausing one priority for `quanta` (0 = resume)."""
+    q = [0] * 8
+    q[priority] = quanta
+    return build_pfc_frame(src_mac, 1 << priority, q)
+
+
+def is_pfc(frame: bytes) -> bool:
+    """True for a MAC Control frame with the PFC opcode."""
+    return frame[12:14] == ETHERTYPE_MAC_CONTROL and frame[14:16] == OPCODE_PFC
+
+
+def parse_pfc(frame: bytes) -> tuple[int, tuple[int, ...]] | None:
+    """(class-enable vector, 8 quanta) of a PFC frame, or None if it is not one."""
+    if len(frame) < 34 or not is_pfc(frame):
+        return None
+    return frame[17], _QUANTA.unpack_from(frame, 18)
+
+
+def headroom_bytes(model_bps: float, cable_delay_s: float, mtu: int,
+                   response_bits: int = PFC_RESPONSE_BITS, extra_bytes: int = 0) -> int:
+    """Per-priority headroom: 2 x MTU + 2 x cable delay x rate + response time (bytes),
+    plus `extra_bytes` (e.g. what the lab shaper has already booked ahead)."""
+    return math.ceil(2 * mtu + 2 * cable_delay_s * model_bps / 8 + response_bits / 8
+                     + extra_bytes)
+
+
+@dataclass(frozen=True)
+class PfcConfig:
+    """PFC thresholds of an ingress port (bytes, model = lab) and its pause policy."""
+
+    xoff_bytes: int = 3_200_000  # > WRED max 3000 KB of the book profile
+    xon_bytes: int = 100_000  # < WRED min 150 KB: xON < WRED min < WRED max < xOFF
+    headroom_bytes: int = 200_000
+    quanta: int = MAX_QUANTA  # quanta sent in a pause
+    refresh_fraction: float = 0.5  # re-send the pause after this fraction of its duration
+    no_drop: tuple[int, ...] = (3,)  # `pause pfc-cos 3` (Example 11-4)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.xoff_bytes, int) and self.xoff_bytes > 0):
+            raise ValueError(f"xoff_bytes: must be an int > 0, got {self.xoff_bytes!r}")
+        if not (isinstance(self.xon_bytes, int) and 0 < self.xon_bytes <= self.xoff_bytes):
+            raise ValueError(f"xon_bytes: must be an int in 1..xoff_bytes ({self.xoff_bytes}),"
+                             f" got {self.xon_bytes!r}")
+        if not (isinstance(self.headroom_bytes, int) and self.headroom_bytes >= 0):
+            raise ValueError(f"headroom_bytes: must be an int >= 0, got {self.headroom_bytes!r}")
+        if not (isinstance(self.quanta, int) and 0 < self.quanta <= MAX_QUANTA):
+            raise ValueError(f"quanta: must be an int in 1..65535, got {self.quanta!r}")
+        if not 0.0 < self.refresh_fraction < 1.0:
+            raise ValueError(f"refresh_fraction: must be in (0, 1), got {self.refresh_fraction!r}")
+        if any(not (isinstance(p, int) and 0 <= p <= 7) for p in self.no_drop):
+            raise ValueError(f"no_drop: priorities in 0..7, got {self.no_drop!r}")
+
+    @classmethod
+    def from_qos(cls, qos: object, ifname: str = "", refresh_fraction: float = 0.5) -> "PfcConfig":
+        """From a `switch_agent.qos_config.QosConfig` (duck-typed); a port with
+        `priority-flow-control mode off` gets no no-drop priority."""
+        p = qos.pfc
+        off = ifname and qos.port(ifname).pfc_mode == "off"
+        return cls(p.xoff_bytes, p.xon_bytes, p.headroom_bytes, p.pause_quanta,
+                   refresh_fraction, () if off else tuple(sorted(p.no_drop)))
+
+    def check_order(self, wred_min: int, wred_max: int) -> list[str]:
+        """Warnings where the book's rule xON < WRED min < WRED max < xOFF is broken."""
+        out = []
+        if not self.xon_bytes < wred_min:
+            out.append(f"xon_bytes {self.xon_bytes} >= WRED min {wred_min}")
+        if not wred_max < self.xoff_bytes:
+            out.append(f"xoff_bytes {self.xoff_bytes} <= WRED max {wred_max}: PFC acts before ECN")
+        return out
+
+
+class IngressPfc:
+    """Buffer accounting and xOFF/xON state of one ingress port, per priority."""
+
+    __slots__ = ("cfg", "enabled", "held", "paused", "refresh_at", "next_refresh",
+                 "refresh_s", "pause_s", "xoff", "xon", "drop_above", "pause_frames",
+                 "resume_frames", "xoff_sent", "xon_sent", "refreshes", "headroom_drops",
+                 "max_held")
+
+    def __init__(self, cfg: PfcConfig, src_mac: bytes, model_bps: float,
+                 td: TimeDilation) -> None:
+        self.cfg = cfg
+        self.enabled = [p in cfg.no_drop for p in range(8)]
+        self.held = [0] * 8
+        self.paused = [False] * 8
+        self.refresh_at = [math.inf] * 8
+        self.next_refresh = math.inf  # earliest refresh_at: the agent's wake-up time
+        self.pause_s = td.pause_lab_s(cfg.quanta, model_bps)
+        self.refresh_s = cfg.refresh_fraction * self.pause_s
+        self.xoff = cfg.xoff_bytes
+        self.xon = cfg.xon_bytes
+        self.drop_above = cfg.xoff_bytes + cfg.headroom_bytes
+        self.pause_frames = [pause_frame(src_mac, p, cfg.quanta) for p in range(8)]
+        self.resume_frames = [pause_frame(src_mac, p, 0) for p in range(8)]
+        self.xoff_sent = [0] * 8
+        self.xon_sent = [0] * 8
+        self.refreshes = [0] * 8
+        self.headroom_drops = [0] * 8
+        self.max_held = [0] * 8
+
+    def admit(self, prio: int, nbytes: int, now: float) -> int:
+        """Account a received frame: ADMIT, XOFF (admitted; send pause_frames[prio]) or
+        DROP (headroom overflow). Priorities without PFC are not accounted."""
+        if not self.enabled[prio]:
+            return ADMIT
+        h = self.held[prio] + nbytes
+        if h > self.drop_above:
+            self.headroom_drops[prio] += 1
+            return DROP
+        self.held[prio] = h
+        if h > self.max_held[prio]:
+            self.max_held[prio] = h
+        if h > self.xoff and not self.paused[prio]:
+            self.paused[prio] = True
+            self.xoff_sent[prio] += 1
+            t = now + self.refresh_s
+            self.refresh_at[prio] = t
+            if t < self.next_refresh:
+                self.next_refresh = t
+            return XOFF
+        return ADMIT
+
+    def release(self, prio: int, nbytes: int, now: float) -> bool:
+        """A frame admitted here left its egress queue (sent or dropped); True when the
+        priority fell below xON: send resume_frames[prio]."""
+        if not self.enabled[prio]:
+            return False
+        h = self.held[prio] - nbytes
+        self.held[prio] = h
+        if h < self.xon and self.paused[prio]:
+            self.paused[prio] = False
+            self.xon_sent[prio] += 1
+            self.refresh_at[prio] = math.inf
+            self.next_refresh = min(self.refresh_at)
+            return True
+        return False
+
+    def tick(self, now: float) -> list[int]:
+        """Priorities whose pause must be re-sent now (still above xON, pause about to
+        expire upstream); cheap when now < next_refresh."""
+        if now < self.next_refresh:
+            return []
+        out = []
+        for p in range(8):
+            if self.refresh_at[p] <= now:
+                self.refresh_at[p] = now + self.refresh_s
+                self.refreshes[p] += 1
+                out.append(p)
+        self.next_refresh = min(self.refresh_at)
+        return out
+
+    def counters(self) -> dict:
+        """Snapshot for `show pfc` and metrics."""
+        return {"held_bytes": list(self.held), "max_held_bytes": list(self.max_held),
+                "paused": [p for p in range(8) if self.paused[p]],
+                "xoff_sent": list(self.xoff_sent), "xon_sent": list(self.xon_sent),
+                "refreshes": list(self.refreshes), "headroom_drops": list(self.headroom_drops)}
+
+
+class EgressPause:
+    """Pause state of one egress port, driven by the PFC frames received on it."""
+
+    __slots__ = ("model_bps", "td", "until", "since", "last_rx", "mask", "next_expiry",
+                 "pauses_rx", "resumes_rx", "paused_s")
+
+    def __init__(self, model_bps: float, td: TimeDilation) -> None:
+        self.model_bps = model_bps
+        self.td = td
+        self.until = [0.0] * 8  # lab time a priority's pause ends
+        self.since = [-1.0] * 8  # start of its current continuous pause, -1 if running
+        self.last_rx = [-math.inf] * 8  # last non-zero pause received
+        self.mask = 0
+        self.next_expiry = math.inf
+        self.pauses_rx = [0] * 8
+        self.resumes_rx = [0] * 8
+        self.paused_s = [0.0] * 8  # lab seconds paused, closed intervals
+
+    def on_pfc(self, class_enable: int, quanta: Sequence[int], now: float) -> None:
+        """Apply a received PFC frame: quanta q > 0 pauses for q x 512 bit times at the
+        model rate (dilated), q = 0 resumes; a new pause reloads the timer."""
+        self._expire(now)
+        for p in range(8):
+            if not class_enable >> p & 1:
+                continue
+            q = quanta[p]
+            if q:
+                self.pauses_rx[p] += 1
+                self.last_rx[p] = now
+                if self.since[p] < 0:
+                    self.since[p] = now
+                self.until[p] = now + self.td.pause_lab_s(q, self.model_bps)
+            else:
+                self.resumes_rx[p] += 1
+                if self.since[p] >= 0:
+                    self.paused_s[p] += now - self.since[p]
+                    self.since[p] = -1.0
+                self.until[p] = 0.0
+        self._recompute()
+
+    def on_frame(self, frame: bytes, now: float) -> bool:
+        """Parse and apply a received frame; False if it is not PFC."""
+        parsed = parse_pfc(frame)
+        if parsed is None:
+            return False
+        self.on_pfc(parsed[0], parsed[1], now)
+        return True
+
+    def paused_mask(self, now: float) -> int:
+        """Bit p set while priority p is paused (cached until the next expiry)."""
+        if now < self.next_expiry:
+            return self.mask
+        self._expire(now)
+        self._recompute()
+        return self.mask
+
+    def paused_time(self, prio: int, now: float) -> float:
+        """Lab seconds priority `prio` has been paused, including a pause in progress."""
+        self._expire(now)
+        s = self.since[prio]
+        return self.paused_s[prio] + (now - s if s >= 0 else 0.0)
+
+    def _expire(self, now: float) -> None:
+        for p in range(8):
+            if self.since[p] >= 0 and self.until[p] <= now:
+                self.paused_s[p] += self.until[p] - self.since[p]
+                self.since[p] = -1.0
+                self.until[p] = 0.0
+
+    def _recompute(self) -> None:
+        mask, nxt = 0, math.inf
+        for p in range(8):
+            if self.since[p] >= 0:
+                mask |= 1 << p
+                if self.until[p] < nxt:
+                    nxt = self.until[p]
+        self.mask, self.next_expiry = mask, nxt
+
+    def counters(self, now: float) -> dict:
+        """Snapshot: pauses/resumes received and paused time (lab s) per priority."""
+        return {"pauses_rx": list(self.pauses_rx), "resumes_rx": list(self.resumes_rx),
+                "paused_model_s": [self.td.model_time(self.paused_time(p, now))
+                                   for p in range(8)],
+                "paused_mask": self.paused_mask(now)}

@@ -1,0 +1,269 @@
+"""The 8 egress queues of a switch port and their scheduler: strict priority + DWRR.
+
+Book ch.11, Example 11-3 (policy-map type queuing QOS_EGRESS_PORT): ``c-out-8q-q7
+priority level 1`` (strict priority, for CNPs), ``c-out-8q-q3 bandwidth remaining
+percent 50`` + WRED/ECN (``switch_agent.wred``), the other queues "either zero percent
+of remaining bandwidth ... or a share of the remaining bandwidth".
+
+Default, precisely (``BOOK_BANDWIDTH``): queue 7 strict; queue 3 = 50 % and queue 0
+(class-default, where all non-RoCE traffic goes) = 50 % of what the strict queue leaves;
+queues 1, 2, 4, 5, 6 = 0 %. This is the NX-OS RoCE queuing template the book's example
+abbreviates with "...". Percentages are relative weights among backlogged queues (work
+conserving: an idle queue's share goes to the others). A 0 % queue is never starved
+outright: it is served, round robin, only when no weighted queue has an eligible frame.
+
+Deficit round robin (Shreedhar & Varghese, SIGCOMM 1995) with quantum_q =
+MTU x weight_q / min(positive weights), so every visit sends at least one frame of up to
+MTU bytes and the scheduler is O(1) per frame. PFC: bit n of ``paused_mask`` stops
+queue n (queue n carries PFC priority n); a paused queue keeps its place and its deficit
+but gains no credit until resumed. Shaping (when the wire is free) stays in
+``switch_agent.shaper``: this module only picks the next frame.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from switch_agent.classify import mark_ce
+from switch_agent.wred import DROP, FORWARD, MARK, WredProfile, ewma_depth, wred_decide
+
+NUM_QUEUES = 8
+BOOK_BANDWIDTH = (50, 0, 0, 50, 0, 0, 0, 0)
+
+
+def _book_wred() -> tuple[WredProfile | None, ...]:
+    return (None, None, None, WredProfile.book(), None, None, None, None)
+
+
+@dataclass(frozen=True)
+class EgressQosConfig:
+    """Queuing policy of an egress port (Example 11-3)."""
+
+    strict: tuple[int, ...] = (7,)  # served first, in this order
+    bandwidth_percent: tuple[int, ...] = BOOK_BANDWIDTH  # per queue; strict ones ignored
+    wred: tuple[WredProfile | None, ...] = field(default_factory=_book_wred)
+    queue_limit_bytes: tuple[int, ...] = (10_000_000,) * NUM_QUEUES  # tail drop, no WRED
+    mtu: int = 9216  # DWRR quantum unit (largest frame normally seen)
+
+    def __post_init__(self) -> None:
+        if len(set(self.strict)) != len(self.strict) or any(
+                not (isinstance(q, int) and 0 <= q < NUM_QUEUES) for q in self.strict):
+            raise ValueError(f"strict: distinct queue numbers in 0..7, got {self.strict!r}")
+        bw = self.bandwidth_percent
+        if len(bw) != NUM_QUEUES or any(not (isinstance(b, int) and 0 <= b <= 100) for b in bw):
+            raise ValueError(f"bandwidth_percent: 8 ints in 0..100, got {bw!r}")
+        if sum(b for q, b in enumerate(bw) if q not in self.strict) > 100:
+            raise ValueError(f"bandwidth_percent: non-strict queues exceed 100 %, got {bw!r}")
+        if len(self.wred) != NUM_QUEUES:
+            raise ValueError(f"wred: 8 entries (profile or None), got {len(self.wred)}")
+        lim = self.queue_limit_bytes
+        if len(lim) != NUM_QUEUES or any(not (isinstance(b, int) and b > 0) for b in lim):
+            raise ValueError(f"queue_limit_bytes: 8 ints > 0, got {lim!r}")
+        if not (isinstance(self.mtu, int) and self.mtu >= 64):
+            raise ValueError(f"mtu: must be an int >= 64, got {self.mtu!r}")
+
+    @classmethod
+    def from_qos(cls, qos: object) -> "EgressQosConfig":
+        """From a `switch_agent.qos_config.QosConfig` (duck-typed: queuing.queues[i] with
+        strict, bandwidth_percent, wred, limit_bytes; mtu)."""
+        qs = qos.queuing.queues
+        return cls(strict=tuple(i for i in reversed(range(NUM_QUEUES)) if qs[i].strict),
+                   bandwidth_percent=tuple(0 if q.strict else q.bandwidth_percent for q in qs),
+                   wred=tuple(None if q.wred is None else
+                              WredProfile.from_qos(q.wred, q.limit_bytes) for q in qs),
+                   queue_limit_bytes=tuple(q.limit_bytes for q in qs), mtu=qos.mtu)
+
+
+class Drr:
+    """Deficit round robin over a fixed set of queues (state only; frames live outside)."""
+
+    __slots__ = ("quantum", "deficit", "topped", "active")
+
+    def __init__(self, quanta: dict[int, int]) -> None:
+        self.quantum = [quanta.get(q, 0) for q in range(NUM_QUEUES)]
+        self.deficit = [0] * NUM_QUEUES
+        self.topped = [False] * NUM_QUEUES  # quantum already granted for this visit
+        self.active: collections.deque[int] = collections.deque()
+
+    def activate(self, q: int) -> None:
+        """Queue q just became non-empty."""
+        self.active.append(q)
+
+    def deactivate(self, q: int) -> None:
+        """Queue q was emptied from outside (flush)."""
+        if q in self.active:
+            self.active.remove(q)
+        self.deficit[q] = 0
+        self.topped[q] = False
+
+    def pick(self, fifo: list, paused_mask: int) -> int:
+        """Charge and return the queue whose head frame goes next, or -1 if all paused."""
+        active = self.active
+        deficit = self.deficit
+        paused_run = 0
+        while active:
+            q = active[0]
+            if paused_mask >> q & 1:
+                paused_run += 1
+                if paused_run >= len(active):
+                    return -1
+                active.rotate(-1)
+                continue
+            paused_run = 0
+            if not self.topped[q]:
+                deficit[q] += self.quantum[q]
+                self.topped[q] = True
+            entries = fifo[q]
+            size = len(entries[0][0])
+            if size <= deficit[q]:
+                if len(entries) == 1:  # leaves the active list with it
+                    active.popleft()
+                    deficit[q] = 0
+                    self.topped[q] = False
+                else:
+                    deficit[q] -= size
+                return q
+            self.topped[q] = False
+            active.rotate(-1)
+        return -1
+
+
+class PortQueues:
+    """The 8 egress FIFOs of one port, WRED/ECN at enqueue, strict + DWRR at dequeue."""
+
+    __slots__ = ("cfg", "fifo", "qbytes", "packets", "bytes", "wred", "limit", "strict",
+                 "tier_of", "weighted", "scavenger", "l3", "rng", "enq_packets", "enq_bytes",
+                 "deq_packets", "deq_bytes", "marks", "drops", "max_qbytes", "avg")
+
+    def __init__(self, cfg: EgressQosConfig | None = None,
+                 rng: Callable[[], float] | None = None, l3: int = 14) -> None:
+        cfg = cfg or EgressQosConfig()
+        #: uniform [0, 1) source for WRED, drawn only when a queue is past WRED min
+        self.rng = rng if rng is not None else random.Random(1).random
+        self.cfg = cfg
+        self.fifo: list[collections.deque[tuple[bytes, object]]] = [
+            collections.deque() for _ in range(NUM_QUEUES)]
+        self.qbytes = [0] * NUM_QUEUES
+        self.avg = [0.0] * NUM_QUEUES  # WRED averaged depth (only for weight > 0)
+        self.packets = 0  # frames queued, all queues
+        self.bytes = 0  # bytes queued, all queues
+        self.wred = list(cfg.wred)
+        self.limit = list(cfg.queue_limit_bytes)
+        self.strict = tuple(cfg.strict)
+        self.l3 = l3
+        others = [q for q in range(NUM_QUEUES) if q not in self.strict]
+        weights = {q: cfg.bandwidth_percent[q] for q in others if cfg.bandwidth_percent[q]}
+        unit = min(weights.values()) if weights else 1
+        self.weighted = Drr({q: max(1, round(cfg.mtu * w / unit)) for q, w in weights.items()})
+        self.scavenger = Drr({q: cfg.mtu for q in others if q not in weights})
+        self.tier_of = [None if q in self.strict else
+                        self.weighted if q in weights else self.scavenger
+                        for q in range(NUM_QUEUES)]
+        self.enq_packets = [0] * NUM_QUEUES
+        self.enq_bytes = [0] * NUM_QUEUES
+        self.deq_packets = [0] * NUM_QUEUES
+        self.deq_bytes = [0] * NUM_QUEUES
+        self.marks = [0] * NUM_QUEUES
+        self.max_qbytes = [0] * NUM_QUEUES
+        self.drops: list[dict[str, int]] = [{} for _ in range(NUM_QUEUES)]
+
+    def drop(self, q: int, reason: str, n: int = 1) -> None:
+        """Count `n` frames of queue q dropped for `reason`."""
+        d = self.drops[q]
+        d[reason] = d.get(reason, 0) + n
+
+    def enqueue(self, q: int, frame: bytes, tag: object = None, tos: int = 0) -> int:
+        """WRED (ECN bits from `tos`; 0 for non-IP) then append; FORWARD/MARK = queued
+        (MARK: the queued copy carries CE), DROP = not queued (counted)."""
+        depth = self.qbytes[q]
+        n = len(frame)
+        prof = self.wred[q]
+        verdict = FORWARD
+        if prof is not None:
+            if depth + n > prof.queue_limit_bytes:  # the buffer never exceeds the limit
+                self.drop(q, "queue_full")
+                return DROP
+            seen = depth
+            if prof.weight:
+                seen = self.avg[q] = ewma_depth(self.avg[q], depth, prof.weight)
+            if seen >= prof.min_bytes:
+                verdict = wred_decide(seen, tos & 3, prof, self.rng())
+                if verdict == DROP:
+                    self.drop(q, "wred")
+                    return DROP
+                if verdict == MARK:
+                    frame = mark_ce(frame, self.l3)
+                    self.marks[q] += 1
+        elif depth + n > self.limit[q]:
+            self.drop(q, "queue_full")
+            return DROP
+        entries = self.fifo[q]
+        if not entries:
+            tier = self.tier_of[q]
+            if tier is not None:
+                tier.activate(q)
+        entries.append((frame, tag))
+        depth += n
+        self.qbytes[q] = depth
+        if depth > self.max_qbytes[q]:
+            self.max_qbytes[q] = depth
+        self.packets += 1
+        self.bytes += n
+        self.enq_packets[q] += 1
+        self.enq_bytes[q] += n
+        return verdict
+
+    def dequeue(self, paused_mask: int = 0) -> tuple[int, bytes, object] | None:
+        """(queue, frame, tag) of the next frame to send, or None (empty or all paused)."""
+        if not self.packets:
+            return None
+        fifo = self.fifo
+        for q in self.strict:
+            if fifo[q] and not paused_mask >> q & 1:
+                return self._pop(q)
+        q = self.weighted.pick(fifo, paused_mask) if self.weighted.active else -1
+        if q < 0 and self.scavenger.active:
+            q = self.scavenger.pick(fifo, paused_mask)
+        return None if q < 0 else self._pop(q)
+
+    def _pop(self, q: int) -> tuple[int, bytes, object]:
+        frame, tag = self.fifo[q].popleft()
+        n = len(frame)
+        self.qbytes[q] -= n
+        self.packets -= 1
+        self.bytes -= n
+        self.deq_packets[q] += 1
+        self.deq_bytes[q] += n
+        return q, frame, tag
+
+    def flush(self, q: int, reason: str) -> list[tuple[bytes, object]]:
+        """Drop every frame queued in q (PFC watchdog); return the (frame, tag) entries
+        so the caller can release their ingress accounting."""
+        entries = list(self.fifo[q])
+        if not entries:
+            return entries
+        self.fifo[q].clear()
+        tier = self.tier_of[q]
+        if tier is not None:
+            tier.deactivate(q)
+        self.packets -= len(entries)
+        self.bytes -= self.qbytes[q]
+        self.qbytes[q] = 0
+        self.drop(q, reason, len(entries))
+        return entries
+
+    def backlog_mask(self) -> int:
+        """Bit q set when queue q holds frames."""
+        fifo = self.fifo
+        return sum(1 << q for q in range(NUM_QUEUES) if fifo[q])
+
+    def counters(self) -> list[dict]:
+        """Per-queue counters snapshot (for `show queues` and metrics)."""
+        return [{"queue": q, "depth_bytes": self.qbytes[q], "depth_packets": len(self.fifo[q]),
+                 "max_depth_bytes": self.max_qbytes[q], "enqueued": self.enq_packets[q],
+                 "enqueued_bytes": self.enq_bytes[q], "dequeued": self.deq_packets[q],
+                 "dequeued_bytes": self.deq_bytes[q], "ecn_marked": self.marks[q],
+                 "drops": dict(self.drops[q])} for q in range(NUM_QUEUES)]

@@ -1,0 +1,208 @@
+"""Egress queues and strict + DWRR scheduling (switch_agent.queues), book ch.11 Example 11-3."""
+
+import random
+
+import pytest
+
+from switch_agent.classify import ecn_bits
+from switch_agent.forward import ipv4_checksum
+from switch_agent.queues import BOOK_BANDWIDTH, EgressQosConfig, PortQueues
+from switch_agent.wred import DROP, FORWARD, MARK, WredProfile
+
+SIZES = [64, 256, 1024, 1500, 4096, 9000]
+FRAMES = {n: bytes(n) for n in SIZES}  # shared objects: no memory per queued frame
+
+
+def ip_frame(size, tos=0x62):
+    """Ethernet + IPv4 (valid checksum) padded to `size` bytes."""
+    hdr = bytearray(b"\x45" + bytes([tos]) + (size - 14).to_bytes(2, "big") + bytes(4)
+                    + b"\x40\x11\0\0" + bytes([10, 0, 1, 1, 10, 0, 1, 3]))
+    hdr[10:12] = ipv4_checksum(bytes(hdr)).to_bytes(2, "big")
+    return bytes(12) + b"\x08\x00" + bytes(hdr) + bytes(size - 34)
+
+
+def fill(pq, q, n, rng, sizes=SIZES):
+    for _ in range(n):
+        assert pq.enqueue(q, FRAMES[rng.choice(sizes)]) == FORWARD
+
+
+def shares(pq, n):
+    served = {}
+    for _ in range(n):
+        q, frame, _tag = pq.dequeue(0)
+        served[q] = served.get(q, 0) + len(frame)
+    total = sum(served.values())
+    return {q: b / total for q, b in served.items()}
+
+
+def no_wred(bw=BOOK_BANDWIDTH, strict=(7,)):
+    return EgressQosConfig(strict=strict, bandwidth_percent=bw, wred=(None,) * 8,
+                           queue_limit_bytes=(10**9,) * 8)
+
+
+def test_strict_priority_always_first():
+    pq = PortQueues(no_wred())
+    rng = random.Random(1)
+    fill(pq, 0, 50, rng)
+    fill(pq, 3, 50, rng)
+    for i in range(20):
+        pq.enqueue(7, FRAMES[64], tag=i)
+        q, _f, tag = pq.dequeue()
+        assert (q, tag) == (7, i)
+    assert pq.dequeue()[0] in (0, 3)
+
+
+@pytest.mark.parametrize("bw, sizes", [
+    ((50, 0, 0, 50, 0, 0, 0, 0), {0: [64, 256, 1500], 3: [4096, 9000]}),  # the book
+    ((20, 0, 0, 50, 0, 30, 0, 0), {0: SIZES, 3: [9000], 5: [64, 1024]}),
+    ((10, 0, 0, 90, 0, 0, 0, 0), {0: SIZES, 3: SIZES}),
+])
+def test_dwrr_byte_shares(bw, sizes):
+    pq = PortQueues(no_wred(bw))
+    rng = random.Random(2)
+    for q, sz in sizes.items():
+        fill(pq, q, 10_000, rng, sz)  # every queue stays backlogged
+    got = shares(pq, 10_000)
+    total = sum(bw[q] for q in sizes)
+    for q in sizes:
+        assert got[q] == pytest.approx(bw[q] / total, abs=0.02), (q, got)
+
+
+def test_work_conserving_idle_share_goes_to_others():
+    pq = PortQueues(no_wred((20, 0, 0, 50, 0, 30, 0, 0)))
+    rng = random.Random(3)
+    fill(pq, 0, 3000, rng)
+    fill(pq, 5, 3000, rng)  # q3 (50 %) idle: q0 and q5 split 20:30
+    got = shares(pq, 3000)
+    assert got[0] == pytest.approx(0.4, abs=0.02) and got[5] == pytest.approx(0.6, abs=0.02)
+
+
+def test_zero_percent_queue_only_when_weighted_queues_idle():
+    pq = PortQueues(no_wred())  # book: q1 has 0 %
+    pq.enqueue(1, FRAMES[64], tag="low")
+    for i in range(5):
+        pq.enqueue(0, FRAMES[1500], tag=i)
+    assert [pq.dequeue()[2] for _ in range(6)] == [0, 1, 2, 3, 4, "low"]
+    assert pq.dequeue() is None
+
+
+def test_paused_queue_is_skipped_and_resumes_in_order():
+    pq = PortQueues(no_wred())
+    for i in range(10):
+        pq.enqueue(3, FRAMES[1500], tag=("q3", i))
+    for i in range(4):
+        pq.enqueue(0, FRAMES[1500], tag=("q0", i))
+    paused = 1 << 3
+    out = [pq.dequeue(paused) for _ in range(4)]
+    assert [t for _q, _f, t in out] == [("q0", i) for i in range(4)]
+    assert pq.dequeue(paused) is None  # only paused frames left
+    assert pq.packets == 10
+    assert [pq.dequeue(0)[2] for _ in range(10)] == [("q3", i) for i in range(10)]
+
+
+def test_pause_does_not_bank_credit():
+    pq = PortQueues(no_wred())
+    rng = random.Random(4)
+    fill(pq, 0, 4000, rng, [1500])
+    fill(pq, 3, 4000, rng, [1500])
+    for _ in range(500):
+        assert pq.dequeue(1 << 3)[0] == 0
+    got = shares(pq, 2000)  # after resume: back to 50/50, no catch-up burst
+    assert got[3] == pytest.approx(0.5, abs=0.02)
+
+
+def test_strict_queue_can_be_paused_too():
+    pq = PortQueues(no_wred())
+    pq.enqueue(7, FRAMES[64], tag="cnp")
+    pq.enqueue(0, FRAMES[64], tag="data")
+    assert pq.dequeue(1 << 7)[2] == "data"
+    assert pq.dequeue(1 << 7) is None
+    assert pq.dequeue(0)[2] == "cnp"
+
+
+def test_wred_marks_and_drops_on_queue_3():
+    prof = WredProfile(10_000, 20_000, 0.5, True, queue_limit_bytes=40_000)
+    cfg = EgressQosConfig(wred=(None, None, None, prof, None, None, None, None))
+    pq = PortQueues(cfg, rng=lambda: 0.99)  # dice never mark in the linear region
+    f_ect, f_not = ip_frame(1000, 0x62), ip_frame(1000, 0x60)
+    verdicts = [pq.enqueue(3, f_ect, tos=0x62) for _ in range(45)]
+    assert verdicts[:20] == [FORWARD] * 20  # depth < 20 000 with rand 0.99 > p
+    assert verdicts[20:40] == [MARK] * 20  # at/above max: every ECT packet
+    assert verdicts[40:] == [DROP] * 5  # the buffer limit
+    c = pq.counters()[3]
+    assert c["ecn_marked"] == 20 and c["drops"] == {"queue_full": 5}
+    assert c["depth_bytes"] == 40_000 == c["max_depth_bytes"]
+    frames = [pq.dequeue()[1] for _ in range(40)]
+    assert all(ecn_bits(f[15]) == 0b10 for f in frames[:20])
+    for f in frames[20:]:
+        assert ecn_bits(f[15]) == 0b11
+        assert ipv4_checksum(f[14:34]) == 0  # still a valid header
+
+
+def test_wred_drops_not_ect_where_ect_is_marked():
+    prof = WredProfile(10_000, 20_000, 0.5, True, queue_limit_bytes=40_000)
+    cfg = EgressQosConfig(wred=(None, None, None, prof, None, None, None, None))
+    pq = PortQueues(cfg, rng=lambda: 0.99)
+    f_ect, f_not = ip_frame(1000, 0x62), ip_frame(1000, 0x60)
+    for _ in range(25):
+        pq.enqueue(3, f_ect, tos=0x62)
+    assert pq.enqueue(3, f_not, tos=0x60) == DROP
+    assert pq.enqueue(3, f_ect, tos=0x62) == MARK
+    assert pq.counters()[3]["drops"] == {"wred": 1}
+
+
+def test_wred_random_region_uses_rng():
+    prof = WredProfile(0, 1_000_000, 1.0, True, queue_limit_bytes=1_000_000)
+    cfg = EgressQosConfig(wred=(None, None, None, prof, None, None, None, None))
+    pq = PortQueues(cfg, rng=random.Random(5).random)
+    f = ip_frame(1000)
+    for _ in range(1000):  # depth goes 0 .. 1 MB: p rises 0 .. 1, mean ~ 0.5
+        pq.enqueue(3, f, tos=0x62)
+    assert pq.counters()[3]["ecn_marked"] == pytest.approx(500, abs=60)
+
+
+def test_tail_drop_without_wred():
+    cfg = EgressQosConfig(wred=(None,) * 8, queue_limit_bytes=(3000,) * 8)
+    pq = PortQueues(cfg)
+    assert [pq.enqueue(0, FRAMES[1500]) for _ in range(3)] == [FORWARD, FORWARD, DROP]
+    assert pq.counters()[0]["drops"] == {"queue_full": 1}
+
+
+def test_flush_returns_entries_and_keeps_scheduler_sane():
+    pq = PortQueues(no_wred())
+    for i in range(5):
+        pq.enqueue(3, FRAMES[1500], tag=i)
+    pq.enqueue(0, FRAMES[64], tag="a")
+    pq.dequeue()  # q3 or q0 now mid-turn
+    flushed = pq.flush(3, "pfc_watchdog")
+    assert pq.backlog_mask() in (1 << 0, 0)
+    assert pq.qbytes[3] == 0 and pq.counters()[3]["drops"]["pfc_watchdog"] == len(flushed)
+    pq.enqueue(3, FRAMES[64], tag="new")
+    tags = []
+    while (item := pq.dequeue()) is not None:
+        tags.append(item[2])
+    assert "new" in tags and pq.packets == 0 and pq.bytes == 0
+    assert pq.flush(3, "x") == []
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"strict": (8,)}, "strict"),
+    ({"bandwidth_percent": (60, 0, 0, 50, 0, 0, 0, 0)}, "bandwidth_percent"),
+    ({"bandwidth_percent": (50,) * 3}, "bandwidth_percent"),
+    ({"wred": (None,)}, "wred"),
+    ({"queue_limit_bytes": (0,) * 8}, "queue_limit_bytes"),
+    ({"mtu": 10}, "mtu"),
+])
+def test_validation_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        EgressQosConfig(**kwargs)
+
+
+def test_from_qos_config():
+    qos_config = pytest.importorskip("switch_agent.qos_config")
+    cfg = EgressQosConfig.from_qos(qos_config.QosConfig())
+    assert cfg.strict == (7,)
+    assert cfg.bandwidth_percent == BOOK_BANDWIDTH
+    assert cfg.wred[3] is not None and cfg.wred[3].min_bytes == 150_000
+    assert cfg.wred[3].max_prob == pytest.approx(0.07)
+    assert [w is None for w in cfg.wred] == [q != 3 for q in range(8)]

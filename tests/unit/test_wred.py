@@ -1,0 +1,91 @@
+"""WRED/ECN decision curve (switch_agent.wred), book ch.11 Example 11-3."""
+
+import pytest
+
+from switch_agent.wred import DROP, FORWARD, MARK, WredProfile, ewma_depth, wred_decide
+
+BOOK = WredProfile.book(queue_limit_bytes=5_000_000)
+NO_ECN = WredProfile(150_000, 3_000_000, 0.07, ecn=False, queue_limit_bytes=5_000_000)
+MID = (150_000 + 3_000_000) // 2  # p = 3.5 %
+ECT0, ECT1, NOT_ECT, CE = 0b10, 0b01, 0b00, 0b11
+
+
+@pytest.mark.parametrize("profile, depth, ecn, rand, want", [
+    # below min: untouched whatever the dice say
+    (BOOK, 0, ECT0, 0.0, FORWARD),
+    (BOOK, 149_999, ECT0, 0.0, FORWARD),
+    (BOOK, 149_999, NOT_ECT, 0.0, FORWARD),
+    # at min: probability 0
+    (BOOK, 150_000, ECT0, 0.0, FORWARD),
+    # between min and max: p = 7 % x (d - min) / (max - min)
+    (BOOK, MID, ECT0, 0.0349, MARK),
+    (BOOK, MID, ECT0, 0.0351, FORWARD),
+    (BOOK, MID, ECT1, 0.0349, MARK),
+    (BOOK, MID, CE, 0.0349, MARK),
+    (BOOK, MID, NOT_ECT, 0.0349, DROP),
+    (BOOK, MID, NOT_ECT, 0.0351, FORWARD),
+    (BOOK, 2_999_999, ECT0, 0.0699, MARK),
+    (BOOK, 2_999_999, ECT0, 0.0701, FORWARD),
+    # at / above max: every ECT packet marked, Not-ECT dropped
+    (BOOK, 3_000_000, ECT0, 0.999, MARK),
+    (BOOK, 4_000_000, ECT1, 0.999, MARK),
+    (BOOK, 5_000_000, ECT0, 0.999, MARK),  # at the limit: still marked
+    (BOOK, 3_000_000, NOT_ECT, 0.999, DROP),
+    # above the queue limit: everything dropped
+    (BOOK, 5_000_001, ECT0, 0.0, DROP),
+    (BOOK, 5_000_001, CE, 0.0, DROP),
+    # without `ecn` the same curve drops
+    (NO_ECN, 149_999, ECT0, 0.0, FORWARD),
+    (NO_ECN, MID, ECT0, 0.0349, DROP),
+    (NO_ECN, MID, ECT0, 0.0351, FORWARD),
+    (NO_ECN, 3_000_000, ECT0, 0.999, DROP),
+])
+def test_curve_regions(profile, depth, ecn, rand, want):
+    assert wred_decide(depth, ecn, profile, rand) == want
+
+
+def test_marking_probability_is_linear():
+    n = 20_000
+    rands = [(i + 0.5) / n for i in range(n)]  # a uniform grid instead of a RNG
+    for frac in (0.1, 0.25, 0.5, 0.9):
+        depth = 150_000 + frac * (3_000_000 - 150_000)
+        marked = sum(wred_decide(depth, ECT0, BOOK, r) == MARK for r in rands)
+        assert marked / n == pytest.approx(0.07 * frac, abs=1.5 / n)
+        assert BOOK.probability(depth) == pytest.approx(0.07 * frac)
+    assert BOOK.probability(0) == 0.0 and BOOK.probability(3_000_000) == 1.0
+
+
+def test_profiles():
+    b = WredProfile.book()
+    assert (b.min_bytes, b.max_bytes, b.max_prob, b.ecn, b.weight) == (150_000, 3_000_000, 0.07, True, 0)
+    p = WredProfile.named("paper")
+    assert (p.min_bytes, p.max_bytes, p.max_prob, p.ecn) == (5_000, 200_000, 0.01, True)
+    with pytest.raises(ValueError, match="wred profile"):
+        WredProfile.named("alibaba")
+
+
+def test_min_equals_max_is_a_step():
+    step = WredProfile(100_000, 100_000, 0.5)
+    assert wred_decide(99_999, ECT0, step, 0.0) == FORWARD
+    assert wred_decide(100_000, ECT0, step, 0.999) == MARK
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"min_bytes": -1, "max_bytes": 10, "max_prob": 0.1}, "min_bytes"),
+    ({"min_bytes": 10, "max_bytes": 5, "max_prob": 0.1}, "max_bytes"),
+    ({"min_bytes": 1, "max_bytes": 5, "max_prob": 1.5}, "max_prob"),
+    ({"min_bytes": 1, "max_bytes": 5, "max_prob": 0.1, "queue_limit_bytes": 4}, "queue_limit_bytes"),
+    ({"min_bytes": 1, "max_bytes": 5, "max_prob": 0.1, "weight": 16}, "weight"),
+])
+def test_validation_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        WredProfile(**kwargs)
+
+
+def test_ewma():
+    assert ewma_depth(123.0, 1000, 0) == 1000
+    assert ewma_depth(0.0, 1024, 2) == 256
+    avg = 0.0
+    for _ in range(200):
+        avg = ewma_depth(avg, 1000, 3)
+    assert avg == pytest.approx(1000, rel=1e-6)
