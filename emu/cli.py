@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="open the Mininet CLI before tearing down (try: h1g1 ping h4g2)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="run directory (default runs/<topology>-<timestamp>)")
+    p.add_argument("--qos", default="book", metavar="CONFIG",
+                   help="switch QoS: book (ch.11, default), paper, a YAML file, an NX-OS "
+                        "snippet (.nxos/.cfg/.conf, Examples 11-1..11-7), or off (plain "
+                        "forwarding)")
     p.add_argument("--no-shaping", action="store_true",
                    help="do not shape links to their lab rate (forward as fast as possible)")
     p.add_argument("--pcap", default="hosts", metavar="WHICH",
@@ -67,6 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="size bound per capture file (default 20 MB; the capture stops there "
                         "and the summary says it was truncated)")
     p.add_argument("--quiet", action="store_true", help="only the summary")
+
+    p = sub.add_parser("show-switch", help="ask a running switch agent an NX-OS show command",
+                       description="Answered live by the agent of a running emu fabric, e.g. "
+                                   "python -m emu show-switch 3fa2 rail1 'show queuing "
+                                   "interface eth3'. Commands: show queuing interface [ethN], "
+                                   "show interface priority-flow-control, show policy-map, "
+                                   "show lldp neighbors.")
+    p.add_argument("run", help="run tag (4 hex digits, printed by `emu run`); '-' = the only "
+                               "running one")
+    p.add_argument("switch", help="switch name, e.g. rail1")
+    p.add_argument("text", nargs="+", help="the show command")
 
     p = sub.add_parser("clean", help="remove what emu runs left behind (only emu's namespaces)")
     p.add_argument("--run", default=None, metavar="TAG", help="only this run (4 hex digits)")
@@ -114,6 +129,7 @@ def cmd_run(args) -> int:
     fab = topologies.load(args.topology, spines=args.spines, tdf=args.tdf)
     try:
         targets = capture.select(fab, args.pcap)
+        qos = load_qos_arg(args.qos)
     except ValueError as exc:
         print(f"emu: {exc}", file=sys.stderr)
         return 2
@@ -133,10 +149,19 @@ def cmd_run(args) -> int:
     say(f"\nBuilding {fab.name} ({len(fab.nodes)} namespaces, {len(fab.links)} links)...",
         flush=True)
     results = []
-    with FabricNet(fab, run_dir=run_dir, shaping=not args.no_shaping) as fnet:
+    if qos is not None:
+        (run_dir / "qos.json").write_text(json.dumps(qos.to_dict(), indent=1))
+        for w in qos.validate([p.ifname for sw in fab.switches() for p in fab.node_ports(sw.name)]):
+            print(f"emu: QoS warning: {w}", file=sys.stderr)
+    say(f"Switch QoS: {'off (plain forwarding)' if qos is None else qos.name}")
+    with FabricNet(fab, run_dir=run_dir, shaping=not args.no_shaping, qos=qos) as fnet:
         t_build = time.monotonic() - t0
         say(f"  up in {t_build:.1f} s, run tag {fnet.tag} (namespaces emu-{fnet.tag}-*)",
             flush=True)
+        if qos is not None:
+            missing = fnet.wait_pfc()
+            say("  LLDP/DCBX: PFC " + ("active on every fabric port" if not missing else
+                                       f"NOT negotiated on {missing}"), flush=True)
         caps = capture.Captures(run_dir / "pcaps", bound_kb=int(args.pcap_limit * 1000))
         caps.start(fnet, targets)
         n = len(fab.gpus)
@@ -186,6 +211,41 @@ def cmd_run(args) -> int:
     return 0 if summary["verdict"] == "pass" else 1
 
 
+def load_qos_arg(text: str):
+    """`--qos` value -> QosConfig, or None for off."""
+    if text in ("off", "none"):
+        return None
+    from switch_agent.qos_config import load_qos
+
+    return load_qos(text)
+
+
+def cmd_show_switch(args) -> int:
+    """`emu show-switch RUN SWITCH TEXT`."""
+    from emu import nsutil
+    from switch_agent import control
+
+    tag = args.run
+    if tag == "-":
+        live = [t for t, st in nsutil.run_states().items() if nsutil.alive(st.get("pid", 0))]
+        if len(live) != 1:
+            print(f"emu: {len(live)} runs are live ({', '.join(live) or 'none'}): name one",
+                  file=sys.stderr)
+            return 2
+        tag = live[0]
+    path = nsutil.STATE_DIR / tag / f"{args.switch}.sock"
+    if not path.exists():
+        print(f"emu: no switch {args.switch!r} in a running run {tag!r} ({path} missing)",
+              file=sys.stderr)
+        return 2
+    reply = control.request(str(path), {"cmd": "show", "text": " ".join(args.text)})
+    if not reply.get("ok"):
+        print(f"% {reply.get('error')}", file=sys.stderr)
+        return 1
+    print(reply["text"])
+    return 0
+
+
 def _min_rtt(fab, results, same: bool):
     vals = [r.rtt_ms for r in results if r.rtt_ms is not None
             and (fab.gpus[r.src].rail == fab.gpus[r.dst].rail) == same]
@@ -224,7 +284,7 @@ def cmd_bench(args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "show": cmd_show, "run": cmd_run, "clean": cmd_clean,
-            "bench": cmd_bench}
+            "bench": cmd_bench, "show-switch": cmd_show_switch}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,9 @@ GPU names are aliases: ``h1g1 ping h4g2`` runs ``ping -I 10.0.1.11 10.0.2.14`` o
 Host-1, so the packets leave through GPU-1's NIC (its own routing table, ch.13) and
 cross Rail-1 -> spine -> Rail-2. Other commands on a GPU alias run on its host with
 GPU names replaced by NIC addresses (iperf3 gets ``-B``, traceroute ``-s``).
+Switch names followed by an NX-OS ``show`` command are answered live by that switch's
+agent: ``rail1 show queuing interface eth3``, ``spine1 show interface
+priority-flow-control``, ``rail2 show lldp neighbors``, ``rail1 show policy-map``.
 Extra commands: ``fabric`` (the wiring plan), ``counters SWITCH`` (live agent counters).
 """
 
@@ -39,6 +42,14 @@ class EmuCLI(CLI):
     def default(self, line):
         """GPU aliases first, then Mininet's node commands."""
         first, args, line = self.parseline(line)
+        switches = {s.name for s in self.fnet.fabric.switches()}
+        if first in switches and (args or "").split()[:1] == ["show"]:
+            reply = self.fnet.agent_request(first, {"cmd": "show", "text": args})
+            if reply.get("ok"):
+                output(reply["text"].rstrip() + "\n")
+            else:
+                error(f"% {reply.get('error')}\n")
+            return
         expanded = self.expand(first or "", args or "")
         if expanded is None:
             return super().default(line)

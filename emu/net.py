@@ -15,6 +15,7 @@ stock Mininet, because this kernel has no Open vSwitch and the switches are ours
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -173,7 +174,7 @@ class FabricNet:
 
     def __init__(self, fabric: Fabric, run_dir: Path | None = None, tag: str | None = None,
                  shaping: bool = True, test_drop_rate: float = 0.0,
-                 switch_kind: str = "agent") -> None:
+                 switch_kind: str = "agent", qos=None) -> None:
         if switch_kind not in ("agent", "bridge"):
             raise ValueError(f"switch_kind: 'agent' or 'bridge', got {switch_kind!r}")
         self.switch_kind = switch_kind
@@ -185,6 +186,9 @@ class FabricNet:
         self.shaping = shaping
         self.test_drop_rate = test_drop_rate
         self.net: Mininet | None = None
+        #: switch QoS (a switch_agent.qos_config.QosConfig); None = plain forwarding
+        self.qos = qos
+        self.host_procs: list = []
 
     # -- lifecycle -----------------------------------------------------------
     def __enter__(self) -> "FabricNet":
@@ -226,9 +230,16 @@ class FabricNet:
         self.net.start()
         if self.switch_kind == "agent":
             self.wait_agents()
+        if self.qos is not None:
+            self.start_host_lldp()
 
     def stop(self) -> None:
         """Tear everything down: agents, shells, namespaces, state. Idempotent."""
+        for p in self.host_procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait()
+        self.host_procs.clear()
         if self.net is not None:
             for sw in self.net.switches:  # agents first, before their interfaces vanish
                 if isinstance(sw, AgentSwitch):
@@ -335,7 +346,37 @@ class FabricNet:
         svi = {n.svi: fab.l2_table(node)} if n.svi else {}
         return AgentConfig(name=node, tdf=fab.tdf, control=str(self.control_path(node)),
                            ports=tuple(ports), svi=svi, ecmp_seed=n.ecmp_seed, mtu=fab.mtu,
-                           test_drop_rate=self.test_drop_rate)
+                           test_drop_rate=self.test_drop_rate,
+                           qos=self.qos.to_dict() if self.qos is not None else None)
+
+    def start_host_lldp(self) -> None:
+        """One LLDP/DCBX speaker per host, advertising PFC on its GPU NICs (ch.11), so
+        `priority-flow-control mode auto` ports turn PFC on."""
+        qos_file = self.state_dir / "qos.json"
+        qos_file.write_text(json.dumps(self.qos.to_dict()))
+        for h in self.fabric.hosts():
+            nics = [g.nic for g in self.fabric.gpus.values() if g.host == h.name]
+            argv = [sys.executable, "-m", "traffic.lldp_host", "--host", h.name,
+                    "--ifaces", ",".join(nics), "--qos", str(qos_file)]
+            self.host_procs.append(self.net[h.name].popen(
+                argv, cwd=str(Path(__file__).resolve().parent.parent),
+                stdout=None, stderr=None))
+
+    def wait_pfc(self, timeout: float = 10.0) -> dict[str, list[str]]:
+        """Wait until LLDP/DCBX turned PFC on for every fabric port (mode auto); returns
+        ports still without PFC per switch (empty when all negotiated)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = {}
+            for sw in self.fabric.switches():
+                ports = self.counters(sw.name)["ports"]
+                off = [p for p, c in ports.items()
+                       if c["pfc"]["mode"] == "auto" and not c["pfc"]["active"]]
+                if off:
+                    missing[sw.name] = off
+            if not missing or time.monotonic() > deadline:
+                return missing
+            time.sleep(0.2)
 
     def control_path(self, switch: str) -> Path:
         """Control socket of a switch agent."""

@@ -1,73 +1,48 @@
 """The switch agent: one process per switch, the data plane of ARCHITECTURE.md.
 
-rx (AF_PACKET, one raw socket per port) -> layer 2 (VLAN access ports of a rail switch,
-book ch.13: intra-rail traffic is switched) or layer 3 (frames to the router MAC:
-FIB + seeded ECMP, TTL - 1, MAC rewrite; `switch_agent.forward`) -> egress queue ->
-shaper at the link's lab rate (`switch_agent.shaper`) -> delay line (model propagation
-delay x TDF) -> tx. Frames for the switch itself (ARP, ping, LLDP) are left to the
-namespace's kernel, which never forwards (net.ipv4.ip_forward = 0).
-
-Counters per port (rx/tx packets/bytes, drops by reason) are answered over a Unix
-control socket (`switch_agent.control`).
+rx (AF_PACKET, one raw socket per port)
+ -> MAC control: PFC frames stop our egress priorities (ch.11 Step 4), LLDP/DCBX
+    neighbours decide where PFC is active (`priority-flow-control mode auto`)
+ -> layer 2 (access ports of a rail VLAN, ch.13: intra-rail traffic is switched) or
+    layer 3 (frames to the router MAC: FIB + seeded ECMP, TTL - 1, MAC rewrite;
+    `switch_agent.forward`; expired packets get ICMP Time Exceeded)
+ -> classify (DSCP -> qos-group -> queue and PFC priority; `classify`)
+ -> ingress PFC accounting per (ingress port, priority): pause upstream above xOFF,
+    resume below xON (`pfc.IngressPfc`)
+ -> WRED-ECN + enqueue into one of 8 egress queues (`queues`, `wred`)
+ -> strict + DWRR scheduling, skipping paused priorities (`queues`, `watchdog`)
+ -> shaper at the link's lab rate (`shaper`) -> delay line (propagation x TDF) -> tx.
+Frames for the switch itself (ARP, ping) are left to the namespace's kernel, which
+never forwards (net.ipv4.ip_forward = 0).
 """
 
 from __future__ import annotations
 
-import collections
 import errno
 import logging
+import math
 import random
 import select
 import socket
 import time
 
+from emu.timedil import TimeDilation
 from switch_agent import control, io
-from switch_agent.config import AgentConfig, PortConfig
+from switch_agent.classify import Classifier
+from switch_agent.config import AgentConfig
 from switch_agent.forward import Fib, decrement_ttl, flow_key, icmp_time_exceeded, mac_bytes
-from switch_agent.shaper import Shaper
+from switch_agent.pfc import DROP as PFC_DROP
+from switch_agent.pfc import XOFF
+from switch_agent.port import Port
+from switch_agent.wred import DROP
 
 log = logging.getLogger("switch_agent")
 
 ETH_IPV4 = b"\x08\x00"
-BROADCAST = b"\xff" * 6
+ETH_PFC = b"\x88\x08"
+ETH_LLDP = b"\x88\xcc"
+LINK_LOCAL = b"\x01\x80\xc2"
 RX_BUDGET = 64  # frames read from one socket per wake-up, for fairness between ports
-
-
-class Port:
-    """Run-time state of one switch port."""
-
-    __slots__ = ("name", "cfg", "sock", "fd", "mac", "vlan", "shaper", "queue", "qbytes",
-                 "delay", "inflight", "rx_packets", "rx_bytes", "tx_packets", "tx_bytes",
-                 "drops", "max_qbytes")
-
-    def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int) -> None:
-        self.name = cfg.ifname
-        self.cfg = cfg
-        self.sock = sock
-        self.fd = sock.fileno() if sock else -1
-        self.mac = mac_bytes(cfg.mac)
-        self.vlan = cfg.vlan
-        self.shaper = Shaper(cfg.lab_bps, mtu=mtu)
-        self.queue: collections.deque[bytes] = collections.deque()
-        self.qbytes = 0
-        self.max_qbytes = 0
-        self.delay = cfg.delay_lab_s
-        self.inflight: collections.deque[tuple[float, bytes]] = collections.deque()
-        self.rx_packets = self.rx_bytes = self.tx_packets = self.tx_bytes = 0
-        self.drops: dict[str, int] = {}
-
-    def drop(self, reason: str) -> None:
-        """Count a dropped frame."""
-        self.drops[reason] = self.drops.get(reason, 0) + 1
-
-    def counters(self) -> dict:
-        """Snapshot of this port's counters."""
-        return {"rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes,
-                "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
-                "drops": dict(self.drops), "queue_bytes": self.qbytes,
-                "max_queue_bytes": self.max_qbytes,
-                "model_bps": self.cfg.model_bps, "lab_bps": self.cfg.lab_bps,
-                "peer": self.cfg.peer}
 
 
 class Agent:
@@ -75,10 +50,21 @@ class Agent:
 
     def __init__(self, cfg: AgentConfig, open_sockets: bool = True) -> None:
         self.cfg = cfg
+        self.td = TimeDilation(cfg.tdf)
+        self.qos = None
+        if cfg.qos is not None:
+            from switch_agent.qos_config import QosConfig
+
+            self.qos = QosConfig.from_dict(cfg.qos)
+        cls = Classifier.from_table(self.qos.classification.table) if self.qos else \
+            Classifier({}, 0)
+        self.q_by_tos = cls.queue_by_tos
+        self.p_by_tos = cls.priority_by_tos
         self.ports: dict[str, Port] = {}
         for pc in cfg.ports:
             sock = io.open_port(pc.ifname) if open_sockets else None
-            self.ports[pc.ifname] = Port(pc, sock, cfg.mtu)
+            self.ports[pc.ifname] = Port(pc, sock, cfg.mtu, self.td, self.qos,
+                                         cfg.queue_limit_bytes, cfg.test_drop_seed)
         self.by_fd = {p.fd: p for p in self.ports.values() if p.fd >= 0}
         self.vlan_ports: dict[int, list[Port]] = {}
         for p in self.ports.values():
@@ -98,7 +84,13 @@ class Agent:
         self.backlog: set[Port] = set()
         self.started = time.monotonic()
         self.running = True
-        self.other_drops: dict[str, int] = {}
+        self.next_refresh = math.inf
+        self.wd_period = min((p.watchdog.detect_s / 4 for p in self.ports.values()
+                              if p.watchdog), default=math.inf)
+        self.next_wd = 0.0
+        self.lldp_period = cfg.lldp_interval_lab_s if self.qos else math.inf
+        self.next_lldp = 0.0  # announce at once
+        self.events: list[str] = []  # watchdog / LLDP events, newest last (bounded)
 
     # -- control plane -------------------------------------------------------
     def install_fib(self, routes, neighbours, local_ips) -> None:
@@ -115,6 +107,12 @@ class Agent:
             if addr:
                 self.port_ip[p.name] = addr
         self.cache.clear()
+
+    def event(self, text: str) -> None:
+        """Log and remember an event (shown by `show` and the counters)."""
+        log.warning("%s: %s", self.cfg.name, text)
+        self.events.append(text)
+        del self.events[:-100]
 
     # -- data plane ----------------------------------------------------------
     def on_frame(self, port: Port, frame: bytes, now: float) -> None:
@@ -141,7 +139,10 @@ class Agent:
                 port.drop("ttl_expired")
                 self.time_exceeded(port, frame, now)
                 return
-            self.enqueue(hit[0], hit[1] + body, now)
+            self.admit(port, hit[0], hit[1] + body, now)
+            return
+        if dst[:3] == LINK_LOCAL:
+            self.on_control(port, frame, now)
             return
         if port.vlan is None:
             if dst[0] & 1 == 0:
@@ -150,14 +151,85 @@ class Agent:
         out = self.l2.get(dst)
         if out is not None:
             if out is not port:
-                self.enqueue(out, frame, now)
+                self.admit(port, out, frame, now)
             return
         # broadcast / multicast / unknown unicast: flood in the VLAN (ARP between hosts)
-        if dst[:3] == b"\x01\x80\xc2":
-            return  # link-local control (PFC, LLDP): never flooded
         for other in self.vlan_ports[port.vlan]:
             if other is not port:
-                self.enqueue(other, frame, now)
+                self.enqueue(other, 0, frame, None, 0, now)
+
+    def admit(self, inp: Port, out: Port, frame: bytes, now: float) -> None:
+        """Classify, account at the ingress (PFC), then WRED + enqueue at the egress."""
+        if frame[12:14] != ETH_IPV4:
+            self.enqueue(out, 0, frame, None, 0, now)
+            return
+        tos = frame[15]
+        q = self.q_by_tos[tos]
+        wd = out.watchdog
+        if wd is not None and wd.drop_mask >> q & 1:
+            wd.note_dropped(q)
+            out.queues.drop(q, "pfc_watchdog")
+            return
+        ing = inp.ingress
+        prio = self.p_by_tos[tos]
+        if ing.enabled[prio]:
+            r = ing.admit(prio, len(frame), now)
+            if r == PFC_DROP:
+                inp.drop("headroom_overflow")
+                return
+            if r == XOFF:
+                inp.send_ctrl(ing.pause_frames[prio], now)
+                inp.pause_tx[prio] += 1
+                self.backlog.add(inp)
+            self.enqueue(out, q, frame, inp, tos, now)
+        else:
+            self.enqueue(out, q, frame, None, tos, now)
+
+    def enqueue(self, out: Port, q: int, frame: bytes, tag: Port | None, tos: int,
+                now: float) -> None:
+        """WRED + enqueue on an egress queue; a dropped frame releases its ingress bytes."""
+        if self.drop_rate and self.rng.random() < self.drop_rate:
+            out.drop("test_hook")
+            verdict = DROP
+        else:
+            verdict = out.queues.enqueue(q, frame, tag, tos)
+        if verdict == DROP:
+            if tag is not None:
+                self.release(tag, self.p_by_tos[tos], len(frame), now)
+            return
+        self.backlog.add(out)
+
+    def release(self, inp: Port, prio: int, nbytes: int, now: float) -> None:
+        """A frame admitted at `inp` left the switch: free its bytes; resume below xON."""
+        if inp.ingress.release(prio, nbytes, now):
+            inp.send_ctrl(inp.ingress.resume_frames[prio], now)
+            inp.resume_tx[prio] += 1
+            self.backlog.add(inp)
+
+    def on_control(self, port: Port, frame: bytes, now: float) -> None:
+        """IEEE 802.1 link-local frames: PFC pauses and LLDP (never forwarded)."""
+        et = frame[12:14]
+        if et == ETH_PFC:
+            port.pfc_rx_frames += 1
+            if self.qos is not None and port.pause.on_frame(frame, now):
+                self.backlog.add(port)  # the paused set changed: re-evaluate the scheduler
+        elif et == ETH_LLDP and self.qos is not None:
+            from switch_agent.lldp import parse_lldp_frame, pfc_active
+
+            try:
+                nb = parse_lldp_frame(frame)
+            except ValueError as exc:
+                port.drop("bad_lldp")
+                log.debug("%s: bad LLDP on %s: %s", self.cfg.name, port.name, exc)
+                return
+            port.lldp_rx += 1
+            first = port.neighbor is None
+            port.neighbor, port.neighbor_seen = nb, now
+            active = frozenset(pfc_active(self.qos, nb, port.name))
+            if active != port.pfc_active or first:
+                port.set_pfc_active(active)
+                self.event(f"{port.name}: LLDP neighbour {nb.system_name or nb.chassis_id} "
+                           f"port {nb.port_id}; PFC active on priorities {sorted(active)}")
 
     def time_exceeded(self, port: Port, frame: bytes, now: float) -> None:
         """Answer an expired packet with ICMP Time Exceeded (so traceroute shows hops)."""
@@ -167,38 +239,34 @@ class Agent:
         packet = icmp_time_exceeded(frame, src)
         nh = self.fib.resolve(frame[26:30], packet[12:20] + b"\x01")
         if nh.__class__ is not str:
-            self.enqueue(self.ports[nh.ifname], nh.header + ETH_IPV4 + packet, now)
-
-    def enqueue(self, out: Port, frame: bytes, now: float) -> None:
-        """Put a frame on an egress port's queue (tail drop at the queue limit)."""
-        if self.drop_rate and self.rng.random() < self.drop_rate:
-            out.drop("test_hook")
-            return
-        n = len(frame)
-        if out.qbytes + n > self.cfg.queue_limit_bytes:
-            out.drop("queue_full")
-            return
-        out.queue.append(frame)
-        out.qbytes += n
-        if out.qbytes > out.max_qbytes:
-            out.max_qbytes = out.qbytes
-        self.backlog.add(out)
+            self.enqueue(self.ports[nh.ifname], 0, nh.header + ETH_IPV4 + packet, None, 0, now)
 
     def service(self, now: float) -> float | None:
         """Move frames queue -> shaper -> delay line -> wire; return the next wake time."""
         wake = None
         done = []
-        for p in self.backlog:
+        p_by_tos = self.p_by_tos
+        for p in list(self.backlog):  # release() may add ingress ports meanwhile
             sh = p.shaper
-            q = p.queue
-            while q and sh.can_send(now):
-                frame = q.popleft()
-                p.qbytes -= len(frame)
-                p.inflight.append((sh.depart(len(frame), now) + p.delay, frame))
+            pq = p.queues
+            blocked = False
+            if pq.packets:
+                mask = p.paused_mask(now)
+                while pq.packets and sh.can_send(now):
+                    item = pq.dequeue(mask)
+                    if item is None:
+                        blocked = True
+                        break
+                    frame = item[1]
+                    tag = item[2]
+                    if tag is not None:
+                        self.release(tag, p_by_tos[frame[15]], len(frame), now)
+                    p.inflight.append((sh.depart(len(frame), now) + p.delay, frame))
             t = self.flush(p, now)
-            if q:
-                r = sh.ready_at(now)
-                t = r if t is None or r < t else t
+            if pq.packets:
+                r = p.pause.next_expiry if blocked else sh.ready_at(now)
+                if t is None or r < t:
+                    t = r
             if t is None:
                 done.append(p)
             elif wake is None or t < wake:
@@ -208,34 +276,94 @@ class Agent:
         return wake
 
     def flush(self, p: Port, now: float) -> float | None:
-        """Send frames whose arrival time has come; return the next due time."""
-        fl = p.inflight
-        send = p.sock.send if p.sock else None
-        while fl:
-            due, frame = fl[0]
-            if due > now:
-                return due
-            fl.popleft()
-            if send is not None:
-                try:
-                    send(frame)
-                except OSError as exc:
-                    p.drop("tx_error" if exc.errno != errno.ENOBUFS else "tx_nobufs")
+        """Send control frames and frames whose arrival time has come; next due time."""
+        nxt = None
+        for line in (p.ctrl, p.inflight):
+            send = p.sock.send if p.sock else None
+            while line:
+                due, frame = line[0]
+                if due > now:
+                    nxt = due if nxt is None or due < nxt else nxt
+                    break
+                line.popleft()
+                if send is not None:
+                    try:
+                        send(frame)
+                    except OSError as exc:
+                        p.drop("tx_error" if exc.errno != errno.ENOBUFS else "tx_nobufs")
+                        continue
+                p.tx_packets += 1
+                p.tx_bytes += len(frame)
+        return nxt
+
+    def timers(self, now: float) -> float:
+        """Pause refreshes, watchdog, LLDP; returns the next timer deadline."""
+        nxt = math.inf
+        for p in self.ports.values():
+            ing = p.ingress
+            if now >= ing.next_refresh:
+                for prio in ing.tick(now):
+                    p.send_ctrl(ing.pause_frames[prio], now)
+                    p.pause_tx[prio] += 1
+                    self.backlog.add(p)
+            if ing.next_refresh < nxt:
+                nxt = ing.next_refresh
+        if now >= self.next_wd:
+            self.next_wd = now + self.wd_period
+            for p in self.ports.values():
+                wd = p.watchdog
+                if wd is None:
                     continue
-            p.tx_packets += 1
-            p.tx_bytes += len(frame)
-        return None
+                for ev in wd.check(now, p.pause.paused_mask(now), p.queues.backlog_mask(),
+                                   p.pause.last_rx):
+                    self.event(str(ev))
+                    if ev.kind == "storm" and ev.action == "drop":
+                        entries = p.queues.flush(ev.priority, "pfc_watchdog")
+                        for frame, tag in entries:
+                            if tag is not None:
+                                self.release(tag, self.p_by_tos[frame[15]], len(frame), now)
+                        wd.note_dropped(ev.priority, len(entries))
+                    self.backlog.add(p)
+        if now >= self.next_lldp:
+            self.next_lldp = now + self.lldp_period
+            self.send_lldp(now)
+        return min(nxt, self.next_wd, self.next_lldp)
+
+    def send_lldp(self, now: float) -> None:
+        """Advertise ourselves with the DCBX TLVs of our QoS config on every port."""
+        from switch_agent.lldp import build_lldp_frame
+
+        chassis = next(iter(self.ports.values())).mac if self.ports else bytes(6)
+        for p in self.ports.values():
+            p.send_ctrl(build_lldp_frame(p.mac, chassis, p.name, self.cfg.name, self.qos), now)
+            p.lldp_tx += 1
+            self.backlog.add(p)
 
     # -- reporting -----------------------------------------------------------
     def snapshot(self) -> dict:
         """Counters of every port (the contract with `emu` metrics and `show`)."""
-        return {"switch": self.cfg.name, "t_lab": time.monotonic(),
-                "uptime_s": time.monotonic() - self.started, "tdf": self.cfg.tdf,
-                "ports": {p.name: p.counters() for p in self.ports.values()}}
+        now = time.monotonic()
+        return {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
+                "tdf": self.cfg.tdf, "qos": self.qos is not None,
+                "ports": {p.name: p.counters(now) for p in self.ports.values()},
+                "events": list(self.events[-20:])}
+
+    def show_state(self) -> dict:
+        """The state dict of `switch_agent.show`."""
+        now = time.monotonic()
+        lldp = {}
+        for p in self.ports.values():
+            if p.neighbor is not None:
+                lldp[p.name] = {**p.neighbor.to_dict(), "age_s": round(now - p.neighbor_seen, 1)}
+        return {"switch": self.cfg.name, "qos": self.qos.to_dict() if self.qos else None,
+                "ports": {p.name: p.show_state(now) for p in self.ports.values()},
+                "lldp": lldp}
 
     # -- the loop ------------------------------------------------------------
     def run(self) -> None:
-        """Serve until SIGTERM/SIGINT (sets self.running = False)."""
+        """Serve until SIGTERM/SIGINT."""
+        from pyroute2 import IPRoute
+
         from switch_agent import kernel
 
         ep = select.epoll()
@@ -245,12 +373,11 @@ class Agent:
         ep.register(ctl.fileno(), select.EPOLLIN)
         nl = io.open_netlink_monitor()
         ep.register(nl.fileno(), select.EPOLLIN)
-        from pyroute2 import IPRoute
-
         ipr = IPRoute()
         self.install_fib(*kernel.read_control_plane(ipr))
         reload_at = None
-        log.info("%s: forwarding on %s", self.cfg.name, ", ".join(self.ports))
+        log.info("%s: forwarding on %s (QoS %s)", self.cfg.name, ", ".join(self.ports),
+                 "on" if self.qos else "off")
         ctl.ready()
         by_fd = self.by_fd
         on_frame = self.on_frame
@@ -258,10 +385,14 @@ class Agent:
         try:
             while self.running:
                 now = clock()
-                wake = self.service(now) if self.backlog else None
-                if reload_at is not None:
-                    wake = reload_at if wake is None else min(wake, reload_at)
-                timeout = -1 if wake is None else max(0.0, wake - clock())
+                wake = self.timers(now)
+                if self.backlog:
+                    w = self.service(now)
+                    if w is not None and w < wake:
+                        wake = w
+                if reload_at is not None and reload_at < wake:
+                    wake = reload_at
+                timeout = -1 if wake == math.inf else max(0.0, wake - clock())
                 try:
                     events = ep.poll(timeout)
                 except InterruptedError:
@@ -298,4 +429,3 @@ class Agent:
                 if p.sock:
                     p.sock.close()
             log.info("%s: stopped", self.cfg.name)
-

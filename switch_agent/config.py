@@ -40,6 +40,8 @@ class AgentConfig:
     mtu: int = 9216
     test_drop_rate: float = 0.0  # test hook: drop this fraction of forwarded frames
     test_drop_seed: int = 1
+    qos: dict | None = None  # QosConfig.to_dict(); None = plain forwarding (one FIFO)
+    lldp_interval_lab_s: float = 1.0  # LLDP/DCBX advertisement period (lab seconds)
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field."""
@@ -52,6 +54,8 @@ class AgentConfig:
                 raise ValueError(f"ports[{p.ifname}].delay_lab_s: must be >= 0")
         if not 0.0 <= self.test_drop_rate < 1.0:
             raise ValueError(f"test_drop_rate: must be in [0, 1), got {self.test_drop_rate!r}")
+        if not self.lldp_interval_lab_s > 0:
+            raise ValueError(f"lldp_interval_lab_s: must be > 0, got {self.lldp_interval_lab_s!r}")
         if self.queue_limit_bytes <= 0:
             raise ValueError(f"queue_limit_bytes: must be > 0, got {self.queue_limit_bytes!r}")
 

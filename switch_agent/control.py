@@ -1,6 +1,7 @@
 """Control socket of the switch agent: one JSON request line in, one JSON reply out.
 
 Requests: {"cmd": "ping"}, {"cmd": "counters"}, {"cmd": "fib"},
+{"cmd": "show", "text": "show queuing interface eth3"} (NX-OS-like, `switch_agent.show`),
 {"cmd": "set", "test_drop_rate": 0.01} (test hook), {"cmd": "reset"}.
 Served from the agent's poll loop (no thread, so counters are read consistently).
 `request(path, payload)` is the client used by `emu` and the tests.
@@ -75,6 +76,14 @@ class ControlServer:
                 {"prefix": f"{__import__('ipaddress').ip_address(net)}/{plen}",
                  "nexthops": [list(h) for h in hops]}
                 for plen in a.fib._lens for net, hops in a.fib._by_len[plen].items()]}
+        if cmd == "show":
+            from switch_agent import show
+
+            try:
+                return {"ok": True, "text": show.dispatch(str(req.get("text", "")),
+                                                          a.show_state())}
+            except ValueError as exc:
+                return {"ok": False, "error": str(exc)}
         if cmd == "set":
             if "test_drop_rate" in req:
                 rate = float(req["test_drop_rate"])
@@ -84,7 +93,7 @@ class ControlServer:
             return {"ok": True}
         if cmd == "reset":
             for p in a.ports.values():
-                p.rx_packets = p.rx_bytes = p.tx_packets = p.tx_bytes = p.max_qbytes = 0
+                p.rx_packets = p.rx_bytes = p.tx_packets = p.tx_bytes = 0
                 p.drops.clear()
             return {"ok": True}
         return {"ok": False, "error": f"unknown command {cmd!r}"}

@@ -182,7 +182,10 @@ class QueueConfig:
 def _book_queues() -> tuple[QueueConfig, ...]:
     q = [QueueConfig() for _ in range(NUM_QUEUES)]
     q[0] = QueueConfig(bandwidth_percent=50)
-    q[3] = QueueConfig(bandwidth_percent=50, wred=Wred(150_000, 3_000_000, 7.0, 0, True))
+    # the no-drop queue must hold N ingress ports x (xOFF + headroom) without tail drop:
+    # 24 MB covers a 6:1 incast at the default 3.2 MB + 0.2 MB per ingress port
+    q[3] = QueueConfig(bandwidth_percent=50, wred=Wred(150_000, 3_000_000, 7.0, 0, True),
+                       limit_bytes=24_000_000)
     q[7] = QueueConfig(strict=True)
     return tuple(q)
 

@@ -43,11 +43,18 @@ def build_frame(src_mac: bytes, dst_mac: bytes, src_ip: str, dst_ip: str, size: 
 
 
 def send(iface: str, frame: bytearray, rate_bps: float | None, duration: float,
-         count: int | None = None) -> dict:
-    """Send copies of `frame` (with a sequence number) for `duration` s or `count` frames."""
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-    s.bind((iface, 0))
+         count: int | None = None, pause=None, priority: int = 3) -> dict:
+    """Send copies of `frame` (with a sequence number) for `duration` s or `count` frames.
+
+    With `pause` (a `switch_agent.pfc.EgressPause`), PFC frames received on the
+    interface stop the generator while its `priority` is paused (ch.11: the host NIC
+    honours pauses too)."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x8808))
+    s.bind((iface, 0x8808))  # receive only MAC control (PFC) frames
+    s.setblocking(False)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    paused_s = 0.0
+    pfc_rx = 0
     gap = len(frame) * 8 / rate_bps if rate_bps else 0.0
     seq_off = 14 + 20 + 8
     sent = errors = 0
@@ -58,6 +65,20 @@ def send(iface: str, frame: bytearray, rate_bps: float | None, duration: float,
         now = time.monotonic()
         if now >= end or (count is not None and sent >= count):
             break
+        if pause is not None:
+            while True:
+                try:
+                    ctl = s.recv(128)
+                except BlockingIOError:
+                    break
+                if pause.on_frame(ctl, now):
+                    pfc_rx += 1
+            if pause.paused_mask(now) >> priority & 1:
+                wait = min(pause.next_expiry - now, 0.0005, end - now)
+                time.sleep(max(wait, 0.0))
+                paused_s += time.monotonic() - now
+                next_t = time.monotonic()
+                continue
         if gap:
             if now < next_t:
                 time.sleep(min(next_t - now, 0.001))
@@ -75,7 +96,8 @@ def send(iface: str, frame: bytearray, rate_bps: float | None, duration: float,
     elapsed = time.monotonic() - start
     s.close()
     return {"frames": sent, "bytes": sent * len(frame), "errors": errors,
-            "seconds": elapsed, "rate_bps": sent * len(frame) * 8 / elapsed if elapsed else 0.0}
+            "seconds": elapsed, "rate_bps": sent * len(frame) * 8 / elapsed if elapsed else 0.0,
+            "pfc_rx": pfc_rx, "paused_s": paused_s}
 
 
 def iface_mac(ifname: str) -> bytes:
@@ -104,12 +126,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ecn", type=int, default=0, choices=range(4))
     ap.add_argument("--sport", type=int, default=49152)
     ap.add_argument("--dport", type=int, default=9)
+    ap.add_argument("--honor-pfc", action="store_true",
+                    help="stop while the traffic's priority is paused by PFC frames")
+    ap.add_argument("--model-rate", default="200G",
+                    help="model link rate, for pause durations (default 200G)")
+    ap.add_argument("--tdf", type=float, default=None, help="time-dilation factor (default emu's)")
+    ap.add_argument("--priority", type=int, default=None,
+                    help="PFC priority of the traffic (default: from the DSCP, book mapping)")
     a = ap.parse_args(argv)
     src_mac = iface_mac(a.iface)
     frame = build_frame(src_mac, bytes.fromhex(a.dst_mac.replace(":", "")), a.src_ip,
                         a.dst_ip, a.size, a.sport, a.dport, a.dscp, a.ecn)
     rate = parse_rate(a.rate) if a.rate else None
-    print(json.dumps(send(a.iface, frame, rate, a.duration, a.count)))
+    pause, prio = None, 0
+    if a.honor_pfc:
+        from emu.timedil import DEFAULT_TDF, TimeDilation
+        from switch_agent.classify import Classifier
+        from switch_agent.pfc import EgressPause
+
+        pause = EgressPause(parse_rate(a.model_rate), TimeDilation(a.tdf or DEFAULT_TDF))
+        prio = a.priority if a.priority is not None else Classifier.book().classify(a.dscp << 2)[1]
+    print(json.dumps(send(a.iface, frame, rate, a.duration, a.count, pause, prio)))
     return 0
 
 

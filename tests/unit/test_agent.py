@@ -117,8 +117,8 @@ def test_tail_drop_at_queue_limit():
     f = bytes(build_frame(mac(H1), mac(H2), "10.0.1.11", "10.0.1.12", 1000))
     for _ in range(10):
         a.on_frame(a.ports["eth1"], f, 0.0)
-    assert a.ports["eth2"].qbytes == 5000
-    assert a.ports["eth2"].drops == {"queue_full": 5}
+    assert a.ports["eth2"].queues.bytes == 5000
+    assert a.ports["eth2"].counters(0.0)["drops"] == {"queue_full": 5}
 
 
 def test_shaped_egress_rate_and_delay():

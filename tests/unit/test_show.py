@@ -47,7 +47,7 @@ def _line(text: str, start: str) -> str:
 def test_show_queuing_config_and_counters():
     out = show_queuing(_state(), "eth3")
     assert "Egress Queuing for eth3" in out
-    assert _line(out, "3 ").split() == ["3", "50", "-", "10000000", "150000", "3000000", "7", "yes"]
+    assert _line(out, "3 ").split() == ["3", "50", "-", "24000000", "150000", "3000000", "7", "yes"]
     assert _line(out, "7 ").split()[:3] == ["7", "-", "1"]
     assert "xOFF 3200000 B  xON 100000 B" in out
     box = out[out.index("QOS GROUP 3"):out.index("QOS GROUP 0")]

@@ -1,0 +1,158 @@
+"""Run-time state of one switch port: egress queues, shaper, delay line, PFC, watchdog,
+LLDP neighbour, counters (book ch.11; ARCHITECTURE.md "Switch agent pipeline").
+
+Per port, the pure stages are assembled here: `queues.PortQueues` (8 queues, WRED-ECN,
+strict + DWRR), `shaper.Shaper` (link rate / TDF), `pfc.IngressPfc` (this port as an
+*ingress*: buffer accounting, xOFF/xON, pause refresh), `pfc.EgressPause` (pauses the
+peer sent us: which of our egress priorities are stopped), `watchdog.PfcWatchdog`.
+With QoS off (plain forwarding) there is one FIFO, no PFC, no LLDP.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import socket
+
+from emu.timedil import TimeDilation
+from switch_agent.config import PortConfig
+from switch_agent.forward import mac_bytes
+from switch_agent.pfc import EgressPause, IngressPfc, PfcConfig
+from switch_agent.queues import NUM_QUEUES, EgressQosConfig, PortQueues
+from switch_agent.shaper import Shaper
+from switch_agent.watchdog import PfcWatchdog, WatchdogConfig
+
+
+def plain_queuing(limit_bytes: int, mtu: int) -> EgressQosConfig:
+    """QoS off: everything in queue 0, tail drop only."""
+    return EgressQosConfig(strict=(), bandwidth_percent=(100, 0, 0, 0, 0, 0, 0, 0),
+                           wred=(None,) * NUM_QUEUES,
+                           queue_limit_bytes=(limit_bytes,) * NUM_QUEUES, mtu=mtu)
+
+
+class Port:
+    """One switch port (the agent holds one per interface)."""
+
+    __slots__ = ("name", "cfg", "sock", "fd", "mac", "vlan", "shaper", "queues", "delay",
+                 "inflight", "ctrl", "rx_packets", "rx_bytes", "tx_packets", "tx_bytes",
+                 "drops", "ingress", "pause", "watchdog", "pfc_mode", "pfc_active",
+                 "neighbor", "neighbor_seen", "lldp_rx", "lldp_tx", "pause_tx", "resume_tx",
+                 "pfc_rx_frames")
+
+    def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int,
+                 td: TimeDilation, qos=None, queue_limit_bytes: int = 10_000_000,
+                 seed: int = 1) -> None:
+        self.name = cfg.ifname
+        self.cfg = cfg
+        self.sock = sock
+        self.fd = sock.fileno() if sock else -1
+        self.mac = mac_bytes(cfg.mac)
+        self.vlan = cfg.vlan
+        self.shaper = Shaper(cfg.lab_bps, mtu=mtu)
+        rng = random.Random(f"{seed}:{cfg.ifname}").random
+        qcfg = EgressQosConfig.from_qos(qos) if qos is not None else plain_queuing(
+            queue_limit_bytes, mtu)
+        self.queues = PortQueues(qcfg, rng=rng)
+        self.delay = cfg.delay_lab_s
+        self.inflight: collections.deque[tuple[float, bytes]] = collections.deque()
+        self.ctrl: collections.deque[tuple[float, bytes]] = collections.deque()
+        self.rx_packets = self.rx_bytes = self.tx_packets = self.tx_bytes = 0
+        self.drops: dict[str, int] = {}
+        model = cfg.model_bps
+        self.pause = EgressPause(model, td)
+        if qos is not None:
+            self.ingress = IngressPfc(PfcConfig.from_qos(qos, cfg.ifname), self.mac, model, td)
+            self.watchdog = (PfcWatchdog(WatchdogConfig.from_qos(qos), td, cfg.ifname)
+                             if qos.watchdog_on(cfg.ifname) else None)
+            self.pfc_mode = qos.port(cfg.ifname).pfc_mode
+        else:
+            self.ingress = IngressPfc(PfcConfig(no_drop=()), self.mac, model, td)
+            self.watchdog = None
+            self.pfc_mode = "off"
+        # operational lossless priorities: mode on = configured; auto = after LLDP/DCBX
+        self.pfc_active: frozenset[int] = frozenset(
+            p for p in range(8) if self.ingress.enabled[p]) if self.pfc_mode == "on" else frozenset()
+        self.set_pfc_active(self.pfc_active)
+        self.neighbor = None
+        self.neighbor_seen = 0.0
+        self.lldp_rx = self.lldp_tx = 0
+        self.pause_tx = [0] * 8
+        self.resume_tx = [0] * 8
+        self.pfc_rx_frames = 0
+
+    def set_pfc_active(self, prios: frozenset[int]) -> None:
+        """Enable PFC accounting for these priorities (subset of the configured no-drop)."""
+        configured = set(self.ingress.cfg.no_drop)
+        self.pfc_active = frozenset(p for p in prios if p in configured)
+        for p in range(8):
+            self.ingress.enabled[p] = p in self.pfc_active
+
+    def drop(self, reason: str) -> None:
+        """Count a frame dropped at this port (not in a queue)."""
+        self.drops[reason] = self.drops.get(reason, 0) + 1
+
+    def send_ctrl(self, frame: bytes, now: float) -> None:
+        """Queue a MAC control frame (PFC, LLDP): it bypasses the data queues and the
+        shaper and reaches the peer after the propagation delay."""
+        self.ctrl.append((now + self.delay, frame))
+
+    def paused_mask(self, now: float) -> int:
+        """Priorities this port must not transmit now (pauses received, watchdog)."""
+        m = self.pause.paused_mask(now)
+        if self.watchdog is not None:
+            m = self.watchdog.effective_mask(m)
+        return m
+
+    # -- reporting -------------------------------------------------------------------
+    def counters(self, now: float) -> dict:
+        """Counters snapshot (the metrics contract: rx/tx, drops, queues, pfc)."""
+        qc = self.queues.counters()
+        ep = self.pause.counters(now)
+        mask = ep["paused_mask"]
+        queue_drops = {}
+        for q in qc:
+            for reason, n in q["drops"].items():
+                queue_drops[reason] = queue_drops.get(reason, 0) + n
+        drops = dict(self.drops)
+        for reason, n in queue_drops.items():
+            drops[reason] = drops.get(reason, 0) + n
+        return {"rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes,
+                "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
+                "drops": drops, "queue_bytes": self.queues.bytes,
+                "max_queue_bytes": max(q["max_depth_bytes"] for q in qc),
+                "model_bps": self.cfg.model_bps, "lab_bps": self.cfg.lab_bps,
+                "peer": self.cfg.peer,
+                "queues": {str(q["queue"]): {**q, "ecn_marks": q["ecn_marked"],
+                                              "tx_bytes": q["dequeued_bytes"]} for q in qc},
+                "pfc": {"mode": self.pfc_mode, "active": sorted(self.pfc_active),
+                        "pause_tx": list(self.pause_tx), "resume_tx": list(self.resume_tx),
+                        "pause_rx": ep["pauses_rx"], "resume_rx": ep["resumes_rx"],
+                        "paused": [bool(mask >> p & 1) for p in range(8)],
+                        "paused_model_s": ep["paused_model_s"],
+                        "ingress": self.ingress.counters(),
+                        "watchdog": self.watchdog.counters() if self.watchdog else None}}
+
+    def show_state(self, now: float) -> dict:
+        """This port's part of the `switch_agent.show` state dict."""
+        qc = self.queues.counters()
+        ing = self.ingress.counters()
+        ep = self.pause.counters(now)
+        wd = self.watchdog.counters() if self.watchdog else None
+        wd_state = "off" if wd is None else ("storm" if wd["stormed"] else
+                                             "restored" if any(wd["storms_restored"]) else "ok")
+        return {
+            "queues": {str(q["queue"]): {
+                "depth_bytes": q["depth_bytes"], "max_depth_bytes": q["max_depth_bytes"],
+                "enq_pkts": q["enqueued"], "enq_bytes": q["enqueued_bytes"],
+                "tx_pkts": q["dequeued"], "tx_bytes": q["dequeued_bytes"],
+                "ecn_marked": q["ecn_marked"], "drops": q["drops"]} for q in qc},
+            "ingress": {str(p): {"bytes": ing["held_bytes"][p], "xoff": p in ing["paused"]}
+                        for p in range(8) if self.ingress.enabled[p] or ing["held_bytes"][p]},
+            "pfc": {"mode": self.pfc_mode, "active": sorted(self.pfc_active),
+                    "paused": [p for p in range(8) if ep["paused_mask"] >> p & 1],
+                    "rx_pause": {str(p): ep["pauses_rx"][p] for p in range(8)},
+                    "tx_pause": {str(p): self.pause_tx[p] for p in range(8)},
+                    "watchdog": {"enabled": wd is not None, "state": wd_state,
+                                 "storms": sum(wd["storms_detected"]) if wd else 0,
+                                 "dropped": sum(wd["dropped"]) if wd else 0}},
+        }

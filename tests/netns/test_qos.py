@@ -1,0 +1,178 @@
+"""Switch QoS in real namespaces (root), book ch.11: ECN marking under incast, PFC pause
+frames that tshark decodes, no drops in the no-drop class (and drops without PFC),
+default class dropped not paused, CNP class latency, the PFC cascade of Figure 11-5,
+the PFC watchdog."""
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import topologies
+from emu.capture import Captures
+from emu.net import FabricNet
+from switch_agent.qos_config import InterfaceQos, QosConfig, Watchdog
+
+pytestmark = pytest.mark.netns
+ROOT = Path(__file__).resolve().parents[2]
+FRAME = 4170  # a RoCE-sized frame: 4096 B payload + headers
+
+
+def blast(fnet, src, dst, seconds, dscp=24, ecn=2, rate_factor=1.0, honor=True):
+    """rawgen from GPU src to GPU dst at the host link's lab rate, honouring PFC."""
+    fab = fnet.fabric
+    s, d = fab.gpus[src], fab.gpus[dst]
+    dst_mac = d.mac if s.rail == d.rail else s.gateway_mac
+    rate = rate_factor * fnet.td.lab_rate(fab.link_of(s.host, s.nic).model_bps)
+    argv = [sys.executable, "-m", "traffic.rawgen", "--iface", s.nic, "--src-ip", s.ip,
+            "--dst-ip", d.ip, "--dst-mac", dst_mac, "--size", str(FRAME), "--rate", str(rate),
+            "--duration", str(seconds), "--dscp", str(dscp), "--ecn", str(ecn),
+            "--dport", "4791", "--sport", str(49152 + hash(src) % 1000),
+            "--tdf", str(fab.tdf), "--model-rate", str(fab.link_of(s.host, s.nic).model_bps)]
+    if honor:
+        argv.append("--honor-pfc")
+    return fnet.host(s.host).popen(argv, cwd=str(ROOT), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+
+
+def results(procs):
+    out = []
+    for p in procs:
+        o, e = p.communicate(timeout=60)
+        assert p.returncode == 0, e
+        out.append(json.loads(o))
+    return out
+
+
+def port(fnet, sw, ifname):
+    return fnet.counters(sw)["ports"][ifname]
+
+
+def q3_drops(c):
+    return sum(c["queues"]["3"]["drops"].values())
+
+
+@pytest.fixture(scope="module")
+def fnet():
+    with FabricNet(topologies.load("rail2x4"), qos=QosConfig()) as f:
+        assert f.wait_pfc() == {}
+        yield f
+
+
+def reset(fnet):
+    for s in fnet.fabric.switches():
+        fnet.agent_request(s.name, {"cmd": "reset"})
+
+
+def test_incast_marks_ecn_and_pfc_prevents_drops(fnet, tmp_path):
+    if shutil.which("tshark") is None:
+        pytest.skip("needs tshark")
+    caps = Captures(tmp_path, bound_kb=5000)
+    caps.start(fnet, [("h1", "nic1")])
+    before = port(fnet, "rail1", "eth4")
+    procs = [blast(fnet, g, "h4g1", 6) for g in ("h1g1", "h2g1", "h3g1")]
+    time.sleep(4)
+    ping = fnet.host("h1").cmd("ping -n -c 5 -i 0.2 -Q 0xc0 -I 10.0.1.11 10.0.1.14")
+    sent = results(procs)
+    caps.stop()
+    after = port(fnet, "rail1", "eth4")
+    q = after["queues"]["3"]
+    assert q["ecn_marks"] > before["queues"]["3"]["ecn_marks"]
+    assert q["max_depth_bytes"] > 150_000  # marks come once depth passes WRED min
+    assert q3_drops(after) == q3_drops(before) == 0  # no-drop class: nothing lost
+    ingress = [port(fnet, "rail1", f"eth{i}")["pfc"]["pause_tx"][3] for i in (1, 2, 3)]
+    assert sum(ingress) > 0
+    assert sum(s["pfc_rx"] for s in sent) > 0 and sum(s["paused_s"] for s in sent) > 0
+    # the pause frames on h1's link decode in tshark as PFC (CBFC) with C3 set
+    out = subprocess.run(["tshark", "-r", str(tmp_path / "h1-nic1.pcap"), "-Y", "macc.opcode == 0x0101",
+                          "-T", "fields", "-e", "eth.dst", "-e", "macc.cbfc.enbv.c3",
+                          "-e", "macc.cbfc.pause_time.c3"], capture_output=True, text=True,
+                         timeout=60).stdout.split("\n")
+    rows = [r.split("\t") for r in out if r]
+    assert rows, "no PFC frame in the capture"
+    assert rows[0][0] == "01:80:c2:00:00:01" and rows[0][1] in ("1", "True")
+    assert {r[2] for r in rows} >= {"65535"}
+    # CNP class (DSCP 48, strict queue 7) keeps a low latency under queue-3 congestion:
+    # a few frame times of the 40 Mbps lab link, not the seconds queue 3 holds
+    rtts = [float(x.split("time=")[1].split()[0]) for x in ping.splitlines() if "time=" in x]
+    assert rtts and min(rtts) < 60, ping
+    depth_s = q["max_depth_bytes"] * 8 / fnet.td.lab_rate(200e9)
+    assert depth_s > 0.2
+
+
+def test_without_pfc_the_same_incast_drops():
+    qos = QosConfig(default_interface=InterfaceQos(pfc_mode="off"))
+    q = list(qos.queuing.queues)
+    q[3] = dataclasses.replace(q[3], limit_bytes=1_000_000)
+    qos = dataclasses.replace(qos, queuing=dataclasses.replace(qos.queuing, queues=tuple(q)))
+    with FabricNet(topologies.load("rail1x4", spines=0), qos=qos) as f:
+        procs = [blast(f, g, "h4g1", 3) for g in ("h1g1", "h2g1", "h3g1")]
+        results(procs)
+        c = port(f, "rail1", "eth4")
+        assert c["queues"]["3"]["drops"].get("queue_full", 0) > 0
+        assert sum(port(f, "rail1", f"eth{i}")["pfc"]["pause_tx"][3] for i in (1, 2, 3)) == 0
+
+
+def test_default_class_is_dropped_not_paused(fnet):
+    reset(fnet)
+    procs = [blast(fnet, g, "h4g2", 4, dscp=0, ecn=0) for g in ("h1g2", "h2g2", "h3g2")]
+    results(procs)
+    c = port(fnet, "rail2", "eth4")
+    assert c["queues"]["0"]["drops"].get("queue_full", 0) > 0
+    for i in (1, 2, 3):
+        assert sum(port(fnet, "rail2", f"eth{i}")["pfc"]["pause_tx"]) == 0
+
+
+def test_cross_rail_incast_cascades_rail_spine_rail_hosts(fnet, tmp_path):
+    """Figure 11-5: the congested Rail-1 port pauses the spines, the spines pause Rail-2,
+    Rail-2 pauses the senders - in that order (first pause frame on each link)."""
+    time.sleep(2)  # let earlier queues drain
+    watch = [("spine1", "eth1"), ("spine2", "eth1"), ("rail2", "eth5"), ("rail2", "eth6"),
+             ("h1", "nic2"), ("h2", "nic2"), ("h3", "nic2")]
+    caps = Captures(tmp_path, bound_kb=5000)
+    caps.start(fnet, watch)
+    procs = [blast(fnet, g, "h4g1", 8) for g in ("h1g2", "h2g2", "h3g2")]
+    results(procs)
+    caps.stop()
+    first = {}
+    for node, ifname in watch:
+        out = subprocess.run(["tshark", "-r", str(caps.path(node, ifname)), "-Y",
+                              "macc.opcode == 0x0101 && macc.cbfc.pause_time.c3 > 0", "-T",
+                              "fields", "-e", "frame.time_epoch"], capture_output=True,
+                             text=True, timeout=60).stdout.split()
+        if out:
+            first[(node, ifname)] = float(out[0])
+    rail_to_spine = min(v for k, v in first.items() if k[0].startswith("spine"))
+    spine_to_rail2 = min(v for k, v in first.items() if k[0] == "rail2")
+    rail2_to_hosts = min(v for k, v in first.items() if k[0].startswith("h"))
+    print({f"{n}:{i}": round(t - rail_to_spine, 3) for (n, i), t in first.items()})
+    assert rail_to_spine < spine_to_rail2 < rail2_to_hosts, first
+    assert q3_drops(port(fnet, "rail1", "eth4")) == 0
+
+
+def test_watchdog_trips_on_a_host_that_never_stops_pausing():
+    qos = dataclasses.replace(QosConfig(), watchdog=Watchdog(detect_s="1ms", restore_s="1ms"))
+    fab = topologies.load("rail1x2", spines=0, tdf=1000)  # 1 ms model = 1 s lab
+    with FabricNet(fab, qos=qos) as f:
+        assert f.wait_pfc() == {}
+        storm = ("import socket,time\nfrom switch_agent.pfc import pause_frame\n"
+                 "from traffic.rawgen import iface_mac\n"
+                 "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW); s.bind(('nic1',0))\n"
+                 "f=pause_frame(iface_mac('nic1'),3,0xFFFF); t=time.monotonic()\n"
+                 "while time.monotonic()-t<6:\n    s.send(f); time.sleep(0.05)\n")
+        stormer = f.host("h2").popen([sys.executable, "-c", storm], cwd=str(ROOT))
+        lossless = blast(f, "h1g1", "h2g1", 5, rate_factor=0.5, honor=False)
+        other = blast(f, "h1g1", "h2g1", 5, dscp=0, ecn=0, rate_factor=0.3, honor=False)
+        results([lossless, other])
+        stormer.wait(20)
+        c = port(f, "rail1", "eth2")
+        wd = c["pfc"]["watchdog"]
+        assert wd["storms_detected"][3] >= 1 and wd["dropped"][3] > 0
+        assert any("PFC storm detected" in e for e in f.counters("rail1")["events"])
+        # priority 0 kept flowing through the storm
+        assert c["queues"]["0"]["dequeued"] > 100

@@ -1,0 +1,201 @@
+"""The agent's QoS pipeline with in-memory ports: classification, WRED-ECN, PFC pause and
+resume, pause honouring per priority, watchdog, LLDP/DCBX (book ch.11)."""
+
+import dataclasses
+
+from switch_agent.agent import Agent
+from switch_agent.config import AgentConfig, PortConfig
+from switch_agent.forward import FibRoute
+from switch_agent.lldp import build_lldp_frame
+from switch_agent.pfc import is_pfc, parse_pfc, pause_frame
+from switch_agent.qos_config import InterfaceQos, QosConfig, Watchdog
+from traffic.rawgen import build_frame
+
+ROUTER = "02:00:00:00:05:00"
+H = ["02:00:00:00:01:01", "02:00:00:00:02:01", "02:00:00:00:03:01", "02:00:00:00:04:01"]
+
+
+class FakeSock:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, frame):
+        self.sent.append(frame)
+        return len(frame)
+
+
+def mac(s):
+    return bytes.fromhex(s.replace(":", ""))
+
+
+def qos(mode="on", **wd):
+    q = QosConfig(default_interface=InterfaceQos(pfc_mode=mode))
+    if wd:
+        q = dataclasses.replace(q, watchdog=Watchdog(**wd))
+    return q.to_dict()
+
+
+def make_agent(q=None, rate=8e6):
+    """4 host ports on one rail VLAN; 8 Mbit/s lab = 1 MB/s per port; TDF 1000."""
+    ports = tuple(PortConfig(f"eth{i + 1}", ROUTER, 200e9, rate, 0.0, 101, f"h{i + 1}:nic1")
+                  for i in range(4))
+    cfg = AgentConfig("rail1", 1000.0, "/nonexistent", ports,
+                      svi={"vlan101": {m: f"eth{i + 1}" for i, m in enumerate(H)}},
+                      qos=q if q is not None else qos())
+    a = Agent(cfg, open_sockets=False)
+    for p in a.ports.values():
+        p.sock = FakeSock()
+    a.install_fib([FibRoute("10.0.1.0/24", ((None, "vlan101"),))], {}, {"10.0.1.1": "vlan101"})
+    a.next_lldp = float("inf")
+    return a
+
+
+def frame(src, dst, size=9000, dscp=24, ecn=2):
+    return bytes(build_frame(mac(H[src]), mac(H[dst]), f"10.0.1.{11 + src}", f"10.0.1.{11 + dst}",
+                             size, dscp=dscp, ecn=ecn))
+
+
+def sent(a, port):
+    return a.ports[port].sock.sent
+
+
+def test_classification_to_queues():
+    a = make_agent()
+    a.on_frame(a.ports["eth1"], frame(0, 3, dscp=24), 0.0)
+    a.on_frame(a.ports["eth1"], frame(0, 3, dscp=48), 0.0)
+    a.on_frame(a.ports["eth1"], frame(0, 3, dscp=0), 0.0)
+    depth = [len(f) for f in a.ports["eth4"].queues.fifo]
+    assert depth[3] == 1 and depth[7] == 1 and depth[0] == 1
+    a.service(0.0)
+    # strict queue 7 (CNP class) leaves first
+    assert a.ports["eth4"].inflight[0][1][15] >> 2 == 48
+
+
+def test_wred_marks_ce_past_min_and_not_below():
+    a = make_agent()
+    for _ in range(200):  # 1.8 MB into a 1 MB/s port, no time passes: depth grows
+        a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
+    pq = a.ports["eth4"].queues
+    ecn = [f[15] & 3 for f, _ in pq.fifo[3]]
+    first_ce = ecn.index(3)
+    assert all(e == 2 for e in ecn[:first_ce])
+    assert first_ce * 9000 >= 150_000  # nothing marked below WRED min
+    assert pq.marks[3] == ecn.count(3) > 0
+
+
+def test_pfc_pause_above_xoff_and_resume_below_xon():
+    a = make_agent()
+    n_xoff = 3_200_000 // 9000 + 1
+    for _ in range(n_xoff + 5):
+        a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
+    a.flush(a.ports["eth1"], 0.0)
+    pauses = [f for f in sent(a, "eth1") if is_pfc(f)]
+    assert len(pauses) == 1
+    vec, quanta = parse_pfc(pauses[0])
+    assert vec == 0x08 and quanta[3] == 0xFFFF and pauses[0][:6] == mac("01:80:c2:00:00:01")
+    # drain eth4 at 1 MB/s: below xON (100 KB) a resume (quanta 0) goes upstream
+    t = 0.0
+    while a.ports["eth4"].queues.packets and t < 10:
+        a.service(t)
+        t += 0.001
+    resumes = [f for f in sent(a, "eth1") if is_pfc(f) and parse_pfc(f)[1][3] == 0]
+    assert len(resumes) == 1
+    assert a.ports["eth1"].pause_tx[3] >= 1 and a.ports["eth1"].resume_tx[3] == 1
+
+
+def test_no_pause_for_default_class_it_drops_at_the_limit():
+    a = make_agent()
+    for _ in range(1200):  # 10.8 MB of DSCP 0 into queue 0 (limit 10 MB)
+        a.on_frame(a.ports["eth1"], frame(0, 3, dscp=0, ecn=0), 0.0)
+    a.flush(a.ports["eth1"], 0.0)
+    assert not [f for f in sent(a, "eth1") if is_pfc(f)]
+    assert a.ports["eth4"].queues.drops[0].get("queue_full", 0) > 0
+
+
+def test_received_pause_stops_only_that_priority():
+    a = make_agent()
+    p4 = a.ports["eth4"]
+    a.on_frame(p4, pause_frame(mac(H[3]), 3, 0xFFFF), 0.0)
+    for _ in range(3):
+        a.on_frame(a.ports["eth1"], frame(0, 3, dscp=24), 0.0)
+        a.on_frame(a.ports["eth1"], frame(0, 3, dscp=0, ecn=0), 0.0)
+    t = 0.0
+    while t < 0.05:  # 0xFFFF at 200G = 167.8 us model = 0.168 s lab at TDF 1000
+        a.service(t)
+        t += 0.001
+    out = [f[15] >> 2 for f in sent(a, "eth4")]
+    assert out == [0, 0, 0] and p4.queues.qbytes[3] == 27000
+    while t < 0.3:  # the pause expires by itself
+        a.service(t)
+        t += 0.001
+    assert [f[15] >> 2 for f in sent(a, "eth4")] == [0, 0, 0, 24, 24, 24]
+
+
+def test_resume_frame_restarts_at_once():
+    a = make_agent()
+    p4 = a.ports["eth4"]
+    a.on_frame(p4, pause_frame(mac(H[3]), 3, 0xFFFF), 0.0)
+    a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
+    a.service(0.001)
+    assert sent(a, "eth4") == []
+    a.on_frame(p4, pause_frame(mac(H[3]), 3, 0), 0.002)
+    for t in (0.002, 0.02):
+        a.service(t)
+    assert len(sent(a, "eth4")) == 1
+    c = p4.counters(0.02)["pfc"]
+    assert c["pause_rx"][3] == 1 and c["resume_rx"][3] == 1
+
+
+def test_watchdog_declares_storm_and_drops():
+    a = make_agent(qos(detect_s="1us", restore_s="20us", action="drop"))  # 1 ms / 20 ms lab
+    p4 = a.ports["eth4"]
+    for _ in range(5):
+        a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
+    t = 0.0
+    while t < 0.05:
+        if int(t * 1000) % 5 == 0:  # a host that never stops pausing
+            a.on_frame(p4, pause_frame(mac(H[3]), 3, 0xFFFF), t)
+        a.timers(t)
+        a.service(t)
+        t += 0.0005
+    wd = p4.watchdog.counters()
+    assert wd["storms_detected"][3] == 1 and wd["dropped"][3] >= 5
+    assert any("storm" in e for e in a.events)
+    # queue 0 keeps flowing meanwhile
+    a.on_frame(a.ports["eth1"], frame(0, 3, dscp=0, ecn=0), t)
+    a.on_frame(a.ports["eth1"], frame(0, 3, dscp=24), t)  # dropped while stormed
+    for dt in (0.0, 0.01, 0.02):
+        a.service(t + dt)
+    assert [f[15] >> 2 for f in sent(a, "eth4")] == [0]
+    assert p4.watchdog.counters()["dropped"][3] >= 6
+
+
+def test_pfc_auto_waits_for_dcbx_neighbour():
+    a = make_agent(qos(mode="auto"))
+    p1 = a.ports["eth1"]
+    assert p1.pfc_active == frozenset()
+    lldp = build_lldp_frame(mac(H[0]), mac(H[0]), "nic1", "h1", QosConfig())
+    a.on_frame(p1, lldp, 0.0)
+    assert p1.pfc_active == frozenset({3}) and p1.neighbor.system_name == "h1"
+    a.on_frame(p1, build_lldp_frame(mac(H[0]), mac(H[0]), "nic1", "h1", None), 0.1)
+    assert p1.pfc_active == frozenset()  # neighbour stopped advertising PFC
+
+
+def test_show_commands_answer_from_live_state():
+    from switch_agent import show
+
+    a = make_agent()
+    for _ in range(30):
+        a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
+    text = show.dispatch("show queuing interface eth4", a.show_state())
+    assert "eth4" in text and "270000" in text
+    assert "eth1" in show.dispatch("show interface priority-flow-control", a.show_state())
+
+
+def test_lldp_sent_on_every_port_by_the_timer():
+    a = make_agent()
+    a.next_lldp = 0.0
+    a.timers(0.0)
+    a.service(0.0)
+    for p in a.ports.values():
+        assert [f[12:14] for f in p.sock.sent] == [b"\x88\xcc"]
