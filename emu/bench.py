@@ -113,3 +113,65 @@ def fabric_load(tdfs=(1000.0, 2000.0, 5000.0), duration: float = 5.0,
               f"{delivered / 1e6:>15.1f} {delivered / offered if offered else 0:>18.3f} "
               f"{drops:>12.0f}", flush=True)
     return 0
+
+
+class _NullSock:
+    """Swallows frames: measures the pipeline, not the system calls."""
+
+    def send(self, frame: bytes) -> int:
+        return len(frame)
+
+
+def switch_pipeline(n: int = 200_000) -> int:
+    """Per-packet cost of the agent's pipeline, QoS on (book) vs plain forwarding, for
+    switched (intra-rail) and routed (cross-rail) RoCE-sized frames, in one process."""
+    import math
+
+    from switch_agent.agent import Agent
+    from switch_agent.config import AgentConfig, PortConfig
+    from switch_agent.forward import FibRoute, mac_bytes
+    from switch_agent.qos_config import InterfaceQos, QosConfig
+    from traffic.rawgen import build_frame
+
+    router, h1, h2, spine = ("02:00:00:00:05:00", "02:00:00:00:01:01", "02:00:00:00:02:01",
+                             "02:00:00:00:07:01")
+    ports = (PortConfig("eth1", router, 200e9, math.inf, 0.0, 101, "h1:nic1"),
+             PortConfig("eth2", router, 200e9, math.inf, 0.0, 101, "h2:nic1"),
+             PortConfig("eth5", "02:00:00:00:05:05", 400e9, math.inf, 0.0, None, "spine1:eth1"))
+    frames = {
+        "switched": bytes(build_frame(mac_bytes(h1), mac_bytes(h2), "10.0.1.11", "10.0.1.12",
+                                      ROCE_FRAME, dport=4791, dscp=24, ecn=2)),
+        "routed": bytes(build_frame(mac_bytes(h1), mac_bytes(router), "10.0.1.11", "10.0.2.14",
+                                    ROCE_FRAME, dport=4791, dscp=24, ecn=2)),
+    }
+    qos = QosConfig(default_interface=InterfaceQos(pfc_mode="on")).to_dict()
+    res = {}
+    for mode, q in (("plain", None), ("qos", qos)):
+        cfg = AgentConfig("rail1", 5000.0, "/nonexistent", ports,
+                          svi={"vlan101": {h1: "eth1", h2: "eth2"}}, qos=q)
+        a = Agent(cfg, open_sockets=False)
+        for p in a.ports.values():
+            p.sock = _NullSock()
+        a.install_fib([FibRoute("10.0.1.0/24", ((None, "vlan101"),)),
+                       FibRoute("10.0.2.0/24", (("172.16.1.1", "eth5"),))],
+                      {("vlan101", "10.0.1.12"): h2, ("eth5", "172.16.1.1"): spine},
+                      {"10.0.1.1": "vlan101"})
+        a.next_lldp = math.inf
+        inp = a.ports["eth1"]
+        for kind, f in frames.items():
+            t0 = time.perf_counter()
+            for i in range(n):
+                a.on_frame(inp, f, 0.0)
+                if i & 15 == 15:
+                    a.service(0.0)
+            a.service(0.0)
+            res[(mode, kind)] = (time.perf_counter() - t0) / n
+    print(f"bench switch: agent pipeline per frame ({ROCE_FRAME}-byte DSCP 24 ECT frames, "
+          f"{n} each, rx->classify->PFC->WRED->queue->schedule->shape->tx, no system calls)")
+    print(f"{'path':<9} {'plain us/pkt':>13} {'plain pps':>10} {'qos us/pkt':>11} "
+          f"{'qos pps':>9} {'qos/plain':>10}")
+    for kind in frames:
+        p, q = res[("plain", kind)], res[("qos", kind)]
+        print(f"{kind:<9} {p * 1e6:>13.2f} {1 / p:>10.0f} {q * 1e6:>11.2f} {1 / q:>9.0f} "
+              f"{q / p:>10.2f}")
+    return 0

@@ -89,8 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also runs whose emu process is still alive")
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
-    p.add_argument("what", choices=["forward", "tdf"],
-                   help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF")
+    p.add_argument("what", choices=["forward", "tdf", "switch"],
+                   help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
+                        "switch: per-packet cost of the pipeline, QoS on vs off")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     return ap
 
@@ -275,6 +276,8 @@ def cmd_bench(args) -> int:
     """`emu bench ...`."""
     from emu import bench
 
+    if args.what == "switch":
+        return bench.switch_pipeline()
     if os.geteuid() != 0:
         print("emu bench needs root: try `sudo python -m emu bench forward`", file=sys.stderr)
         return 2
