@@ -14,6 +14,7 @@ import time
 
 import topologies
 from emu.net import FabricNet
+from switch_agent.qos_config import QosConfig
 
 TCP_OVERHEAD = 20 + 20 + 12  # IPv4 + TCP + timestamps option
 
@@ -82,7 +83,7 @@ def fabric_load(tdfs=(1000.0, 2000.0, 5000.0), duration: float = 5.0,
         fab = topologies.load(topo, tdf=tdf)
         gpus = fab.gpu_list()
         hosts = sorted({g.host for g in gpus}, key=lambda h: int(h[1:]))
-        with FabricNet(fab) as fnet:
+        with FabricNet(fab, qos=QosConfig()) as fnet:  # the book's QoS, as `emu run`
             procs = []
             for g in gpus:
                 nxt = hosts[(hosts.index(g.host) + 1) % len(hosts)]

@@ -1,0 +1,193 @@
+"""RoCEv2 packet formats as Scapy layers: the source of truth for every frame on the fabric.
+
+Book ch.9 (Figure 9-5: Eth / IP / UDP 4791 / IB BTH / RETH / data; P_Key 0x8012, QP
+0x12345678, PSN 0x000abc), ch.11 (Figure 11-3: data with DSCP 24 + ECT, CNP with DSCP 48)
+and ch.12 (Figures 12-1..12-3 WRITE FIRST/MIDDLE/LAST, Figure 12-7 WRITE ONLY with a
+RETH in every packet). Formats from the InfiniBand Architecture Specification Vol. 1
+(ch.9.2-9.5: BTH, RETH, AETH, ImmDt; Table 38 opcodes) and its RoCEv2 annex A17 (UDP
+port 4791, the ICRC over an IP pseudo-header, the CNP).
+
+`scapy.contrib.roce` already provides BTH (with the ICRC computed in its post_build),
+AETH (bound to ACK 0x11) and the CNP's 16 reserved bytes (`CNPPadding`, bound to 0x81).
+This module adds RETH and ImmDt as Scapy layers bound to BTH by opcode, the opcode
+constants, and `scapy_frame`, the reference builder every byte template
+(`traffic.templates`) is tested against.
+
+Choices, fixed here so that templates and Scapy agree byte for byte:
+* IPv4: identification 0 and DF set (RoCEv2 is never fragmented; the path MTU is
+  negotiated), TTL 64, no options.
+* TOS: data and ACKs DSCP 24 + ECN 10 (ECT(0)); CNPs DSCP 48 + ECN 10 too, as the
+  ConnectX-4 Lx CNP captured in Scapy's roce tests (TOS 0xc2): an ECT CNP crossing a
+  WRED queue is marked rather than dropped (CNPs normally ride strict queue 7, no WRED).
+* UDP checksum 0 (allowed for IPv4 and what RoCEv2 NICs send; the ICRC protects the
+  payload); UDP source port always explicit (flow entropy per QP pair, see `udp_sport`;
+  Scapy's default 53 would make Wireshark decode DNS).
+* Payloads that are not a multiple of 4 bytes are padded with zero bytes and BTH
+  padcount says how many (IBA 9.2: the pad aligns the payload to 4 bytes; the pad is
+  covered by the ICRC). Scapy does not do this itself; `scapy_frame` does.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from scapy.contrib.roce import AETH, BTH, CNP_OPCODE, CNPPadding
+from scapy.fields import IntField, XIntField, XLongField
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet, Raw, bind_bottom_up, bind_layers
+
+__all__ = ["RETH", "ImmDt", "AETH", "BTH", "CNPPadding", "ROCE_UDP_PORT", "OP_WRITE_FIRST",
+           "OP_WRITE_MIDDLE", "OP_WRITE_LAST", "OP_WRITE_LAST_IMM", "OP_WRITE_ONLY",
+           "OP_WRITE_ONLY_IMM", "OP_READ_REQUEST", "OP_ACK", "OP_CNP", "RETH_OPCODES",
+           "IMM_OPCODES", "AETH_OPCODES", "DATA_DSCP", "DATA_ECN", "CNP_DSCP", "CNP_ECN",
+           "ECN_CE", "IP_ID", "IP_FLAGS_DF", "DEFAULT_TTL", "pad_count", "udp_sport",
+           "scapy_frame", "scapy_cnp", "icrc_reference", "icrc_of"]
+
+ROCE_UDP_PORT = 4791  #: RoCEv2 UDP destination port (IANA, annex A17)
+
+# BTH opcodes of the RC transport (IBA Table 38) and the RoCEv2 CNP (annex A17.9.2).
+OP_WRITE_FIRST = 0x06
+OP_WRITE_MIDDLE = 0x07
+OP_WRITE_LAST = 0x08
+OP_WRITE_LAST_IMM = 0x09
+OP_WRITE_ONLY = 0x0A
+OP_WRITE_ONLY_IMM = 0x0B
+OP_READ_REQUEST = 0x0C
+OP_ACK = 0x11
+OP_CNP = CNP_OPCODE  # 0x81
+
+#: opcodes followed by a RETH (WRITE ONLY with IMM: RETH then ImmDt)
+RETH_OPCODES = frozenset({OP_WRITE_FIRST, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, OP_READ_REQUEST})
+#: opcodes carrying an ImmDt (SEND with immediate too: 0x03, 0x05)
+IMM_OPCODES = frozenset({OP_WRITE_LAST_IMM, OP_WRITE_ONLY_IMM, 0x03, 0x05})
+#: opcodes followed by an AETH (RC ACK; Scapy also binds RD ACK 0x51)
+AETH_OPCODES = frozenset({OP_ACK})
+
+DATA_DSCP = 24  #: book ch.11: RoCEv2 data -> class ROCEv2 -> qos-group 3
+DATA_ECN = 0b10  #: ECT(0)
+CNP_DSCP = 48  #: book ch.11: CNP -> qos-group 7, strict priority
+CNP_ECN = 0b10  #: ECT(0), as ConnectX NICs send (see module docstring)
+ECN_CE = 0b11  #: Congestion Experienced
+IP_ID = 0  #: IPv4 identification of every RoCE frame
+IP_FLAGS_DF = 0x4000  #: flags/fragment word: DF set, offset 0
+DEFAULT_TTL = 64
+
+
+class RETH(Packet):
+    """RDMA Extended Transport Header (IBA 9.3.3): virtual address, R_Key, DMA length."""
+
+    name = "RETH"
+    fields_desc = [
+        XLongField("va", 0),
+        XIntField("rkey", 0),
+        IntField("dlen", 0),
+    ]
+
+    def guess_payload_class(self, payload: bytes):
+        """An ImmDt follows the RETH only in RDMA WRITE ONLY with Immediate."""
+        under = self.underlayer
+        if isinstance(under, BTH) and under.opcode == OP_WRITE_ONLY_IMM:
+            return ImmDt
+        return Raw
+
+
+class ImmDt(Packet):
+    """Immediate Data Extended Transport Header (IBA 9.3.6): 32 bits for the responder's CQE."""
+
+    name = "ImmDt"
+    fields_desc = [XIntField("imm", 0)]
+
+    def guess_payload_class(self, payload: bytes):
+        """Application payload follows."""
+        return Raw
+
+
+# Dissection by opcode (bottom-up); building BTH()/RETH() without an opcode picks WRITE
+# ONLY, BTH()/ImmDt() picks WRITE LAST with IMM (top-down, last binding wins).
+for _op in sorted(RETH_OPCODES - {OP_WRITE_ONLY}):
+    bind_bottom_up(BTH, RETH, opcode=_op)
+bind_layers(BTH, RETH, opcode=OP_WRITE_ONLY)
+for _op in sorted(IMM_OPCODES - RETH_OPCODES - {OP_WRITE_LAST_IMM}):
+    bind_bottom_up(BTH, ImmDt, opcode=_op)
+bind_layers(BTH, ImmDt, opcode=OP_WRITE_LAST_IMM)
+# AETH on ACK 0x11 and CNPPadding on 0x81 are bound by scapy.contrib.roce already.
+del _op
+
+
+def pad_count(payload_len: int) -> int:
+    """Pad bytes that align a payload to 4 bytes (BTH padcount, IBA 9.2)."""
+    return -payload_len & 3
+
+
+def udp_sport(src_qpn: int, dst_qpn: int) -> int:
+    """UDP source port of a QP pair, in 0xC000-0xFFFF (Linux rdma_get_udp_sport:
+    flow label from lqpn x rqpn folded to 14 bits)."""
+    v = (src_qpn & 0xFFFFFF) * (dst_qpn & 0xFFFFFF)
+    v ^= v >> 20
+    v ^= v >> 40
+    fl = v & 0xFFFFF
+    return ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14)) | 0xC000
+
+
+def scapy_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, opcode: int,
+                dqpn: int, psn: int, pkey: int = 0xFFFF, ackreq: bool = False,
+                reth: tuple[int, int, int] | None = None, imm: int | None = None,
+                aeth: tuple[int, int] | None = None, payload: bytes = b"",
+                dscp: int = DATA_DSCP, ecn: int = DATA_ECN, becn: bool = False,
+                ttl: int = DEFAULT_TTL) -> Packet:
+    """One RoCEv2 frame as a Scapy packet: Ether/IPv4/UDP 4791/BTH[/RETH][/ImmDt][/AETH]/data.
+
+    `reth` is (va, rkey, dlen), `aeth` (syndrome, msn). For a CNP (opcode 0x81) pass
+    `payload=bytes(16)` or use `scapy_cnp`. The ICRC is computed by Scapy's BTH."""
+    if not 0 <= sport <= 0xFFFF:
+        raise ValueError(f"sport: must be 0..65535, got {sport!r}")
+    if not 0 <= dscp < 64:
+        raise ValueError(f"dscp: must be 0..63, got {dscp!r}")
+    if not 0 <= ecn < 4:
+        raise ValueError(f"ecn: must be 0..3, got {ecn!r}")
+    pad = pad_count(len(payload)) if opcode != OP_CNP else 0
+    pkt = (Ether(src=src_mac, dst=dst_mac)
+           / IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ecn, id=IP_ID, flags="DF", ttl=ttl)
+           / UDP(sport=sport, dport=ROCE_UDP_PORT, chksum=0)
+           / BTH(opcode=opcode, padcount=pad, pkey=pkey, becn=int(becn), dqpn=dqpn,
+                 ackreq=int(ackreq), psn=psn))
+    if reth is not None:
+        va, rkey, dlen = reth
+        pkt /= RETH(va=va, rkey=rkey, dlen=dlen)
+    if imm is not None:
+        pkt /= ImmDt(imm=imm)
+    if aeth is not None:
+        syndrome, msn = aeth
+        pkt /= AETH(syndrome=syndrome, msn=msn)
+    if opcode == OP_CNP and not payload:
+        pkt /= CNPPadding()
+    elif payload or pad:
+        pkt /= Raw(bytes(payload) + bytes(pad))
+    return pkt
+
+
+def scapy_cnp(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, dqpn: int,
+              pkey: int = 0xFFFF, ttl: int = DEFAULT_TTL) -> Packet:
+    """A CNP to the sender's QP `dqpn`: opcode 0x81, BECN, 16 reserved bytes, DSCP 48."""
+    return scapy_frame(src_mac, dst_mac, src_ip, dst_ip, sport, OP_CNP, dqpn, 0, pkey=pkey,
+                       becn=True, dscp=CNP_DSCP, ecn=CNP_ECN, ttl=ttl)
+
+
+def icrc_reference(frame: bytes) -> int:
+    """The ICRC of an Ethernet/IPv4 (no options)/UDP/BTH frame, recomputed byte-wise as
+    Linux rxe_icrc.c does: 8 bytes of 1s for the LRH, IP TOS/TTL/checksum, UDP checksum
+    and BTH resv8a masked to 1s, CRC-32 up to the ICRC. Independent of Scapy's layers."""
+    ps = bytearray(b"\xff" * 8) + bytearray(frame[14:-4])
+    ps[8 + 1] = 0xFF            # IP TOS
+    ps[8 + 8] = 0xFF            # IP TTL
+    ps[8 + 10:8 + 12] = b"\xff\xff"  # IP header checksum
+    ps[8 + 26:8 + 28] = b"\xff\xff"  # UDP checksum
+    ps[8 + 28 + 4] = 0xFF       # BTH FECN/BECN/resv6
+    return zlib.crc32(ps) & 0xFFFFFFFF
+
+
+def icrc_of(frame: bytes) -> int:
+    """The ICRC stored in a frame's last 4 bytes (little-endian on the wire, as Scapy and rxe)."""
+    return struct.unpack_from("<I", frame, len(frame) - 4)[0]
