@@ -7,22 +7,11 @@ from switch_agent.config import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute
 from traffic.rawgen import build_frame
 
+from .fakes import FakeSock, mac
+
 ROUTER = "02:00:00:00:05:00"
 H1, H2 = "02:00:00:00:01:01", "02:00:00:00:02:01"
 SPINE1, SPINE2 = "02:00:00:00:07:01", "02:00:00:00:08:01"
-
-
-class FakeSock:
-    def __init__(self):
-        self.sent = []
-
-    def send(self, frame):
-        self.sent.append(frame)
-        return len(frame)
-
-
-def mac(s):
-    return bytes.fromhex(s.replace(":", ""))
 
 
 def make_agent(rate=200e6, limit=10_000_000, drop_rate=0.0, delay=0.0):

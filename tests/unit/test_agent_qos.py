@@ -11,21 +11,10 @@ from switch_agent.pfc import is_pfc, parse_pfc, pause_frame
 from switch_agent.qos_config import InterfaceQos, QosConfig, Watchdog
 from traffic.rawgen import build_frame
 
+from .fakes import FakeSock, mac
+
 ROUTER = "02:00:00:00:05:00"
 H = ["02:00:00:00:01:01", "02:00:00:00:02:01", "02:00:00:00:03:01", "02:00:00:00:04:01"]
-
-
-class FakeSock:
-    def __init__(self):
-        self.sent = []
-
-    def send(self, frame):
-        self.sent.append(frame)
-        return len(frame)
-
-
-def mac(s):
-    return bytes.fromhex(s.replace(":", ""))
 
 
 def qos(mode="on", **wd):
