@@ -65,18 +65,19 @@ def forward(duration: float = 5.0) -> int:
 ROCE_FRAME = 14 + 20 + 8 + 12 + 16 + 4096 + 4  # Eth/IPv4/UDP/BTH/RETH/4096 B/ICRC
 
 
-def fabric_load(tdfs=(1000.0, 2000.0, 5000.0), duration: float = 5.0,
-                topo: str = "rail2x4") -> int:
-    """Which TDF does this machine sustain? Every GPU NIC sends RoCE-sized frames at half
-    its host link's rate to the next host's GPU on another rail (every flow crosses
-    rail -> spine -> rail; at half rate no uplink is oversubscribed whatever ECMP picks,
-    so any loss is the machine falling behind); prints delivered / offered per TDF."""
+def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
+                topo: str = "rail2x4", load: float = 0.5) -> int:
+    """Which TDF does this machine sustain? Every GPU NIC sends RoCE-sized frames at
+    `load` x its host link's rate to the next host's GPU on another rail (every flow
+    crosses rail -> spine -> rail; at half rate no uplink is oversubscribed whatever ECMP
+    picks, so any loss is the machine falling behind); senders honour PFC; prints
+    delivered / offered per TDF."""
     import sys
     from pathlib import Path
 
     root = str(Path(__file__).resolve().parent.parent)
-    print(f"bench tdf: {topo}, every GPU sends {ROCE_FRAME}-byte frames at half its line rate "
-          f"to the next host's GPU on another rail, {duration:g} s per TDF")
+    print(f"bench tdf: {topo}, every GPU sends {ROCE_FRAME}-byte frames at {load:g} x its line "
+          f"rate to the next host's GPU on another rail, {duration:g} s per TDF")
     print(f"{'TDF':>6} {'lab link':>9} {'offered Mbps':>13} {'delivered Mbps':>15} "
           f"{'delivered/offered':>18} {'agent drops':>12}")
     for tdf in tdfs:
@@ -90,12 +91,14 @@ def fabric_load(tdfs=(1000.0, 2000.0, 5000.0), duration: float = 5.0,
                 rails = sorted({x.rail for x in gpus})
                 other = rails[(rails.index(g.rail) + 1) % len(rails)]
                 d = fab.gpus[f"{nxt}g{other}"]
-                rate = 0.5 * fnet.td.lab_rate(fab.link_of(g.host, g.nic).model_bps)
+                model = fab.link_of(g.host, g.nic).model_bps
+                rate = load * fnet.td.lab_rate(model)
                 procs.append(fnet.host(g.host).popen(
                     [sys.executable, "-m", "traffic.rawgen", "--iface", g.nic, "--src-ip", g.ip,
                      "--dst-ip", d.ip, "--dst-mac", g.gateway_mac, "--size", str(ROCE_FRAME),
                      "--rate", str(rate), "--duration", str(duration + 2), "--dscp", "24",
-                     "--ecn", "2", "--dport", "4791"],
+                     "--ecn", "2", "--dport", "4791", "--honor-pfc", "--tdf", str(tdf),
+                     "--model-rate", str(model)],
                     cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
             time.sleep(1.0)
             a = {s.name: fnet.counters(s.name) for s in fab.switches()}

@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
                         "switch: per-packet cost of the pipeline, QoS on vs off")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    p.add_argument("--load", type=float, default=0.5,
+                   help="bench tdf: offered load per NIC as a fraction of its line rate")
     return ap
 
 
@@ -282,7 +284,7 @@ def cmd_bench(args) -> int:
         print("emu bench needs root: try `sudo python -m emu bench forward`", file=sys.stderr)
         return 2
     if args.what == "tdf":
-        return bench.fabric_load(duration=args.duration)
+        return bench.fabric_load(duration=args.duration, load=args.load)
     return bench.forward(duration=args.duration)
 
 
