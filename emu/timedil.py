@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: Default time-dilation factor. A 200 Gbps model link runs at 40 Mbps in the lab. On a
-#: 2-core machine rail2x4 delivers 100 % of an all-NIC cross-rail load of half line
-#: rate at TDF 2000 but only 84 % at TDF 1000 (`python -m emu bench tdf`, README
-#: "Performance"); 5000 keeps full line rate on every NIC below what TDF 2000 sustained.
+#: 2-core machine rail2x4 with the book's QoS carries an all-NIC cross-rail load of half
+#: line rate without loss at TDF 5000 but loses 11 % at 2000 (`python -m emu bench tdf`,
+#: README "Performance"); at full line rate on every NIC, 5000 is at the edge.
 DEFAULT_TDF = 5000.0
 
 PFC_QUANTUM_BITS = 512  # IEEE 802.1Qbb: one pause quantum = 512 bit times
