@@ -52,9 +52,20 @@ def parse_ping(src: str, dst: str, text: str) -> PairResult:
                       min(rtts) if rtts else None)
 
 
-def expected_hops(fabric: Fabric, src: str, dst: str) -> int:
-    """Routers a packet crosses between two GPUs: 0 on one rail, 3 across rails."""
-    return 0 if fabric.gpus[src].rail == fabric.gpus[dst].rail else 3
+def expected_hops(fabric: Fabric, src: str, dst: str) -> int | None:
+    """Routers a packet crosses between two GPUs: 0 on one rail, 3 across rails; None
+    when the pair must not be reachable over the fabric (rail-only designs, ch.13:
+    cross-rail data first crosses NVLink to the GPU on the destination rail)."""
+    if fabric.gpus[src].rail == fabric.gpus[dst].rail:
+        return 0
+    has_spine = any(n.role == "spine" for n in fabric.switches())
+    return 3 if has_spine else None
+
+
+def as_expected(fabric: Fabric, r: PairResult) -> bool:
+    """Reachable on the expected path, or unreachable where the design says so."""
+    exp = expected_hops(fabric, r.src, r.dst)
+    return (not r.ok) if exp is None else (r.ok and r.hops == exp)
 
 
 def check_all(fnet, count: int = 3, timeout_s: float = 20.0, pairs=None) -> list[PairResult]:

@@ -36,7 +36,7 @@ def test_all_gpu_pairs_reach_each_other_on_the_expected_path(fnet):
     bad = [(r.src, r.dst) for r in results if not r.ok]
     assert not bad, f"unreachable: {bad}"
     for r in results:
-        assert r.hops == reach.expected_hops(fnet.fabric, r.src, r.dst), r
+        assert reach.as_expected(fnet.fabric, r), r
 
 
 def test_cross_rail_traverses_rail_spine_rail(fnet):
@@ -178,3 +178,10 @@ def test_error_during_build_tears_down(monkeypatch):
             pass
     assert nsutil.emu_namespaces(f.tag) == []
     assert not (nsutil.STATE_DIR / f.tag).exists()
+
+
+def test_rail_only_cross_rail_has_no_fabric_path():
+    with FabricNet(topologies.load("railonly2x4")) as f:
+        results = reach.check_all(f, count=1)
+        assert all(reach.as_expected(f.fabric, r) for r in results)
+        assert sum(r.ok for r in results) == 24  # 4 hosts x 3 peers x 2 rails
