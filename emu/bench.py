@@ -179,3 +179,29 @@ def switch_pipeline(n: int = 200_000) -> int:
         print(f"{kind:<9} {p * 1e6:>13.2f} {1 / p:>10.0f} {q * 1e6:>11.2f} {1 / q:>9.0f} "
               f"{q / p:>10.2f}")
     return 0
+
+
+def rnic(size: int = 32 << 20, tdf: float | None = None) -> int:
+    """Single-QP RDMA WRITE goodput through the emulated NICs (h1g1 -> rail1 -> h2g1) as a
+    fraction of the lab link rate, and frame build rate of the byte templates vs Scapy."""
+    from traffic.templates import bench_build
+    from traffic.workloads import rdma
+
+    tpl, scp = bench_build()
+    print(f"bench rnic: frame build (4096-byte WRITE ONLY with RETH and ICRC): template "
+          f"{tpl:,.0f} frames/s, Scapy {scp:,.0f} frames/s, template/Scapy {tpl / scp:.0f}x",
+          flush=True)
+    fab = topologies.from_dict({"gpus_per_host": 1, "hosts": 2, "spines": 0,
+                                "name": "bench-rnic", **({"tdf": tdf} if tdf else {})})
+    with FabricNet(fab) as fnet:
+        socks = fnet.start_nics(gpus=["h1g1", "h2g1"])
+        r = rdma.write(fab, socks, "h1g1", "h2g1", size)
+    lab = fnet.td.lab_rate(fab.link_of("h1", "nic1").model_bps)
+    payload = 4096 / (4096 + ROCE_FRAME - 4096 - 16)  # payload / frame of a MIDDLE packet
+    print(f"bench rnic: one QP, {size >> 20} MB RDMA WRITE h1g1 -> h2g1 at TDF {fab.tdf:g} "
+          f"(lab link {lab / 1e6:g} Mbps): {r['status']}, byte-exact {r['byte_exact']}, "
+          f"{r['seconds_lab']:.2f} s lab")
+    print(f"  goodput {r['goodput_model_bps'] / 1e9:.1f} Gbps model = {r['link_fraction']:.3f} "
+          f"of the lab link rate (payload/frame bound {payload:.3f}); retransmits "
+          f"{r['retransmits']}")
+    return 0 if r["status"] == "SUCCESS" else 1

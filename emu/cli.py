@@ -71,6 +71,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="size bound per capture file (default 20 MB; the capture stops there "
                         "and the summary says it was truncated)")
     p.add_argument("--quiet", action="store_true", help="only the summary")
+    p.add_argument("--workload", choices=["write", "incast"], default=None,
+                   help="after the reachability check, start one RDMA NIC per GPU and run: "
+                        "write (--src, --dst, --size) or incast (--to, --from, --size)")
+    p.add_argument("--src", default="h1g1", help="write: source GPU (default h1g1)")
+    p.add_argument("--dst", default="h4g2", help="write: target GPU (default h4g2)")
+    p.add_argument("--to", default="h4g1", help="incast: target GPU (default h4g1)")
+    p.add_argument("--from", dest="froms", default="h1g1,h2g1,h3g1",
+                   help="incast: comma-separated sender GPUs (default h1g1,h2g1,h3g1)")
+    p.add_argument("--size", default="16MB", help="bytes per write, e.g. 64MB (default 16MB)")
+    p.add_argument("--write-only", action="store_true",
+                   help="write: every packet WRITE ONLY with its own RETH (ch.12)")
+    p.add_argument("--dcqcn", default="paper", choices=["paper", "nvidia", "off"],
+                   help="NIC congestion control profile (default paper)")
 
     p = sub.add_parser("show-switch", help="ask a running switch agent an NX-OS show command",
                        description="Answered live by the agent of a running emu fabric, e.g. "
@@ -89,9 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also runs whose emu process is still alive")
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
-    p.add_argument("what", choices=["forward", "tdf", "switch"],
+    p.add_argument("what", choices=["forward", "tdf", "switch", "rnic"],
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
-                        "switch: per-packet cost of the pipeline, QoS on vs off")
+                        "switch: per-packet cost of the pipeline, QoS on vs off; rnic: "
+                        "one-QP RDMA WRITE goodput and frame build rate vs Scapy")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     p.add_argument("--load", type=float, default=0.5,
                    help="bench tdf: offered load per NIC as a fraction of its line rate")
@@ -133,6 +147,7 @@ def cmd_run(args) -> int:
     try:
         targets = capture.select(fab, args.pcap)
         qos = load_qos_arg(args.qos)
+        workload = _workload_args(args, fab)
     except ValueError as exc:
         print(f"emu: {exc}", file=sys.stderr)
         return 2
@@ -170,6 +185,10 @@ def cmd_run(args) -> int:
         n = len(fab.gpus)
         say(f"Checking reachability of all {n * (n - 1)} ordered GPU NIC pairs...", flush=True)
         results = reach.check_all(fnet)
+        wl = None
+        if workload is not None:
+            wl = _run_workload(fnet, args, workload)
+            print(wl["text"], flush=True)
         counters = {s.name: fnet.counters(s.name) for s in fab.switches()}
         if args.cli:
             from mininet.log import setLogLevel
@@ -195,8 +214,10 @@ def cmd_run(args) -> int:
                      for sw, c in counters.items()},
         "pcaps": pcaps,
         "unreachable_by_design": len(by_design),
-        "verdict": "pass" if results and not bad else "fail",
+        "verdict": "pass" if results and not bad and (wl is None or wl["ok"]) else "fail",
     }
+    if wl is not None:
+        summary["workload"] = {k: v for k, v in wl["result"].items() if k != "rate_samples"}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"\nSummary: {len(ok)}/{len(results)} GPU pairs reachable; "
           f"{len(ok) - len(wrong_path)} took the expected path "
@@ -221,6 +242,40 @@ def cmd_run(args) -> int:
               + (f"; truncated at the size bound: {', '.join(truncated)}" if truncated else ""))
     print(f"Verdict: {summary['verdict'].upper()}.  Run directory: {run_dir}")
     return 0 if summary["verdict"] == "pass" else 1
+
+
+def _workload_args(args, fab) -> dict | None:
+    """Validate --workload options before anything is built (ValueError names the bad one)."""
+    from emu.timedil import parse_size
+
+    if args.workload is None:
+        return None
+    if args.workload == "write":
+        named = [("--src", args.src), ("--dst", args.dst)]
+    else:
+        named = [("--to", args.to)] + [("--from", g) for g in args.froms.split(",") if g]
+    for opt, g in named:
+        if g not in fab.gpus:
+            raise ValueError(f"{opt}: no GPU {g!r} in {fab.name} (e.g. {next(iter(fab.gpus))})")
+    size = parse_size(args.size)
+    if not 0 < size < 1 << 31:
+        raise ValueError(f"--size: must be 1 B .. 2 GiB, got {args.size!r}")
+    return {"gpus": [g for _, g in named], "size": size}
+
+
+def _run_workload(fnet, args, w: dict) -> dict:
+    """Start the NICs of the GPUs involved and run the workload; result and verdict."""
+    from traffic.workloads import rdma
+
+    socks = fnet.start_nics(dcqcn=args.dcqcn, gpus=sorted(set(w["gpus"])))
+    if args.workload == "write":
+        r = rdma.write(fnet.fabric, socks, args.src, args.dst, w["size"],
+                       write_only=args.write_only)
+        ok = r["status"] == "SUCCESS" and r["byte_exact"]
+    else:
+        r = rdma.incast(fnet.fabric, socks, w["gpus"][0], w["gpus"][1:], w["size"])
+        ok = set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values())
+    return {"result": r, "ok": ok, "text": rdma.describe(r)}
 
 
 def load_qos_arg(text: str):
@@ -294,6 +349,8 @@ def cmd_bench(args) -> int:
         return 2
     if args.what == "tdf":
         return bench.fabric_load(duration=args.duration, load=args.load)
+    if args.what == "rnic":
+        return bench.rnic()
     return bench.forward(duration=args.duration)
 
 

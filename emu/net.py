@@ -189,6 +189,9 @@ class FabricNet:
         #: switch QoS (a switch_agent.qos_config.QosConfig); None = plain forwarding
         self.qos = qos
         self.host_procs: list = []
+        #: GPU name -> control socket of its NIC process (start_nics)
+        self.nic_sockets: dict[str, str] = {}
+        self._nic_procs: list = []
 
     # -- lifecycle -----------------------------------------------------------
     def __enter__(self) -> "FabricNet":
@@ -361,6 +364,54 @@ class FabricNet:
             self.host_procs.append(self.net[h.name].popen(
                 argv, cwd=str(Path(__file__).resolve().parent.parent),
                 stdout=None, stderr=None))
+
+    def start_nics(self, dcqcn: str = "paper", mtu: int = 4096, gpus=None,
+                   timeout: float = 20.0, **options) -> dict[str, str]:
+        """One RDMA NIC process (traffic.nic) per GPU in its host namespace (book ch.9);
+        returns GPU -> control socket path. `options` are further NicConfig fields
+        (e.g. timeout_s in model seconds, window). Stopped with the fabric."""
+        from traffic.nic import NicConfig
+        from traffic.nic_client import NicError, request
+
+        procs = {}
+        for gpu in gpus or self.fabric.gpus:
+            sock = str(self.state_dir / f"nic-{gpu}.sock")
+            cfg = NicConfig.for_gpu(self.fabric, gpu, sock, dcqcn=dcqcn, mtu=mtu, **options)
+            cfg_path = self.state_dir / f"nic-{gpu}.json"
+            cfg_path.write_text(cfg.to_json())
+            argv = [sys.executable, "-m", "traffic.nic", str(cfg_path)]
+            if self.run_dir:
+                argv += ["--log", str(self.run_dir / f"nic-{gpu}.log")]
+            p = self.net[self.fabric.gpus[gpu].host].popen(
+                argv, cwd=str(Path(__file__).resolve().parent.parent), stdout=None, stderr=None)
+            self.host_procs.append(p)
+            self._nic_procs.append(p)
+            procs[gpu] = (p, sock)
+        deadline = time.monotonic() + timeout
+        for gpu, (p, sock) in procs.items():
+            while True:
+                if p.poll() is not None:
+                    raise RuntimeError(f"NIC {gpu} exited with {p.returncode}")
+                try:
+                    if request(sock, {"cmd": "ping"}, timeout=1.0).get("ok"):
+                        break
+                except (FileNotFoundError, ConnectionRefusedError, socket.timeout, NicError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"NIC {gpu} not ready after {timeout:.0f} s")
+                time.sleep(0.05)
+            self.nic_sockets[gpu] = sock
+        return {g: s for g, (_, s) in procs.items()}
+
+    def stop_nics(self) -> None:
+        """Stop the NIC processes started by start_nics (SIGTERM, wait)."""
+        for p in self._nic_procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait()
+            self.host_procs.remove(p)
+        self._nic_procs.clear()
+        self.nic_sockets.clear()
 
     def wait_pfc(self, timeout: float = 10.0) -> dict[str, list[str]]:
         """Wait until LLDP/DCBX turned PFC on for every fabric port (mode auto); returns

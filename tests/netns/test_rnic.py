@@ -1,0 +1,131 @@
+"""The emulated RDMA NIC end to end in namespaces (root), book ch.9, 11, 12: byte-exact
+RDMA WRITEs across rails, go-back-N recovery from drops, R_Key protection, Wireshark
+decoding of the frames, and DCQCN under a 3:1 incast with the book's QoS."""
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import topologies
+from emu.capture import Captures
+from emu.net import FabricNet
+from switch_agent.qos_config import QosConfig
+from traffic.workloads import rdma
+
+pytestmark = pytest.mark.netns
+MB = 1 << 20
+GPUS = ["h1g1", "h2g1", "h3g1", "h4g1", "h4g2"]
+
+
+@pytest.fixture(scope="module")
+def fnet():
+    # TDF 2000: 100 Mbps lab per 200G link; a 16 MB write takes ~1.4 s lab
+    with FabricNet(topologies.load("rail2x4", tdf=2000), qos=QosConfig()) as f:
+        assert f.wait_pfc() == {}
+        f.start_nics(gpus=GPUS)
+        yield f
+
+
+def tshark(path, flt, *fields):
+    out = subprocess.run(["tshark", "-r", str(path), "-Y", flt, "-T", "fields",
+                          *[x for fl in fields for x in ("-e", fl)]],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [line.split("\t") for line in out.stdout.splitlines() if line]
+
+
+def test_16mb_write_across_rails_is_byte_exact(fnet):
+    r = rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", 16 * MB)
+    assert (r["status"], r["recv_status"], r["recv_imm"]) == ("SUCCESS", "SUCCESS", rdma.IMM)
+    assert r["byte_exact"]
+    assert r["retransmits"] == 0
+    assert r["link_fraction"] > 0.7, r  # paced near the line rate
+
+
+def test_write_survives_one_percent_drops(fnet):
+    fnet.agent_request("rail1", {"cmd": "set", "test_drop_rate": 0.01})
+    try:
+        r = rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", 16 * MB)
+    finally:
+        fnet.agent_request("rail1", {"cmd": "set", "test_drop_rate": 0.0})
+    assert r["status"] == "SUCCESS" and r["byte_exact"]
+    assert r["retransmits"] > 0 and r["rx_out_of_order"] > 0  # go-back-N did the work
+
+
+def test_wrong_rkey_is_naked_and_memory_untouched(fnet):
+    r = rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", 1 * MB, rkey=0x1BAD)
+    assert r["status"] == "REM_ACCESS_ERR" and r["recv_status"] is None
+    assert r["rx_nak_access"] == 1 and r["target_untouched"]
+
+
+def test_wireshark_decodes_every_frame_as_rroce(fnet, tmp_path):
+    if shutil.which("tshark") is None:
+        pytest.skip("needs tshark")
+    caps = Captures(tmp_path, snaplen=4400, bound_kb=10_000)
+    caps.start(fnet, [("h4", "nic2")])
+    a = rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", 1 * MB)
+    b = rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", 256 * 1024, write_only=True,
+                   port=18600)
+    time.sleep(1.0)  # let dumpcap write out its buffer
+    caps.stop()
+    assert a["byte_exact"] and b["byte_exact"]
+    pcap = caps.path("h4", "nic2")
+    rows = tshark(pcap, "udp.dstport == 4791 && ip.src == 10.0.1.11", "infiniband.bth.opcode",
+                  "infiniband.reth.dmalen", "infiniband.reth.r_key", "infiniband.reth.va",
+                  "ip.dsfield.dscp", "ip.dsfield.ecn")
+    ib = tshark(pcap, "infiniband && ip.src == 10.0.1.11", "frame.number")
+    assert len(rows) == len(ib) == 256 + 64  # every RoCE frame decodes as InfiniBand
+    first, only = rows[:256], rows[256:]
+    assert [int(r[0]) for r in first] == [6] + [7] * 254 + [9]  # FIRST, MIDDLE.., LAST w/ imm
+    assert int(first[0][1]) == MB
+    assert (int(first[0][2], 16), int(first[0][3], 16)) == (a["remote"]["rkey"], a["remote"]["addr"])
+    assert all(r[1] == "" for r in first[1:])  # MIDDLE/LAST carry no RETH
+    assert [int(r[0]) for r in only] == [10] * 63 + [11]  # WRITE ONLY, each with a RETH
+    assert {r[1] for r in only} == {"4096"}
+    assert [int(r[3], 16) for r in only] == [b["remote"]["addr"] + 4096 * i for i in range(64)]
+    assert {(r[4], r[5]) for r in rows} == {("24", "2")}  # DSCP 24, ECT(0)
+    acks = tshark(pcap, "infiniband.bth.opcode == 17", "ip.src", "infiniband.aeth.syndrome")
+    assert acks and {r[0] for r in acks} == {"10.0.2.14"}
+    assert tshark(pcap, "_ws.malformed || _ws.expert.severity >= error", "frame.number") == []
+    assert tshark(pcap, "icmp", "frame.number") == []
+
+
+@pytest.fixture(scope="module")
+def incast(fnet, tmp_path_factory):
+    d = tmp_path_factory.mktemp("incast")
+    caps = Captures(d, snaplen=128, bound_kb=10_000)
+    caps.start(fnet, [("h4", "nic1")])
+    before = fnet.counters("rail1")["ports"]["eth4"]["queues"]["3"]
+    r = rdma.incast(fnet.fabric, fnet.nic_sockets, "h4g1", ["h1g1", "h2g1", "h3g1"], 16 * MB)
+    after = fnet.counters("rail1")["ports"]["eth4"]["queues"]["3"]
+    time.sleep(1.0)
+    caps.stop()
+    return r, before, after, caps.path("h4", "nic1")
+
+
+def test_incast_marks_ce_sends_cnps_and_cuts_rates(incast):
+    r, before, after, pcap = incast
+    print(rdma.describe(r))
+    assert set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values())
+    assert after["ecn_marks"] > before["ecn_marks"]
+    assert sum(after["drops"].values()) == sum(before["drops"].values())  # no-drop class
+    assert r["cnps_sent_by_receiver"] > 0
+    assert all(n > 0 for n in r["rate_cuts"].values()), r["rate_cuts"]
+    if shutil.which("tshark"):
+        cnps = tshark(pcap, "infiniband.bth.opcode == 129", "ip.src", "ip.dsfield.dscp")
+        assert len(cnps) == r["cnps_sent_by_receiver"]
+        assert {tuple(c) for c in cnps} == {("10.0.1.14", "48")}
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "DCQCN (paper profile) does not converge to the fair share within a 16 MB incast: "
+    "after the first cuts (alpha ~1 halves the rate, the book's 3 MB WRED queue keeps "
+    "marking ~120 us model) additive increase of 40 Mbps per 55 us needs ~60 ms model "
+    "(~120 s lab at TDF 2000). Measured steady rates: 63/22/22 Gbps of 200."))
+def test_incast_converges_to_a_third_each(incast):
+    r = incast[0]
+    third = r["link_model_bps"] / 3
+    for g, rate in r["steady_rate_model_bps"].items():
+        assert rate == pytest.approx(third, rel=0.15), (g, r["steady_rate_model_bps"])

@@ -1,0 +1,1 @@
+"""Lab workloads that drive the emulated fabric (RDMA writes, incast, later collectives)."""
