@@ -288,12 +288,12 @@ class FabricNet:
         for key in ("all", "default"):
             nsutil.sysctl(f"net.ipv4.conf.{key}.rp_filter", 0)
             nsutil.sysctl(f"net.ipv4.conf.{key}.send_redirects", 0)
-        if n.svi and n.svi_ip:
+        for svi in n.svis:
             # the kernel has no dummy driver: a port-less bridge holds the SVI address
-            ipr.link("add", ifname=n.svi, kind="bridge", address=n.router_mac)
-            idx = ipr.link_lookup(ifname=n.svi)[0]
+            ipr.link("add", ifname=svi.ifname, kind="bridge", address=n.router_mac)
+            idx = ipr.link_lookup(ifname=svi.ifname)[0]
             ipr.link("set", index=idx, mtu=self.fabric.mtu, state="up")
-            addr, plen = n.svi_ip.split("/")
+            addr, plen = svi.ip.split("/")
             ipr.addr("add", index=idx, address=addr, prefixlen=int(plen))
         for r in self.fabric.routes(node):
             hops = [{"gateway": gw, "oif": ipr.link_lookup(ifname=dev)[0]} for gw, dev in r.nexthops]
@@ -346,7 +346,7 @@ class FabricNet:
             ports.append(PortConfig(local.ifname, local.mac, link.model_bps, lab,
                                     self.td.lab_time(link.delay_s), local.vlan,
                                     f"{remote.node}:{remote.ifname}"))
-        svi = {n.svi: fab.l2_table(node)} if n.svi else {}
+        svi = fab.l2_tables(node)
         return AgentConfig(name=node, tdf=fab.tdf, control=str(self.control_path(node)),
                            ports=tuple(ports), svi=svi, ecmp_seed=n.ecmp_seed, mtu=fab.mtu,
                            test_drop_rate=self.test_drop_rate,

@@ -53,11 +53,15 @@ def parse_ping(src: str, dst: str, text: str) -> PairResult:
 
 
 def expected_hops(fabric: Fabric, src: str, dst: str) -> int | None:
-    """Routers a packet crosses between two GPUs: 0 on one rail, 3 across rails; None
-    when the pair must not be reachable over the fabric (rail-only designs, ch.13:
-    cross-rail data first crosses NVLink to the GPU on the destination rail)."""
-    if fabric.gpus[src].rail == fabric.gpus[dst].rail:
+    """Routers a packet crosses between two GPUs: 0 on one rail, 1 between two rails of
+    one switch, 3 across rail switches (rail -> spine -> rail); None when the pair must
+    not be reachable over the fabric (rail-only designs, ch.13: cross-rail data first
+    crosses NVLink to the GPU on the destination rail)."""
+    a, b = fabric.gpus[src].rail, fabric.gpus[dst].rail
+    if a == b:
         return 0
+    if fabric.switch_of_rail(a) == fabric.switch_of_rail(b):
+        return 1
     has_spine = any(n.role == "spine" for n in fabric.switches())
     return 3 if has_spine else None
 

@@ -5,12 +5,14 @@ STYLE.md): the rail-optimized designs of the book (ch.12 Figure 12-4, ch.13 "Bac
 Network Topologies") reduced to data. `emu.net` realises it in namespaces; `emu show`
 prints it; tests check it without root.
 
-Conventions (ch.13 "single-rail-per-switch"):
+Conventions (ch.13 "single-rail-per-switch", Fig 13-12; several rails per switch as in
+Figs 13-10/13-11 with `rails_per_switch`):
 * one subnet per rail: Rail-r = 10.0.r.0/24; host h's NIC on rail r = 10.0.r.(10+h);
   the rail switch is every NIC's default gateway, 10.0.r.1, on its SVI ``vlan10r``
   (VLAN 100+r, as in the book's VLAN 101, 102 ...). Host-facing ports are access
   ports of that VLAN: intra-rail traffic is switched at layer 2 (one hop), everything
-  else is routed by the rail switch.
+  else is routed by the rail switch (a switch carrying several rails routes between
+  them itself, one routed hop).
 * rail <-> spine links are routed point-to-point /31s: Spine-s / Rail-r =
   172.16.s.(2(r-1))/31, rail side even, spine side odd. Rails reach other rails' subnets
   through every spine (ECMP); spines reach rail subnets through that rail's link.
@@ -76,6 +78,16 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class Svi:
+    """A rail's VLAN interface on its rail switch: the rail subnet's gateway."""
+
+    ifname: str  # vlan101
+    ip: str  # "10.0.1.1/24"
+    vlan: int
+    rail: int
+
+
+@dataclass(frozen=True)
 class Node:
     """A host (GPU server), a switch running the agent, or the frontend bridge."""
 
@@ -84,10 +96,12 @@ class Node:
     label: str  # the book's name: Host-1, Rail-1, Spine-2 ...
     role: str = ""
     router_mac: str | None = None
-    svi: str | None = None  # SVI interface name (rail switches)
-    svi_ip: str | None = None  # "10.0.1.1/24"
-    vlan: int | None = None
+    svis: tuple[Svi, ...] = ()  # rail switches: one per rail they carry
     ecmp_seed: int = 0
+
+    def svi_of_vlan(self, vlan: int) -> Svi | None:
+        """The SVI of a VLAN on this switch."""
+        return next((v for v in self.svis if v.vlan == vlan), None)
 
 
 @dataclass(frozen=True)
@@ -183,15 +197,14 @@ class Fabric:
         uplinks = [(local, remote) for local, remote, link in self.node_links(node)
                    if link.kind == "rail-spine"]
         if n.role == ROLE_RAIL:
-            own = n.svi_ip and str(ipaddress.ip_interface(n.svi_ip).network)
+            own = {str(ipaddress.ip_interface(v.ip).network) for v in n.svis}
             for subnet in rails.values():
-                if subnet != own and uplinks:
+                if subnet not in own and uplinks:
                     out.append(Route(subnet, tuple((r.address, l.ifname) for l, r in uplinks)))
         elif n.role == ROLE_SPINE:
             for local, remote in uplinks:
-                rail_node = self.nodes[remote.node]
-                if rail_node.svi_ip:
-                    subnet = str(ipaddress.ip_interface(rail_node.svi_ip).network)
+                for v in self.nodes[remote.node].svis:
+                    subnet = str(ipaddress.ip_interface(v.ip).network)
                     out.append(Route(subnet, ((remote.address, local.ifname),)))
         return out
 
@@ -203,7 +216,8 @@ class Fabric:
             for local, remote, _ in self.node_links(node):
                 if remote.address is None:
                     continue
-                dev = n.svi if local.vlan is not None and n.svi else local.ifname
+                svi = n.svi_of_vlan(local.vlan) if local.vlan is not None else None
+                dev = svi.ifname if svi else local.ifname
                 out.append((dev, remote.address, remote.mac))
         elif n.kind == HOST:
             for gpu in self.gpus.values():
@@ -215,18 +229,27 @@ class Fabric:
                         out.append((gpu.nic, peer.ip, peer.mac))
         return out
 
-    def l2_table(self, node: str) -> dict[str, str]:
-        """Static MAC -> port table of a rail switch's VLAN (host NIC MACs)."""
-        return {remote.mac: local.ifname for local, remote, _ in self.node_links(node)
-                if local.vlan is not None}
+    def l2_tables(self, node: str) -> dict[str, dict[str, str]]:
+        """Static MAC -> port table of each of a rail switch's VLANs, keyed by SVI."""
+        n = self.nodes[node]
+        out: dict[str, dict[str, str]] = {v.ifname: {} for v in n.svis}
+        for local, remote, _ in self.node_links(node):
+            svi = n.svi_of_vlan(local.vlan) if local.vlan is not None else None
+            if svi:
+                out[svi.ifname][remote.mac] = local.ifname
+        return out
+
+    def switch_of_rail(self, rail: int) -> str:
+        """The switch that carries a rail."""
+        return next(n.name for n in self.nodes.values() for v in n.svis if v.rail == rail)
 
     def rail_subnets(self) -> dict[int, str]:
         """rail number -> subnet."""
         out = {}
         for n in self.nodes.values():
-            if n.role == ROLE_RAIL and n.svi_ip and n.vlan is not None:
-                out[n.vlan - 100] = str(ipaddress.ip_interface(n.svi_ip).network)
-        return out
+            for v in n.svis:
+                out[v.rail] = str(ipaddress.ip_interface(v.ip).network)
+        return dict(sorted(out.items()))
 
     # -- presentation ------------------------------------------------------
     def counts(self) -> dict[str, int]:
@@ -235,12 +258,13 @@ class Fabric:
             "hosts": len(self.hosts()),
             "gpus": len(self.gpus),
             "switches": len(self.switches()),
-            "rails": len([n for n in self.switches() if n.role == ROLE_RAIL]),
+            "rails": sum(len(n.svis) for n in self.switches()),
+            "rail_switches": len([n for n in self.switches() if n.role == ROLE_RAIL]),
             "spines": len([n for n in self.switches() if n.role == ROLE_SPINE]),
             "links": len(self.links),
             "fabric_links": len([lk for lk in self.links if lk.kind != "frontend"]),
             "addresses": len([p for p in self.ports.values() if p.ip])
-            + len([n for n in self.nodes.values() if n.svi_ip]),
+            + sum(len(n.svis) for n in self.nodes.values()),
         }
 
     def to_dict(self) -> dict:
@@ -250,7 +274,7 @@ class Fabric:
             "description": self.description,
             "tdf": self.tdf,
             "mtu": self.mtu,
-            "nodes": [vars(n) for n in self.nodes.values()],
+            "nodes": [{**vars(n), "svis": [vars(v) for v in n.svis]} for n in self.nodes.values()],
             "links": [
                 {"a": vars(lk.a), "b": vars(lk.b), "kind": lk.kind,
                  "model_bps": lk.model_bps, "lab_bps": lk.model_bps / self.tdf,
@@ -266,13 +290,14 @@ class Fabric:
         lines = [
             f"{self.name}: {self.description}",
             f"  {c['hosts']} hosts x {c['gpus'] // max(c['hosts'], 1)} GPUs, "
-            f"{c['rails']} rail switches, {c['spines']} spines, {c['links']} links; "
+            f"{c['rails']} rails on {c['rail_switches']} rail switches, {c['spines']} spines, "
+            f"{c['links']} links; "
             f"TDF {self.tdf:g} (lab rate = model rate / {self.tdf:g}), MTU {self.mtu}",
             "",
             "Nodes:",
         ]
         for n in self.nodes.values():
-            extra = f"  SVI {n.svi} {n.svi_ip} (VLAN {n.vlan})" if n.svi else ""
+            extra = "".join(f"  SVI {v.ifname} {v.ip} (VLAN {v.vlan})" for v in n.svis)
             lines.append(f"  {n.name:<8} {n.label:<10} {n.kind:<8}{extra}")
         lines += ["", "GPU NICs:"]
         for g in self.gpus.values():

@@ -1,9 +1,11 @@
 """Generator of rail-optimized fabrics: ``rail{R}x{H}`` (book ch.12 Fig 12-4, ch.13).
 
-H hosts with R GPUs each; GPU g of every host has its NIC on rail switch g ("GPUs with
-the same local rank share a rail"); S spines fully meshed to every rail switch (S = 0
-gives the book's *rail-only* design, where cross-rail data must first cross NVLink).
-``rail2x4`` with 2 spines is Figure 12-4. Addressing is described in
+H hosts with R GPUs each; GPU g of every host has its NIC on rail g ("GPUs with the
+same local rank share a rail"); one rail switch per rail, or one switch per
+`rails_per_switch` rails, each rail its own VLAN and subnet on it (ch.13 Figs 13-10,
+13-11); S spines fully meshed to every rail switch (S = 0 gives the book's *rail-only*
+design, where cross-rail data must first cross NVLink). ``rail2x4`` with 2 spines is
+Figure 12-4. Addressing is described in
 `topologies.model`. All values are model values; the TDF says how the lab runs them.
 """
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 from emu.timedil import DEFAULT_TDF, parse_duration, parse_rate
 from topologies.model import (FRONTEND, HOST, ROLE_RAIL, ROLE_SPINE, SWITCH, Fabric, Gpu,
-                              Node, Port)
+                              Node, Port, Svi)
 
 RAIL_NAME = re.compile(r"^rail(\d+)x(\d+)$")
 
@@ -56,9 +58,10 @@ class RailSpec:
         need_int("hosts", 1, MAX_HOSTS)
         need_int("spines", 0, MAX_SPINES)
         need_int("mtu", 1280, 9216)
-        if self.rails_per_switch != 1:
-            raise ValueError(f"rails_per_switch: only 1 (one rail switch per rail, ch.13 "
-                             f"Fig 13-12) is supported so far, got {self.rails_per_switch!r}")
+        need_int("rails_per_switch", 1, MAX_RAILS)
+        if self.gpus_per_host % self.rails_per_switch:
+            raise ValueError(f"rails_per_switch: must divide gpus_per_host "
+                             f"({self.gpus_per_host}), got {self.rails_per_switch!r}")
         for fname in ("host_link", "uplink", "frontend_link"):
             try:
                 v = parse_rate(getattr(self, fname))
@@ -116,9 +119,11 @@ def build_rail(spec: RailSpec) -> Fabric:
     """Build the Fabric for a validated RailSpec."""
     spec.validate()
     R, H, S = spec.gpus_per_host, spec.hosts, spec.spines
-    name = spec.name or f"rail{R}x{H}" + (f"-s{S}" if S != 2 else "")
+    name = spec.name or f"rail{R}x{H}" + (f"-s{S}" if S != 2 else "") + (
+        f"-m{spec.rails_per_switch}" if spec.rails_per_switch != 1 else "")
     desc = spec.description or (
-        f"{H} hosts x {R} GPUs, {R} rail switches, "
+        f"{H} hosts x {R} GPUs, {R // spec.rails_per_switch} rail switches"
+        + (f" ({spec.rails_per_switch} rails each)" if spec.rails_per_switch > 1 else "") + ", "
         + (f"{S} spines" if S else "no spine (rail-only)")
         + (" (book Figure 12-4)" if (R, H, S) == (2, 4, 2) else ""))
     fab = Fabric(name=name, description=desc, tdf=float(spec.tdf), mtu=spec.mtu)
@@ -140,16 +145,24 @@ def build_rail(spec: RailSpec) -> Fabric:
     for h in range(1, H + 1):
         n = fab.add_node(Node(f"h{h}", HOST, f"Host-{h}"))
         host_idx[n.name] = next_idx()
+    M = spec.rails_per_switch
+    K = R // M  # rail switches
     rail_idx = {}
-    for r in range(1, R + 1):
+    rail_sw = {}  # rail -> switch name
+    for k in range(1, K + 1):
         i = next_idx()
-        net = ipaddress.ip_network(spec.rail_subnet.format(rail=r))
-        gw = f"{net.network_address + 1}/{net.prefixlen}"
-        rname = f"rail{r}"
-        fab.add_node(Node(rname, SWITCH, f"Rail-{r}", ROLE_RAIL, router_mac=_mac(i, 0),
-                          svi=f"vlan{100 + r}", svi_ip=gw, vlan=100 + r,
-                          ecmp_seed=_switch_seed(spec, rname)))
-        rail_idx[r] = i
+        rails = list(range((k - 1) * M + 1, k * M + 1))
+        name_ = f"rail{k}" if M == 1 else f"rsw{k}"
+        label = f"Rail-{k}" if M == 1 else f"Rails-{rails[0]}-{rails[-1]}"
+        svis = []
+        for r in rails:
+            net = ipaddress.ip_network(spec.rail_subnet.format(rail=r))
+            svis.append(Svi(f"vlan{100 + r}", f"{net.network_address + 1}/{net.prefixlen}",
+                            100 + r, r))
+            rail_sw[r] = name_
+        fab.add_node(Node(name_, SWITCH, label, ROLE_RAIL, router_mac=_mac(i, 0),
+                          svis=tuple(svis), ecmp_seed=_switch_seed(spec, name_)))
+        rail_idx[k] = i
     spine_idx = {}
     for s in range(1, S + 1):
         i = next_idx()
@@ -160,26 +173,29 @@ def build_rail(spec: RailSpec) -> Fabric:
     fe_i = next_idx()
     fab.add_node(Node("fe", FRONTEND, "Frontend"))
 
-    # host <-> rail links: rail switch port h faces host h
+    # host <-> rail links: on a switch, ports 1..H face rail r's hosts, then the next rail
     for r in range(1, R + 1):
         net = ipaddress.ip_network(spec.rail_subnet.format(rail=r))
         gw_ip = str(net.network_address + 1)
-        router_mac = fab.nodes[f"rail{r}"].router_mac
+        sw = rail_sw[r]
+        router_mac = fab.nodes[sw].router_mac
         assert router_mac
+        first_port = ((r - 1) % M) * H
         for h in range(1, H + 1):
             hi = host_idx[f"h{h}"]
             ip = f"{net.network_address + 10 + h}/{net.prefixlen}"
             hp = Port(f"h{h}", f"nic{r}", _mac(hi, r), ip)
-            sp = Port(f"rail{r}", f"eth{h}", router_mac, None, vlan=100 + r)
+            sp = Port(sw, f"eth{first_port + h}", router_mac, None, vlan=100 + r)
             fab.add_link(hp, sp, host_bps, delay, "host-rail")
             fab.gpus[f"h{h}g{r}"] = Gpu(f"h{h}g{r}", f"h{h}", r, r, f"nic{r}",
                                        ip.split("/")[0], gw_ip, router_mac, hp.mac)
-    # rail <-> spine links, /31 each
+    # rail switch <-> spine links, /31 each
     for s in range(1, S + 1):
-        for r in range(1, R + 1):
-            base = p2p.network_address + (s << 8) + 2 * (r - 1)
-            rp = Port(f"rail{r}", f"eth{H + s}", _mac(rail_idx[r], H + s), f"{base}/31")
-            sp = Port(f"spine{s}", f"eth{r}", _mac(spine_idx[s], r), f"{base + 1}/31")
+        for k in range(1, K + 1):
+            sw = f"rail{k}" if M == 1 else f"rsw{k}"
+            base = p2p.network_address + (s << 8) + 2 * (k - 1)
+            rp = Port(sw, f"eth{M * H + s}", _mac(rail_idx[k], M * H + s), f"{base}/31")
+            sp = Port(f"spine{s}", f"eth{k}", _mac(spine_idx[s], k), f"{base + 1}/31")
             fab.add_link(rp, sp, up_bps, delay, "rail-spine")
     # frontend
     for h in range(1, H + 1):

@@ -185,3 +185,13 @@ def test_rail_only_cross_rail_has_no_fabric_path():
         results = reach.check_all(f, count=1)
         assert all(reach.as_expected(f.fabric, r) for r in results)
         assert sum(r.ok for r in results) == 24  # 4 hosts x 3 peers x 2 rails
+
+
+def test_two_rails_per_switch_route_locally_and_across_spines():
+    with FabricNet(topologies.load("dualrail4x3")) as f:
+        results = reach.check_all(f, count=1)
+        assert len(results) == 12 * 11
+        assert all(reach.as_expected(f.fabric, r) for r in results), \
+            [r for r in results if not reach.as_expected(f.fabric, r)][:5]
+        hops = {reach.expected_hops(f.fabric, r.src, r.dst) for r in results}
+        assert hops == {0, 1, 3}

@@ -21,7 +21,7 @@ def test_rail2x4_is_figure_12_4():
                                               "h1g2", "h2g2", "h3g2", "h4g2"]
     g = f.gpus["h4g2"]
     assert (g.host, g.rail, g.nic, g.ip, g.gateway) == ("h4", 2, "nic2", "10.0.2.14", "10.0.2.1")
-    assert f.nodes["rail1"].svi_ip == "10.0.1.1/24"
+    assert [v.ip for v in f.nodes["rail1"].svis] == ["10.0.1.1/24"]
 
 
 def test_rail8x4_counts():
@@ -97,7 +97,8 @@ def test_macs_unique():
     ({"rail_subnet": "10.0.0.0/24"}, "rail_subnet"),
     ({"rail_subnet": "10.0.{rail}.0/29"}, "rail_subnet"),
     ({"ecmp_seed": "random"}, "ecmp_seed"),
-    ({"rails_per_switch": 2}, "rails_per_switch"),
+    ({"gpus_per_host": 3, "rails_per_switch": 2}, "rails_per_switch"),
+    ({"rails_per_switch": 0}, "rails_per_switch"),
     ({"colour": "blue"}, "colour"),
     ({"kind": "torus"}, "kind"),
 ])
@@ -146,3 +147,20 @@ def test_presets_listed():
     p = topologies.presets()
     assert {"rail2x4", "rail8x4", "railonly2x4"} <= set(p)
     assert all(p.values())
+
+
+def test_two_rails_per_switch_fig_13_11():
+    f = topologies.from_dict({"gpus_per_host": 4, "hosts": 3, "rails_per_switch": 2})
+    c = f.counts()
+    assert (c["rails"], c["rail_switches"], c["gpus"]) == (4, 2, 12)
+    sw = f.nodes["rsw1"]
+    assert [(v.ifname, v.ip) for v in sw.svis] == [("vlan101", "10.0.1.1/24"), ("vlan102", "10.0.2.1/24")]
+    # rails 1-2 on rsw1 ports 1-3 and 4-6, uplinks after
+    assert f.peer("h3", "nic2") == f.ports[("rsw1", "eth6")]
+    assert f.ports[("rsw1", "eth6")].vlan == 102
+    assert {p.ifname for p in f.node_ports("rsw1") if p.ip} == {"eth7", "eth8"}
+    assert [r.prefix for r in f.routes("rsw1")] == ["10.0.3.0/24", "10.0.4.0/24"]
+    assert {r.prefix for r in f.routes("spine1")} == {f"10.0.{i}.0/24" for i in range(1, 5)}
+    tables = f.l2_tables("rsw1")
+    assert set(tables) == {"vlan101", "vlan102"} and len(tables["vlan102"]) == 3
+    assert f.switch_of_rail(2) == "rsw1" and f.switch_of_rail(3) == "rsw2"
