@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pcap-limit", type=float, default=20.0, metavar="MB",
                    help="size bound per capture file (default 20 MB; the capture stops there "
                         "and the summary says it was truncated)")
+    p.add_argument("--interval", default="50us", metavar="T",
+                   help="metrics sampling interval in model time (default 50us; never "
+                        "faster than 20 samples/s of lab time)")
     p.add_argument("--quiet", action="store_true", help="only the summary")
     p.add_argument("--workload", choices=["write", "incast"], default=None,
                    help="after the reachability check, start one RDMA NIC per GPU and run: "
@@ -95,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                                "running one")
     p.add_argument("switch", help="switch name, e.g. rail1")
     p.add_argument("text", nargs="+", help="the show command")
+
+    p = sub.add_parser("report", help="regenerate plots and the summary table of a run "
+                                      "directory (no root)")
+    p.add_argument("run_dir", help="a directory written by `emu run` (runs/<topo>-<time>)")
 
     p = sub.add_parser("clean", help="remove what emu runs left behind (only emu's namespaces)")
     p.add_argument("--run", default=None, metavar="TAG", help="only this run (4 hex digits)")
@@ -141,13 +148,18 @@ def _run_dir(args, fab) -> Path:
 def cmd_run(args) -> int:
     """`emu run TOPO`."""
     from emu import capture, reach
+    from emu.metrics import Sampler
     from emu.net import FabricNet
+    from emu.timedil import parse_duration
 
     fab = topologies.load(args.topology, spines=args.spines, tdf=args.tdf)
     try:
         targets = capture.select(fab, args.pcap)
         qos = load_qos_arg(args.qos)
         workload = _workload_args(args, fab)
+        interval = parse_duration(args.interval)
+        if not interval > 0:
+            raise ValueError(f"--interval: must be > 0, got {args.interval!r}")
     except ValueError as exc:
         print(f"emu: {exc}", file=sys.stderr)
         return 2
@@ -182,14 +194,23 @@ def cmd_run(args) -> int:
                                        f"NOT negotiated on {missing}"), flush=True)
         caps = capture.Captures(run_dir / "pcaps", bound_kb=int(args.pcap_limit * 1000))
         caps.start(fnet, targets)
+        sampler = Sampler(run_dir / "metrics.csv", td, interval,
+                          {s.name: (lambda n=s.name: fnet.counters(n)) for s in fab.switches()},
+                          {s.name: "switch" for s in fab.switches()})
+        sampler.start()
         n = len(fab.gpus)
         say(f"Checking reachability of all {n * (n - 1)} ordered GPU NIC pairs...", flush=True)
         results = reach.check_all(fnet)
         wl = None
+        t_work = time.monotonic()
         if workload is not None:
-            wl = _run_workload(fnet, args, workload)
+            say(f"Running workload {args.workload} ...", flush=True)
+            wl = _run_workload(fnet, args, workload, sampler)
             print(wl["text"], flush=True)
-        counters = {s.name: fnet.counters(s.name) for s in fab.switches()}
+        t_work = time.monotonic() - t_work
+        all_counters = sampler.stop()
+        (run_dir / "last_counters.json").write_text(json.dumps(all_counters))
+        counters = {k: v for k, v in all_counters.items() if "ports" in v}
         if args.cli:
             from mininet.log import setLogLevel
 
@@ -215,7 +236,14 @@ def cmd_run(args) -> int:
         "pcaps": pcaps,
         "unreachable_by_design": len(by_design),
         "verdict": "pass" if results and not bad and (wl is None or wl["ok"]) else "fail",
+        "version": 1, "qos": qos.name if qos is not None else "off",
+        "workload_lab_s": round(t_work, 3), "workload_model_s": td.model_time(t_work),
+        "metrics_rows": sampler.rows,
     }
+    from emu.report import class_totals, nic_totals, table_text
+
+    summary["classes"] = class_totals(counters)
+    summary["nics"] = nic_totals(all_counters)
     if wl is not None:
         summary["workload"] = {k: v for k, v in wl["result"].items() if k != "rate_samples"}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -226,9 +254,12 @@ def cmd_run(args) -> int:
         print(f"  {len(by_design)} cross-rail pairs have no fabric path by design (rail-only, "
               f"ch.13: their data crosses NVLink first); "
               f"{sum(1 for r in by_design if not r.ok)} of them were indeed unreachable.")
-    print(f"  {'switch':<8} {'rx pkts':>8} {'tx pkts':>8} {'drops':>6}")
-    for sw, s in summary["switches"].items():
-        print(f"  {sw:<8} {s['rx_packets']:>8} {s['tx_packets']:>8} {s['drops']:>6}")
+    from emu import plots
+
+    made = plots.make_all(run_dir)
+    print(table_text(summary, color=sys.stdout.isatty()).rstrip("\n").rsplit("\n", 1)[0])
+    if made:
+        print(f"  plots: {', '.join(p.name for p in made)} in {run_dir / 'plots'}")
     for r in [r for r in bad if not r.ok][:10]:
         print(f"  UNREACHABLE {r.src} -> {r.dst}")
     for r in [r for r in bad if r.ok and r in by_design][:10]:
@@ -263,11 +294,16 @@ def _workload_args(args, fab) -> dict | None:
     return {"gpus": [g for _, g in named], "size": size}
 
 
-def _run_workload(fnet, args, w: dict) -> dict:
+def _run_workload(fnet, args, w: dict, sampler=None) -> dict:
     """Start the NICs of the GPUs involved and run the workload; result and verdict."""
+    from traffic import nic_client
     from traffic.workloads import rdma
 
     socks = fnet.start_nics(dcqcn=args.dcqcn, gpus=sorted(set(w["gpus"])))
+    if sampler is not None:  # sample the NICs' QPs too (rate, CNPs)
+        for gpu, sock in socks.items():
+            sampler.kinds[gpu] = "nic"
+            sampler.sources[gpu] = (lambda p=sock: nic_client.request(p, {"cmd": "counters"}))
     if args.workload == "write":
         r = rdma.write(fnet.fabric, socks, args.src, args.dst, w["size"],
                        write_only=args.write_only)
@@ -285,6 +321,18 @@ def load_qos_arg(text: str):
     from switch_agent.qos_config import load_qos
 
     return load_qos(text)
+
+
+def cmd_report(args) -> int:
+    """`emu report RUNDIR`."""
+    from emu.report import report
+
+    try:
+        report(Path(args.run_dir))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"emu: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cmd_show_switch(args) -> int:
@@ -355,7 +403,7 @@ def cmd_bench(args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "show": cmd_show, "run": cmd_run, "clean": cmd_clean,
-            "bench": cmd_bench, "show-switch": cmd_show_switch}
+            "bench": cmd_bench, "show-switch": cmd_show_switch, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,160 @@
+"""Sampled time series of a run: per port and queue, per QP -> RUNDIR/metrics.csv.
+
+A `Sampler` thread polls every switch agent's control socket (and every RDMA NIC's, when
+the run started them) at an interval given in *model* time, converted to lab time by
+`emu.timedil`. Counters are cumulative; `rows()` turns two successive snapshots into
+long-format rows ``t_model_s,node,port,queue,metric,value`` (rates from deltas, in model
+units). CSV rather than Parquet: it needs no extra dependency, streams row by row while
+the run goes on, and opens in a spreadsheet, pandas or gnuplot alike.
+
+Metrics per port: tx_bps, rx_bps (model bit/s), drops (frames in the interval), and per
+queue: depth_bytes, ecn_marks, drops; per port and priority: pause_tx, pause_rx
+(frames in the interval), paused (0/1). Per QP (NICs): rate_bps (DCQCN current rate,
+model), cnps_rx, cnps_sent (in the interval), tx_bps (wire bytes).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from emu.timedil import TimeDilation
+
+log = logging.getLogger("emu.metrics")
+
+FIELDS = ("t_model_s", "node", "port", "queue", "metric", "value")
+
+
+def switch_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tuple]:
+    """Rows for one switch between two `counters` snapshots (switch_agent schema)."""
+    dt = cur["t_lab"] - prev["t_lab"]
+    if dt <= 0:
+        return []
+    t = td.model_time(cur["t_lab"] - t0_lab)
+    node = cur["switch"]
+    out: list[tuple] = []
+    for name, c in cur["ports"].items():
+        p = prev["ports"].get(name)
+        if p is None:
+            continue
+        out.append((t, node, name, "", "tx_bps", td.model_rate((c["tx_bytes"] - p["tx_bytes"]) * 8 / dt)))
+        out.append((t, node, name, "", "rx_bps", td.model_rate((c["rx_bytes"] - p["rx_bytes"]) * 8 / dt)))
+        out.append((t, node, name, "", "drops",
+                    sum(c["drops"].values()) - sum(p["drops"].values())))
+        for q, qc in c.get("queues", {}).items():
+            pq = p.get("queues", {}).get(q, {})
+            if not (qc["depth_bytes"] or qc.get("ecn_marks") or qc.get("enqueued")):
+                continue
+            out.append((t, node, name, q, "depth_bytes", qc["depth_bytes"]))
+            out.append((t, node, name, q, "ecn_marks",
+                        qc.get("ecn_marks", 0) - pq.get("ecn_marks", 0)))
+            out.append((t, node, name, q, "drops",
+                        sum(qc["drops"].values()) - sum(pq.get("drops", {}).values())))
+        pfc, ppfc = c.get("pfc"), p.get("pfc")
+        if pfc and ppfc:
+            for prio in range(8):
+                tx = pfc["pause_tx"][prio] - ppfc["pause_tx"][prio]
+                rx = pfc["pause_rx"][prio] - ppfc["pause_rx"][prio]
+                paused = int(pfc["paused"][prio])
+                if tx or rx or paused:
+                    out += [(t, node, name, prio, "pause_tx", tx), (t, node, name, prio, "pause_rx", rx),
+                            (t, node, name, prio, "paused", paused)]
+    return out
+
+
+def nic_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tuple]:
+    """Rows for one RDMA NIC between two snapshots (traffic.nic counters schema)."""
+    dt = cur.get("t_lab", 0) - prev.get("t_lab", 0)
+    if dt <= 0:
+        return []
+    t = td.model_time(cur["t_lab"] - t0_lab)
+    node = cur.get("gpu", cur.get("nic", "?"))
+    out: list[tuple] = []
+    for qpn, q in cur.get("qps", {}).items():
+        p = prev.get("qps", {}).get(qpn, {})
+        rate = q.get("rate_model_bps")
+        if rate is not None:
+            out.append((t, node, f"qp{qpn}", "", "rate_bps", rate))
+        out.append((t, node, f"qp{qpn}", "", "tx_bps",
+                    td.model_rate((q.get("tx_wire_bytes", 0) - p.get("tx_wire_bytes", 0)) * 8 / dt)))
+        for k in ("cnps_rx", "cnps_sent"):
+            out.append((t, node, f"qp{qpn}", "", k, q.get(k, 0) - p.get(k, 0)))
+    return out
+
+
+class Sampler:
+    """Background sampling of every agent (and NIC) into metrics.csv."""
+
+    def __init__(self, path: Path, td: TimeDilation, interval_model_s: float,
+                 sources: dict[str, Callable[[], dict]], kinds: dict[str, str],
+                 max_rate_hz: float = 20.0) -> None:
+        self.path = path
+        self.td = td
+        # never poll faster than max_rate_hz in lab time: the agents have work to do
+        self.interval_lab = max(td.lab_time(interval_model_s), 1.0 / max_rate_hz)
+        self.sources = sources
+        self.kinds = kinds  # name -> "switch" | "nic"
+        self.last: dict[str, dict] = {}
+        self.first: dict[str, dict] = {}
+        self.rows = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.t0 = time.monotonic()
+
+    def start(self) -> None:
+        """Start sampling (takes a first snapshot at once)."""
+        self._fh = self.path.open("w", newline="")
+        self._w = csv.writer(self._fh)
+        self._w.writerow(FIELDS)
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name="emu-sampler", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_lab):
+            self.sample()
+
+    def sample(self) -> None:
+        """Poll every source once and append its rows."""
+        for name, fetch in list(self.sources.items()):  # the run may add NICs meanwhile
+            try:
+                cur = fetch()
+            except (OSError, ValueError) as exc:
+                log.debug("sampling %s: %s", name, exc)
+                continue
+            cur.setdefault("t_lab", time.monotonic())
+            prev = self.last.get(name)
+            if "qps" in cur and prev is not None:  # keep destroyed QPs' final counters
+                cur["qps"] = {**prev.get("qps", {}), **cur["qps"]}
+            self.first.setdefault(name, cur)
+            if prev is not None:
+                fn = switch_rows if self.kinds.get(name) == "switch" else nic_rows
+                rows = fn(prev, cur, self.td, self.t0)
+                self._w.writerows(rows)
+                self.rows += len(rows)
+            self.last[name] = cur
+        self._fh.flush()
+
+    def stop(self) -> dict[str, dict]:
+        """Stop, take a last sample; returns the last snapshot of every source."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample()
+        self._fh.close()
+        return dict(self.last)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """metrics.csv as a list of dicts with numeric values."""
+    with path.open() as fh:
+        out = []
+        for r in csv.DictReader(fh):
+            r["t_model_s"] = float(r["t_model_s"])
+            r["value"] = float(r["value"])
+            out.append(r)
+        return out

@@ -1,0 +1,174 @@
+"""Plots of a run directory (matplotlib, Agg; no display, no root): book ch.11 in
+pictures. Each plot is skipped (and logged) when the run has no data for it.
+
+* queue depth over time for the busiest egress queues, with WRED min/max and the PFC
+  xOFF/xON thresholds (ch.11 Figure 11-8's rule xON < WRED min < WRED max < xOFF);
+* per-QP rate (DCQCN) with CNP arrivals;
+* PFC pause timeline: one row per link direction (who paused whom, when);
+* link utilisation heatmap: fabric ports x time, fraction of the model link rate.
+Times are model time (lab time / TDF).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from emu.metrics import read_rows  # noqa: E402
+
+log = logging.getLogger("emu.plots")
+
+
+def _series(rows, metric):
+    out = defaultdict(list)
+    for r in rows:
+        if r["metric"] == metric:
+            out[(r["node"], r["port"], r["queue"])].append((r["t_model_s"], r["value"]))
+    return out
+
+
+def queue_depth(rows, qos: dict | None, path: Path, top: int = 4) -> bool:
+    """Depth of the deepest queues with WRED and PFC thresholds."""
+    s = _series(rows, "depth_bytes")
+    if not s or max(v for pts in s.values() for _, v in pts) <= 0:
+        return False
+    busiest = sorted(s, key=lambda k: -max(v for _, v in s[k]))[:top]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for k in busiest:
+        t, v = zip(*s[k])
+        ax.plot([x * 1e3 for x in t], [y / 1e3 for y in v], label=f"{k[0]}:{k[1]} q{k[2]}")
+    if qos:
+        w = (qos.get("queuing", {}).get("queues", {}) or {})
+        q3 = w.get("3", w.get(3, {})) if isinstance(w, dict) else (w[3] if len(w) > 3 else {})
+        wred = (q3 or {}).get("wred") or {}
+        pfc = qos.get("pfc", {})
+        for val, name, style in ((wred.get("min"), "WRED min", ":"), (wred.get("max"), "WRED max", ":"),
+                                 (pfc.get("xoff"), "xOFF (per ingress)", "--"),
+                                 (pfc.get("xon"), "xON (per ingress)", "--")):
+            if isinstance(val, (int, float)):
+                ax.axhline(val / 1e3, linestyle=style, color="grey", linewidth=1)
+                ax.text(0, val / 1e3, f" {name}", va="bottom", fontsize=8, color="grey")
+    ax.set_xlabel("model time (ms)")
+    ax.set_ylabel("queue depth (KB)")
+    ax.set_title("Egress queue depth")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def qp_rates(rows, path: Path) -> bool:
+    """DCQCN rate per QP with CNP arrivals marked."""
+    sending = {k for k, pts in _series(rows, "tx_bps").items() if any(v > 0 for _, v in pts)}
+    s = {k: v for k, v in _series(rows, "rate_bps").items() if k in sending}
+    if not s:
+        return False
+    cnps = _series(rows, "cnps_rx")
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for k, pts in s.items():
+        t, v = zip(*pts)
+        (line,) = ax.plot([x * 1e3 for x in t], [y / 1e9 for y in v], label=f"{k[0]} {k[1]}")
+        arr = [(x, y) for (x, n), (_, y) in zip(cnps.get(k, []), pts) if n > 0]
+        if arr:
+            ax.scatter([x * 1e3 for x, _ in arr], [y / 1e9 for _, y in arr], marker="v",
+                       color=line.get_color(), s=18)
+    ax.set_xlabel("model time (ms)")
+    ax.set_ylabel("rate (Gbps, model)")
+    ax.set_title("DCQCN rate per QP (triangles: CNPs received)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def pause_timeline(rows, topology: dict, path: Path) -> bool:
+    """One row per link direction: when PFC pause frames were sent on it."""
+    sent = [(r["t_model_s"], r["node"], r["port"]) for r in rows
+            if r["metric"] == "pause_tx" and r["value"] > 0]
+    if not sent:
+        return False
+    peer = {}
+    for lk in topology.get("links", []):
+        peer[(lk["a"]["node"], lk["a"]["ifname"])] = lk["b"]["node"]
+        peer[(lk["b"]["node"], lk["b"]["ifname"])] = lk["a"]["node"]
+    labels = sorted({f"{n} pauses {peer.get((n, p), '?')} ({p})" for _, n, p in sent})
+    y = {lab: i for i, lab in enumerate(labels)}
+    fig, ax = plt.subplots(figsize=(9, 1 + 0.4 * len(labels)))
+    for t, n, p in sent:
+        ax.scatter(t * 1e3, y[f"{n} pauses {peer.get((n, p), '?')} ({p})"], marker="|", s=200,
+                   color="tab:red")
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xlabel("model time (ms)")
+    ax.set_title("PFC pause frames sent (who paused whom)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def utilisation(rows, topology: dict, path: Path) -> bool:
+    """Heatmap of tx utilisation of every fabric port (fraction of its model rate)."""
+    rate = {}
+    for lk in topology.get("links", []):
+        if lk.get("kind") == "frontend":
+            continue
+        for end in ("a", "b"):
+            rate[(lk[end]["node"], lk[end]["ifname"])] = lk["model_bps"]
+    s = {k[:2]: v for k, v in _series(rows, "tx_bps").items() if k[:2] in rate}
+    if not s:
+        return False
+    ports = sorted(s)
+    t0 = min(t for pts in s.values() for t, _ in pts)
+    t1 = max(t for pts in s.values() for t, _ in pts)
+    nbins = max(len(pts) for pts in s.values())  # one column per sampling round
+    if nbins < 2 or t1 <= t0:
+        return False
+    grid = [[0.0] * nbins for _ in ports]
+    for i, k in enumerate(ports):
+        for t, v in s[k]:  # switches are sampled one after the other: bin by round
+            grid[i][min(nbins - 1, round((t - t0) / (t1 - t0) * (nbins - 1)))] = min(v / rate[k], 1.0)
+    times = (t0, t1)
+    fig, ax = plt.subplots(figsize=(9, 1 + 0.25 * len(ports)))
+    im = ax.imshow(grid, aspect="auto", interpolation="nearest", vmin=0, vmax=1, cmap="viridis",
+                   extent=(times[0] * 1e3, times[1] * 1e3, len(ports) - 0.5, -0.5))
+    ax.set_yticks(range(len(ports)), [f"{n}:{p}" for n, p in ports], fontsize=7)
+    ax.set_xlabel("model time (ms)")
+    ax.set_title("Link utilisation (tx, fraction of model rate)")
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def make_all(run_dir: Path) -> list[Path]:
+    """Write every plot the run has data for into RUNDIR/plots; returns the files."""
+    metrics = run_dir / "metrics.csv"
+    if not metrics.is_file():
+        log.info("no metrics.csv in %s: no plots", run_dir)
+        return []
+    rows = read_rows(metrics)
+    topo = json.loads((run_dir / "topology.json").read_text()) if (run_dir / "topology.json").is_file() else {}
+    qos = json.loads((run_dir / "qos.json").read_text()) if (run_dir / "qos.json").is_file() else None
+    out_dir = run_dir / "plots"
+    out_dir.mkdir(exist_ok=True)
+    made = []
+    for name, fn in (("queue_depth", lambda p: queue_depth(rows, qos, p)),
+                     ("qp_rates", lambda p: qp_rates(rows, p)),
+                     ("pfc_pauses", lambda p: pause_timeline(rows, topo, p)),
+                     ("utilisation", lambda p: utilisation(rows, topo, p))):
+        path = out_dir / f"{name}.png"
+        if fn(path):
+            made.append(path)
+        else:
+            log.info("plot %s skipped: no data in this run", name)
+    return made

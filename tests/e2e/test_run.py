@@ -1,0 +1,73 @@
+"""A whole `emu run` (root): the run directory a network engineer gets, and `emu report`."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emu.report import validate_summary
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tshark_count(pcap: Path, display_filter: str) -> int:
+    out = subprocess.run(["tshark", "-r", str(pcap), "-Y", display_filter, "-T", "fields",
+                          "-e", "frame.number"], capture_output=True, text=True, timeout=120)
+    return len(out.stdout.split())
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("run") / "incast"
+    r = subprocess.run([sys.executable, "-m", "emu", "run", "rail2x4", "--quiet", "--out", str(d),
+                        "--workload", "incast", "--to", "h4g1", "--from", "h1g1,h2g1,h3g1",
+                        "--size", "4MB", "--pcap", "all", "--pcap-limit", "2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (d / "stdout.txt").write_text(r.stdout)
+    return d
+
+
+def test_run_directory_contents(run_dir):
+    for name in ("topology.json", "qos.json", "metrics.csv", "summary.json", "last_counters.json"):
+        assert (run_dir / name).is_file(), name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    validate_summary(summary)
+    assert summary["verdict"] == "pass" and summary["metrics_rows"] > 100
+    assert summary["classes"]["rail1"]["3"]["packets"] > 3000  # 3 x 4 MB in 4 KB frames
+    assert set(summary["nics"]) == {"h1g1", "h2g1", "h3g1", "h4g1"}
+    assert (run_dir / "plots" / "queue_depth.png").is_file()
+    assert (run_dir / "plots" / "qp_rates.png").is_file()
+    topo = json.loads((run_dir / "topology.json").read_text())
+    assert topo["tdf"] == 5000 and topo["links"][0]["lab_bps"] == topo["links"][0]["model_bps"] / 5000
+    out = (run_dir / "stdout.txt").read_text()
+    assert "RoCE (3)" in out and "Verdict: PASS" in out
+
+
+def test_pcaps_decode_and_stay_bounded(run_dir):
+    if shutil.which("tshark") is None:
+        pytest.skip("needs tshark")
+    pcaps = run_dir / "pcaps"
+    assert tshark_count(pcaps / "h4-nic1.pcap", "infiniband.bth.opcode == 6") >= 1  # WRITE FIRST
+    assert tshark_count(pcaps / "h1-nic1.pcap", "infiniband.bth.opcode == 0x11") >= 1  # ACKs
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for name, info in summary["pcaps"].items():
+        assert info["bytes"] <= 2_000_000 + 10_000, name
+    counters = json.loads((run_dir / "last_counters.json").read_text())
+    paused_ports = [(sw, p) for sw, c in counters.items() if "ports" in c
+                    for p, pc in c["ports"].items() if sum(pc["pfc"]["pause_tx"])]
+    for sw, p in paused_ports:  # where pauses happened, the capture shows CBFC frames
+        assert tshark_count(pcaps / f"{sw}-{p}.pcap", "macc.opcode == 0x0101") >= 1
+
+
+def test_report_regenerates_without_the_fabric(run_dir):
+    shutil.rmtree(run_dir / "plots")
+    r = subprocess.run([sys.executable, "-m", "emu", "report", str(run_dir)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "RoCE (3)" in r.stdout and "PASS" in r.stdout
+    assert (run_dir / "plots" / "queue_depth.png").is_file()
