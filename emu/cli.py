@@ -200,12 +200,14 @@ def cmd_run(args) -> int:
         sampler.start()
         n = len(fab.gpus)
         say(f"Checking reachability of all {n * (n - 1)} ordered GPU NIC pairs...", flush=True)
-        results = reach.check_all(fnet)
+        with phase(args, "pinging every GPU pair through the fabric"):
+            results = reach.check_all(fnet)
         wl = None
         t_work = time.monotonic()
         if workload is not None:
             say(f"Running workload {args.workload} ...", flush=True)
-            wl = _run_workload(fnet, args, workload, sampler)
+            with phase(args, f"{args.workload}: RDMA WRITEs in flight (TDF {fab.tdf:g})"):
+                wl = _run_workload(fnet, args, workload, sampler)
             print(wl["text"], flush=True)
         t_work = time.monotonic() - t_work
         all_counters = sampler.stop()
@@ -275,6 +277,18 @@ def cmd_run(args) -> int:
     return 0 if summary["verdict"] == "pass" else 1
 
 
+def phase(args, text: str):
+    """A rich spinner for a long phase on a terminal; nothing when quiet or not a TTY
+    (the phase's own plain line was printed already, so CI logs stay readable)."""
+    import contextlib
+
+    if args.quiet or not sys.stdout.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console().status(text)
+
+
 def _workload_args(args, fab) -> dict | None:
     """Validate --workload options before anything is built (ValueError names the bad one)."""
     from emu.timedil import parse_size
@@ -300,6 +314,14 @@ def _run_workload(fnet, args, w: dict, sampler=None) -> dict:
     from traffic.workloads import rdma
 
     socks = fnet.start_nics(dcqcn=args.dcqcn, gpus=sorted(set(w["gpus"])))
+    if fnet.run_dir is not None:  # the effective congestion-control configuration
+        import dataclasses
+
+        from traffic.dcqcn import DcqcnProfile
+
+        prof = (dataclasses.asdict(DcqcnProfile.by_name(args.dcqcn)) if args.dcqcn != "off"
+                else {"name": "off"})
+        (fnet.run_dir / "dcqcn.json").write_text(json.dumps(prof, indent=1))
     if sampler is not None:  # sample the NICs' QPs too (rate, CNPs)
         for gpu, sock in socks.items():
             sampler.kinds[gpu] = "nic"

@@ -5,7 +5,11 @@ pictures. Each plot is skipped (and logged) when the run has no data for it.
   xOFF/xON thresholds (ch.11 Figure 11-8's rule xON < WRED min < WRED max < xOFF);
 * per-QP rate (DCQCN) with CNP arrivals;
 * PFC pause timeline: one row per link direction (who paused whom, when);
-* link utilisation heatmap: fabric ports x time, fraction of the model link rate.
+* link utilisation heatmap: fabric ports x time, fraction of the model link rate;
+* collective step timeline (ch.14's ring steps): one row per rank, one bar per step,
+  from ``summary.json["steps"]`` = [{"rank", "step", "phase", "t_start_s", "t_end_s"}]
+  in model seconds (phase e.g. "reduce-scatter" / "all-gather"), written by collective
+  workloads.
 Times are model time (lab time / TDF).
 """
 
@@ -150,6 +154,31 @@ def utilisation(rows, topology: dict, path: Path) -> bool:
     return True
 
 
+def step_timeline(steps: list[dict], path: Path) -> bool:
+    """Gantt chart of collective steps per rank (ch.14 ring AllReduce walk-through)."""
+    if not steps:
+        return False
+    ranks = sorted({s["rank"] for s in steps})
+    phases = sorted({s.get("phase", "") for s in steps})
+    colors = {ph: f"C{i}" for i, ph in enumerate(phases)}
+    fig, ax = plt.subplots(figsize=(9, 1 + 0.4 * len(ranks)))
+    for s in steps:
+        ax.barh(ranks.index(s["rank"]), (s["t_end_s"] - s["t_start_s"]) * 1e3,
+                left=s["t_start_s"] * 1e3, color=colors[s.get("phase", "")], edgecolor="white")
+        ax.text((s["t_start_s"] + s["t_end_s"]) / 2 * 1e3, ranks.index(s["rank"]),
+                str(s["step"]), ha="center", va="center", fontsize=7, color="white")
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.set_xlabel("model time (ms)")
+    ax.set_title("Collective steps per rank (" + ", ".join(
+        f"C{i}={ph}" for i, ph in enumerate(phases)) + ")")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    ax.legend(handles, list(colors), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
 def make_all(run_dir: Path) -> list[Path]:
     """Write every plot the run has data for into RUNDIR/plots; returns the files."""
     metrics = run_dir / "metrics.csv"
@@ -159,13 +188,15 @@ def make_all(run_dir: Path) -> list[Path]:
     rows = read_rows(metrics)
     topo = json.loads((run_dir / "topology.json").read_text()) if (run_dir / "topology.json").is_file() else {}
     qos = json.loads((run_dir / "qos.json").read_text()) if (run_dir / "qos.json").is_file() else None
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
     out_dir = run_dir / "plots"
     out_dir.mkdir(exist_ok=True)
     made = []
     for name, fn in (("queue_depth", lambda p: queue_depth(rows, qos, p)),
                      ("qp_rates", lambda p: qp_rates(rows, p)),
                      ("pfc_pauses", lambda p: pause_timeline(rows, topo, p)),
-                     ("utilisation", lambda p: utilisation(rows, topo, p))):
+                     ("utilisation", lambda p: utilisation(rows, topo, p)),
+                     ("collective_steps", lambda p: step_timeline(summary.get("steps", []), p))):
         path = out_dir / f"{name}.png"
         if fn(path):
             made.append(path)

@@ -33,11 +33,13 @@ def run_dir(tmp_path_factory):
 
 
 def test_run_directory_contents(run_dir):
-    for name in ("topology.json", "qos.json", "metrics.csv", "summary.json", "last_counters.json"):
+    for name in ("topology.json", "qos.json", "dcqcn.json", "metrics.csv", "summary.json",
+                 "last_counters.json"):
         assert (run_dir / name).is_file(), name
     summary = json.loads((run_dir / "summary.json").read_text())
     validate_summary(summary)
     assert summary["verdict"] == "pass" and summary["metrics_rows"] > 100
+    assert json.loads((run_dir / "dcqcn.json").read_text())["name"] == "paper"
     assert summary["classes"]["rail1"]["3"]["packets"] > 3000  # 3 x 4 MB in 4 KB frames
     assert set(summary["nics"]) == {"h1g1", "h2g1", "h3g1", "h4g1"}
     assert (run_dir / "plots" / "queue_depth.png").is_file()

@@ -89,8 +89,11 @@ def synthetic_run(tmp_path):
         "h1g1": {"gpu": "h1g1", "qps": {"7": {"cnps_sent": 0, "cnps_rx": 3, "retransmits": 1,
                                                "tx_bytes": 10}}}}
     (tmp_path / "last_counters.json").write_text(json.dumps(counters))
+    # ch.14: 4 ranks, 3 reduce-scatter + 3 all-gather steps
+    steps = [{"rank": r, "step": s, "phase": "reduce-scatter" if s < 3 else "all-gather",
+              "t_start_s": s * 1e-4, "t_end_s": (s + 0.9) * 1e-4} for r in range(4) for s in range(6)]
     summary = {"version": 1, "topology": "rail2x4", "tdf": 1000.0, "verdict": "pass",
-               "switches": {"rail1": {}}}
+               "switches": {"rail1": {}}, "steps": steps}
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     return counters
 
@@ -101,7 +104,7 @@ def test_plots_from_a_synthetic_run(tmp_path):
     synthetic_run(tmp_path)
     made = make_all(tmp_path)
     assert {p.name for p in made} == {"queue_depth.png", "qp_rates.png", "pfc_pauses.png",
-                                      "utilisation.png"}
+                                      "utilisation.png", "collective_steps.png"}
     for p in made:
         data = p.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
