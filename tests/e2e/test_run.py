@@ -73,3 +73,14 @@ def test_report_regenerates_without_the_fabric(run_dir):
     assert r.returncode == 0, r.stderr
     assert "RoCE (3)" in r.stdout and "PASS" in r.stdout
     assert (run_dir / "plots" / "queue_depth.png").is_file()
+
+
+def test_mininet_cli_with_gpu_aliases_and_show_commands():
+    script = "h1g1 ping -c 2 h4g2\nrail1 show interface priority-flow-control\nexit\n"
+    r = subprocess.run([sys.executable, "-m", "emu", "run", "rail2x4", "--cli", "--quiet",
+                        "--pcap", "none"], cwd=ROOT, input=script, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = r.stdout + r.stderr  # Mininet's CLI prints through its logger
+    assert "from 10.0.1.11" in out and "ttl=61" in out  # h1g1's NIC, 3 routers
+    assert "eth5" in out and "lossless" in out

@@ -176,3 +176,14 @@ def test_watchdog_trips_on_a_host_that_never_stops_pausing():
         assert any("PFC storm detected" in e for e in f.counters("rail1")["events"])
         # priority 0 kept flowing through the storm
         assert c["queues"]["0"]["dequeued"] > 100
+
+
+def test_show_switch_command_answers_live(fnet):
+    r = subprocess.run([sys.executable, "-m", "emu", "show-switch", fnet.tag, "rail1", "show",
+                        "lldp", "neighbors"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "spine1" in r.stdout and "h4" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "emu", "show-switch", fnet.tag, "rail1",
+                        "show queuing interface eth99"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "eth99" in r.stderr
