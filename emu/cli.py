@@ -74,9 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="metrics sampling interval in model time (default 50us; never "
                         "faster than 20 samples/s of lab time)")
     p.add_argument("--quiet", action="store_true", help="only the summary")
-    p.add_argument("--workload", choices=["write", "incast"], default=None,
+    p.add_argument("--workload", choices=["write", "incast", "allreduce"], default=None,
                    help="after the reachability check, start one RDMA NIC per GPU and run: "
-                        "write (--src, --dst, --size) or incast (--to, --from, --size)")
+                        "write (--src, --dst, --size), incast (--to, --from, --size) or "
+                        "allreduce (ring over every GPU, --size per rank, --dtype)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "int64"],
+                   help="allreduce: element type (int64 results are checked exactly)")
     p.add_argument("--src", default="h1g1", help="write: source GPU (default h1g1)")
     p.add_argument("--dst", default="h4g2", help="write: target GPU (default h4g2)")
     p.add_argument("--to", default="h4g1", help="incast: target GPU (default h4g1)")
@@ -247,7 +250,10 @@ def cmd_run(args) -> int:
     summary["classes"] = class_totals(counters)
     summary["nics"] = nic_totals(all_counters)
     if wl is not None:
-        summary["workload"] = {k: v for k, v in wl["result"].items() if k != "rate_samples"}
+        summary["workload"] = {k: v for k, v in wl["result"].items()
+                               if k not in ("rate_samples", "steps")}
+        if wl["result"].get("steps"):
+            summary["steps"] = wl["result"]["steps"]
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"\nSummary: {len(ok)}/{len(results)} GPU pairs reachable; "
           f"{len(ok) - len(wrong_path)} took the expected path "
@@ -297,6 +303,8 @@ def _workload_args(args, fab) -> dict | None:
         return None
     if args.workload == "write":
         named = [("--src", args.src), ("--dst", args.dst)]
+    elif args.workload == "allreduce":
+        named = [("gpu", g) for g in fab.gpus]
     else:
         named = [("--to", args.to)] + [("--from", g) for g in args.froms.split(",") if g]
     for opt, g in named:
@@ -330,6 +338,12 @@ def _run_workload(fnet, args, w: dict, sampler=None) -> dict:
         r = rdma.write(fnet.fabric, socks, args.src, args.dst, w["size"],
                        write_only=args.write_only)
         ok = r["status"] == "SUCCESS" and r["byte_exact"]
+    elif args.workload == "allreduce":
+        from traffic.workloads import allreduce
+
+        r = allreduce.allreduce(fnet.fabric, socks, w["size"], dtype=args.dtype)
+        ok = r["correct"]
+        return {"result": r, "ok": ok, "text": allreduce.describe(r)}
     else:
         r = rdma.incast(fnet.fabric, socks, w["gpus"][0], w["gpus"][1:], w["size"])
         ok = set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values())
