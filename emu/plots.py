@@ -30,6 +30,20 @@ from emu.metrics import read_rows  # noqa: E402
 log = logging.getLogger("emu.plots")
 
 
+def _save(fig, ax, path: Path, title: str, ylabel: str | None = None, legend: bool = False) -> bool:
+    """Common finish of every plot: model-time x axis, title, file, close."""
+    ax.set_xlabel("model time (ms)")
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
 def _series(rows, metric):
     out = defaultdict(list)
     for r in rows:
@@ -59,14 +73,7 @@ def queue_depth(rows, qos: dict | None, path: Path, top: int = 4) -> bool:
             if isinstance(val, (int, float)):
                 ax.axhline(val / 1e3, linestyle=style, color="grey", linewidth=1)
                 ax.text(0, val / 1e3, f" {name}", va="bottom", fontsize=8, color="grey")
-    ax.set_xlabel("model time (ms)")
-    ax.set_ylabel("queue depth (KB)")
-    ax.set_title("Egress queue depth")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
+    return _save(fig, ax, path, "Egress queue depth", "queue depth (KB)", legend=True)
 
 
 def qp_rates(rows, path: Path) -> bool:
@@ -84,14 +91,8 @@ def qp_rates(rows, path: Path) -> bool:
         if arr:
             ax.scatter([x * 1e3 for x, _ in arr], [y / 1e9 for _, y in arr], marker="v",
                        color=line.get_color(), s=18)
-    ax.set_xlabel("model time (ms)")
-    ax.set_ylabel("rate (Gbps, model)")
-    ax.set_title("DCQCN rate per QP (triangles: CNPs received)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
+    return _save(fig, ax, path, "DCQCN rate per QP (triangles: CNPs received)",
+                 "rate (Gbps, model)", legend=True)
 
 
 def pause_timeline(rows, topology: dict, path: Path) -> bool:
@@ -111,12 +112,7 @@ def pause_timeline(rows, topology: dict, path: Path) -> bool:
         ax.scatter(t * 1e3, y[f"{n} pauses {peer.get((n, p), '?')} ({p})"], marker="|", s=200,
                    color="tab:red")
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_xlabel("model time (ms)")
-    ax.set_title("PFC pause frames sent (who paused whom)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
+    return _save(fig, ax, path, "PFC pause frames sent (who paused whom)")
 
 
 def utilisation(rows, topology: dict, path: Path) -> bool:
@@ -145,13 +141,8 @@ def utilisation(rows, topology: dict, path: Path) -> bool:
     im = ax.imshow(grid, aspect="auto", interpolation="nearest", vmin=0, vmax=1, cmap="viridis",
                    extent=(times[0] * 1e3, times[1] * 1e3, len(ports) - 0.5, -0.5))
     ax.set_yticks(range(len(ports)), [f"{n}:{p}" for n, p in ports], fontsize=7)
-    ax.set_xlabel("model time (ms)")
-    ax.set_title("Link utilisation (tx, fraction of model rate)")
     fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
+    return _save(fig, ax, path, "Link utilisation (tx, fraction of model rate)")
 
 
 def step_timeline(steps: list[dict], path: Path) -> bool:
@@ -168,15 +159,9 @@ def step_timeline(steps: list[dict], path: Path) -> bool:
         ax.text((s["t_start_s"] + s["t_end_s"]) / 2 * 1e3, ranks.index(s["rank"]),
                 str(s["step"]), ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
-    ax.set_xlabel("model time (ms)")
-    ax.set_title("Collective steps per rank (" + ", ".join(
-        f"C{i}={ph}" for i, ph in enumerate(phases)) + ")")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
     ax.legend(handles, list(colors), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
+    return _save(fig, ax, path, "Collective steps per rank (bar label: step)")
 
 
 def make_all(run_dir: Path) -> list[Path]:
