@@ -115,9 +115,9 @@ def allreduce(fabric: Any, sockets: dict[str, str], size: int, dtype: str = "flo
             nic = NicClient(sockets[g])
             pd = nic.alloc_pd()
             mr = nic.reg_mr(pd, count * dt.itemsize + max_chunk)
-            data = np.frombuffer(mr.buf, dtype=dt, count=count)
-            data[:] = inputs[i]
-            ranks.append(Rank(g, nic, pd, nic.create_cq(), mr, data))
+            ranks.append(Rank(g, nic, pd, nic.create_cq(), mr,
+                              np.frombuffer(mr.buf, dtype=dt, count=count)))
+            ranks[-1].data[:] = inputs[i]
         fabric_hop = [host[order[r]] != host[order[(r + 1) % n]] for r in range(n)]
         for r in range(n):  # successors listen first, then predecessors connect
             nxt = (r + 1) % n
@@ -171,6 +171,7 @@ def allreduce(fabric: Any, sockets: dict[str, str], size: int, dtype: str = "flo
                         d0, d1 = bounds[st["recv"][r]]
                         got = np.frombuffer(me.mr.buf, dtype=dt, count=d1 - d0, offset=scratch_off)
                         me.data[d0:d1] += got
+                        del got  # release the view of the shared memory at once
                     barrier.wait()
                     if r == 0:
                         times[s][1] = time.monotonic()
