@@ -74,10 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="metrics sampling interval in model time (default 50us; never "
                         "faster than 20 samples/s of lab time)")
     p.add_argument("--quiet", action="store_true", help="only the summary")
-    p.add_argument("--workload", choices=["write", "incast", "allreduce"], default=None,
+    p.add_argument("--workload", choices=["write", "incast", "allreduce", "bookexample"],
+                   default=None,
                    help="after the reachability check, start one RDMA NIC per GPU and run: "
                         "write (--src, --dst, --size), incast (--to, --from, --size) or "
-                        "allreduce (ring over every GPU, --size per rank, --dtype)")
+                        "allreduce (ring over every GPU, --size per rank, --dtype); "
+                        "bookexample: the book's Figs 2-2..2-4 network, one torch step")
     p.add_argument("--dtype", default="float32", choices=["float32", "int64"],
                    help="allreduce: element type (int64 results are checked exactly)")
     p.add_argument("--src", default="h1g1", help="write: source GPU (default h1g1)")
@@ -301,6 +303,8 @@ def _workload_args(args, fab) -> dict | None:
 
     if args.workload is None:
         return None
+    if args.workload == "bookexample":
+        return {"gpus": [], "size": 0}
     if args.workload == "write":
         named = [("--src", args.src), ("--dst", args.dst)]
     elif args.workload == "allreduce":
@@ -320,6 +324,13 @@ def _run_workload(fnet, args, w: dict, sampler=None) -> dict:
     """Start the NICs of the GPUs involved and run the workload; result and verdict."""
     from traffic import nic_client
     from traffic.workloads import rdma
+
+    if args.workload == "bookexample":
+        from traffic.workloads import bookexample
+
+        r = bookexample.run()
+        ok = abs(r["loss"] - 0.25) < 1e-6 and abs(r["W53"] - 0.995) < 1e-6
+        return {"result": r, "ok": ok, "text": bookexample.describe(r)}
 
     socks = fnet.start_nics(dcqcn=args.dcqcn, gpus=sorted(set(w["gpus"])))
     if fnet.run_dir is not None:  # the effective congestion-control configuration
