@@ -35,8 +35,16 @@ def _check(name: str, value: int, bits: int) -> None:
         raise CmError(f"{name}: must be a {bits}-bit unsigned integer, got {value!r}")
 
 
+class _Checked:
+    """Base of the CM messages: fields are validated at construction."""
+
+    def __post_init__(self) -> None:
+        """Validate field ranges, naming the bad field."""
+        _validate(self)
+
+
 @dataclass(frozen=True)
-class CmReq:
+class CmReq(_Checked):
     """Connection request from the requester (client) side."""
 
     comm_id: int
@@ -50,13 +58,9 @@ class CmReq:
     mr_addr: int = 0
     mr_len: int = 0
 
-    def __post_init__(self) -> None:
-        """Validate field ranges, naming the bad field."""
-        _validate(self)
-
 
 @dataclass(frozen=True)
-class CmRep:
+class CmRep(_Checked):
     """Connection reply from the responder: its QP and the memory it lets the peer write."""
 
     comm_id: int
@@ -71,33 +75,21 @@ class CmRep:
     mr_addr: int
     mr_len: int
 
-    def __post_init__(self) -> None:
-        """Validate field ranges, naming the bad field."""
-        _validate(self)
-
 
 @dataclass(frozen=True)
-class CmRtu:
+class CmRtu(_Checked):
     """Ready To Use: the client's confirmation; both sides may now move to RTS."""
 
     comm_id: int
     remote_comm_id: int
 
-    def __post_init__(self) -> None:
-        """Validate field ranges, naming the bad field."""
-        _validate(self)
-
 
 @dataclass(frozen=True)
-class CmRej:
+class CmRej(_Checked):
     """Reject, with a human-readable reason (e.g. P_Key mismatch, no such service)."""
 
     comm_id: int
     reason: str
-
-    def __post_init__(self) -> None:
-        """Validate field ranges, naming the bad field."""
-        _validate(self)
 
 
 CmMsg = Union[CmReq, CmRep, CmRtu, CmRej]
