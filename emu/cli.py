@@ -74,20 +74,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="metrics sampling interval in model time (default 50us; never "
                         "faster than 20 samples/s of lab time)")
     p.add_argument("--quiet", action="store_true", help="only the summary")
-    p.add_argument("--workload", choices=["write", "incast", "allreduce", "bookexample"],
+    p.add_argument("--workload", choices=["write", "incast", "allreduce", "train", "pipeline",
+                                          "tensor", "bookexample"],
                    default=None,
                    help="after the reachability check, start one RDMA NIC per GPU and run: "
-                        "write (--src, --dst, --size), incast (--to, --from, --size) or "
-                        "allreduce (ring over every GPU, --size per rank, --dtype); "
-                        "bookexample: the book's Figs 2-2..2-4 network, one torch step")
-    p.add_argument("--dtype", default="float32", choices=["float32", "int64"],
-                   help="allreduce: element type (int64 results are checked exactly)")
+                        "write (--src, --dst, --size), incast (--to, --from, --size); with one "
+                        "PyTorch worker per GPU (torchrun-style, backend 'emu'): allreduce "
+                        "(nccl-tests table, --size 1MB,64MB, --iters, --dtype), train (DDP "
+                        "MLP vs a single-process reference), pipeline (ch.8, 4 GPUs on 2 "
+                        "hosts), tensor (tensor-parallel FFN); bookexample: the book's Figs "
+                        "2-2..2-4 network, one torch step")
+    p.add_argument("--script", nargs=argparse.REMAINDER, default=None, metavar="FILE [ARGS]",
+                   help="run your own torch.distributed script on every GPU the way torchrun "
+                        "would (RANK, WORLD_SIZE, MASTER_ADDR, ... set; backend name 'emu', "
+                        "also the default of init_process_group()); must come last")
+    p.add_argument("--backend", default="emu", choices=["emu", "gloo"],
+                   help="torch workloads: emu (over the fabric, default) or gloo (torch's, "
+                        "over the frontend's kernel TCP, for comparison)")
+    p.add_argument("--iters", type=int, default=None,
+                   help="allreduce: timed iterations per size (default 3); train: steps")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "int32", "int64"],
+                   help="allreduce: element type (integer results are checked exactly)")
     p.add_argument("--src", default="h1g1", help="write: source GPU (default h1g1)")
     p.add_argument("--dst", default="h4g2", help="write: target GPU (default h4g2)")
     p.add_argument("--to", default="h4g1", help="incast: target GPU (default h4g1)")
     p.add_argument("--from", dest="froms", default="h1g1,h2g1,h3g1",
                    help="incast: comma-separated sender GPUs (default h1g1,h2g1,h3g1)")
-    p.add_argument("--size", default="16MB", help="bytes per write, e.g. 64MB (default 16MB)")
+    p.add_argument("--size", default=None,
+                   help="write/incast: bytes per write (default 16MB); allreduce: bytes per "
+                        "rank, a comma list is a size sweep (default 64MB)")
     p.add_argument("--write-only", action="store_true",
                    help="write: every packet WRITE ONLY with its own RETH (ch.12)")
     p.add_argument("--dcqcn", default="paper", choices=["paper", "nvidia", "off"],
@@ -162,6 +177,10 @@ def cmd_run(args) -> int:
         targets = capture.select(fab, args.pcap)
         qos = load_qos_arg(args.qos)
         workload = _workload_args(args, fab)
+        if workload is not None and args.workload in TORCH_WORKLOADS and targets:
+            for h in sorted({g.host for g in fab.gpus.values()})[:2]:  # the rendezvous
+                if (h, "fe0") not in targets:
+                    targets.append((h, "fe0"))
         interval = parse_duration(args.interval)
         if not interval > 0:
             raise ValueError(f"--interval: must be > 0, got {args.interval!r}")
@@ -211,7 +230,7 @@ def cmd_run(args) -> int:
         t_work = time.monotonic()
         if workload is not None:
             say(f"Running workload {args.workload} ...", flush=True)
-            with phase(args, f"{args.workload}: RDMA WRITEs in flight (TDF {fab.tdf:g})"):
+            with phase(args, f"{args.workload}: running over the fabric (TDF {fab.tdf:g})"):
                 wl = _run_workload(fnet, args, workload, sampler)
             print(wl["text"], flush=True)
         t_work = time.monotonic() - t_work
@@ -297,24 +316,48 @@ def phase(args, text: str):
     return Console().status(text)
 
 
+TORCH_WORKLOADS = {"allreduce": "collectives.workloads.allreduce",
+                   "train": "collectives.workloads.train",
+                   "pipeline": "collectives.workloads.pipeline",
+                   "tensor": "collectives.workloads.tensor", "script": None}
+
+
 def _workload_args(args, fab) -> dict | None:
     """Validate --workload options before anything is built (ValueError names the bad one)."""
     from emu.timedil import parse_size
 
+    if args.script is not None:
+        if args.workload is not None:
+            raise ValueError(f"--script and --workload {args.workload}: pick one")
+        if not args.script or not Path(args.script[0]).is_file():
+            raise ValueError(f"--script: no such file {(args.script or [''])[0]!r}")
+        args.workload = "script"
     if args.workload is None:
         return None
     if args.workload == "bookexample":
         return {"gpus": [], "size": 0}
+    if args.workload in TORCH_WORKLOADS:
+        from collectives.launch import plan
+
+        slots = plan(fab)  # ValueError unless every host has as many GPUs
+        if args.workload == "pipeline" and (len({s.host for s in slots}) < 2
+                                            or len(slots) // len({s.host for s in slots}) < 2):
+            raise ValueError("pipeline: needs 2 hosts with 2 GPUs each (the book's 0a, 1a, "
+                             "0b, 1b)")
+        if args.iters is not None and args.iters < 1:
+            raise ValueError(f"--iters: must be >= 1, got {args.iters}")
+        sizes = [parse_size(x) for x in (args.size or "64MB").split(",") if x.strip()]
+        if not sizes or not all(0 < x < 1 << 31 for x in sizes):
+            raise ValueError(f"--size: 1 B .. 2 GiB per rank, got {args.size!r}")
+        return {"gpus": list(fab.gpus), "sizes": sizes, "size": max(sizes)}
     if args.workload == "write":
         named = [("--src", args.src), ("--dst", args.dst)]
-    elif args.workload == "allreduce":
-        named = [("gpu", g) for g in fab.gpus]
     else:
         named = [("--to", args.to)] + [("--from", g) for g in args.froms.split(",") if g]
     for opt, g in named:
         if g not in fab.gpus:
             raise ValueError(f"{opt}: no GPU {g!r} in {fab.name} (e.g. {next(iter(fab.gpus))})")
-    size = parse_size(args.size)
+    size = parse_size(args.size or "16MB")
     if not 0 < size < 1 << 31:
         raise ValueError(f"--size: must be 1 B .. 2 GiB, got {args.size!r}")
     return {"gpus": [g for _, g in named], "size": size}
@@ -345,16 +388,14 @@ def _run_workload(fnet, args, w: dict, sampler=None) -> dict:
         for gpu, sock in socks.items():
             sampler.kinds[gpu] = "nic"
             sampler.sources[gpu] = (lambda p=sock: nic_client.request(p, {"cmd": "counters"}))
+    if args.workload in TORCH_WORKLOADS:
+        from collectives.jobresult import run_torch_workload
+
+        return run_torch_workload(fnet, args, w, socks)
     if args.workload == "write":
         r = rdma.write(fnet.fabric, socks, args.src, args.dst, w["size"],
                        write_only=args.write_only)
         ok = r["status"] == "SUCCESS" and r["byte_exact"]
-    elif args.workload == "allreduce":
-        from traffic.workloads import allreduce
-
-        r = allreduce.allreduce(fnet.fabric, socks, w["size"], dtype=args.dtype)
-        ok = r["correct"]
-        return {"result": r, "ok": ok, "text": allreduce.describe(r)}
     else:
         r = rdma.incast(fnet.fabric, socks, w["gpus"][0], w["gpus"][1:], w["size"])
         ok = set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values())

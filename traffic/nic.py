@@ -237,7 +237,8 @@ class Nic:
         self.waiters = 0
         self.running = True
         self.c = {"rx_frames": 0, "rx_bytes": 0, "tx_frames": 0, "tx_bytes": 0,
-                  "tx_errors": 0, "rx_other": 0, "rx_unknown_qp": 0, "pfc_rx": 0}
+                  "tx_errors": 0, "rx_other": 0, "rx_unknown_qp": 0, "pfc_rx": 0,
+                  "closed_qps_tx_bytes": 0}  # payload sent by QPs destroyed since
         self.raw = self.udp = None
         self._buf = bytearray(16384)
         self.wake_r, self.wake_w = socket.socketpair()
@@ -310,6 +311,7 @@ class Nic:
     def destroy_qp(self, qpn: int) -> None:
         """ibv_destroy_qp."""
         q = self.qps.pop(self._qp(qpn).qpn)
+        self.c["closed_qps_tx_bytes"] += q.ep.requester.counters.bytes
         q.ep.qp.to_error()
         if q in self.order:
             self.order.remove(q)

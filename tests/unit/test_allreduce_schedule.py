@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import topologies
-from traffic.workloads.allreduce import bus_bandwidth, chunk_bounds, ring_order, schedule
+from collectives.ring import bus_bandwidth, chunk_bounds, ring_order, schedule
 
 
 def test_ch14_walkthrough_four_ranks():
