@@ -37,8 +37,8 @@ from traffic.verbs import WCOpcode, WCStatus
 
 log = logging.getLogger("collectives.comm")
 
-DEFAULT_SLOT = 4 << 20  #: bytes per landing slot (a message)
-DEFAULT_SLOTS = 2  #: landing slots per channel (messages in flight)
+DEFAULT_SLOT = 1 << 20  #: bytes per landing slot (a message)
+DEFAULT_SLOTS = 4  #: landing slots per channel (messages in flight)
 CM_BASE = 20000  #: CM ports: CM_BASE + 256 x (group index mod 160) + connecting rank
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
 
@@ -236,26 +236,36 @@ class Communicator:
 
     def _ring(self, buf: torch.Tensor, plan: list[dict], bounds: list[tuple[int, int]],
               op: str, steps: list) -> None:
+        """Run ring steps, streamed: from the second step on, what a rank sends is what it
+        received (and reduced) the step before, so each landed message is forwarded as
+        soon as it is consumed (as NCCL pipelines a step in slices) instead of waiting
+        for the whole chunk."""
         n, p = self.n, self.pos
         nxt, prv = self.ring[(p + 1) % n], self.ring[(p - 1) % n]
         self.ensure([nxt, prv])
         raw, isz = raw_bytes(buf), buf.element_size()
-        for st in plan:
+        c0, c1 = bounds[plan[0]["send"][p]]
+        futs = [self._send(nxt, raw[c0 * isz:c1 * isz])]
+        for s, st in enumerate(plan):
             a = time.monotonic()
-            c0, c1 = bounds[st["send"][p]]
-            fut = self._send(nxt, raw[c0 * isz:c1 * isz])
             d0, d1 = bounds[st["recv"][p]]
-            if st["phase"] == "reduce-scatter":
-                at = d0
-                for m in self.channels[prv].messages((d1 - d0) * isz):
-                    k = len(m) // isz
+            forward = s + 1 < len(plan)
+            if forward and plan[s + 1]["send"][p] != st["recv"][p]:
+                raise AssertionError("ring schedule: a step must send what the last received")
+            at = d0
+            for m in self.channels[prv].messages((d1 - d0) * isz):
+                k = len(m) // isz
+                if st["phase"] == "reduce-scatter":
                     if k:
                         reduce_into(buf[at:at + k], torch.frombuffer(m, dtype=buf.dtype), op)
-                    at += k
-            else:
-                self.channels[prv].recv_into(raw[d0 * isz:d1 * isz])
-            fut.result()
+                else:
+                    raw[at * isz:(at + k) * isz] = m
+                if forward:
+                    futs.append(self._send(nxt, raw[at * isz:(at + k) * isz]))
+                at += k
             steps.append((st["phase"], a, time.monotonic()))
+        for f in futs:
+            f.result()
 
     def allreduce(self, buf: torch.Tensor, op: str = "sum") -> dict:
         """Ring AllReduce in place of a flat contiguous tensor (ch.14 schedule)."""

@@ -83,6 +83,7 @@ def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
                 "EMU_NIC_IP": slot.ip, "EMU_NIC_SOCK": nic_sock, "EMU_TDF": f"{fabric.tdf:g}",
                 "EMU_JOB": job, "EMU_RESULT_DIR": str(result_dir), "EMU_BACKEND": "emu",
                 "TORCHELASTIC_RUN_ID": job, "OMP_NUM_THREADS": "1",
+                "GLOO_SOCKET_IFNAME": "fe0",  # gloo (for comparison) over the frontend
                 "PYTHONPATH": os.pathsep.join([str(REPO)] + [p for p in
                                                env.get("PYTHONPATH", "").split(os.pathsep) if p]),
                 "PYTHONUNBUFFERED": "1"})

@@ -205,3 +205,47 @@ def rnic(size: int = 32 << 20, tdf: float | None = None) -> int:
           f"of the lab link rate (payload/frame bound {payload:.3f}); retransmits "
           f"{r['retransmits']}")
     return 0 if r["status"] == "SUCCESS" else 1
+
+
+def allreduce(sizes: str = "1MB,16MB,64MB", iters: int = 2) -> int:
+    """Ring AllReduce busbw on rail2x4 (8 PyTorch workers, backend "emu", book QoS) as a
+    fraction of the model link rate, and the same job through torch's gloo over the
+    frontend's kernel TCP, in the same run (book ch.14; nccl-tests' busbw)."""
+    import tempfile
+    from pathlib import Path
+
+    from collectives.launch import run_job
+
+    fab = topologies.load("rail2x4")
+    link = fab.link_of("h1", fab.gpus["h1g1"].nic).model_bps
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="emu-bench-") as tmp, \
+            FabricNet(fab, run_dir=Path(tmp), qos=QosConfig()) as fnet:  # logs in tmp
+        fnet.wait_pfc()
+        socks = fnet.start_nics()
+        for backend in ("emu", "gloo"):
+            print(f"  {backend}: AllReduce of {sizes} on 8 ranks, {iters} timed iterations "
+                  "each ...", flush=True)
+            job = run_job(fnet, ["--module", "collectives.workloads.allreduce", "--backend",
+                                 backend, "--size", sizes, "--iters", str(iters)], socks,
+                          Path(tmp) / backend, echo=None)
+            if not job["ok"] or 0 not in job["results"]:
+                for r in job["failed"]:
+                    print(f"rank {r} failed:\n{job['failed_tails'][r]}")
+                return 1
+            rows[backend] = job["results"][0]["rows"]
+    print(f"\nbench allreduce: rail2x4, 8 ranks, ring (emu: RoCEv2 over the NICs at TDF "
+          f"{fab.tdf:g}, link {link / 1e9:g} Gbps model = {fnet.td.lab_rate(link) / 1e6:g} "
+          f"Mbps lab) vs gloo (kernel TCP on the frontend, not dilated)")
+    print(f"{'size':>10} {'emu model':>11} {'busbw':>11} {'/link':>6} {'busbw lab':>11} "
+          f"{'gloo lab':>10} {'busbw lab':>11} {'emu/gloo':>9} {'correct':>8}")
+    ok = True
+    for e, g in zip(rows["emu"], rows["gloo"]):
+        ok &= e["correct"] and g["correct"]
+        print(f"{e['size']:>10} {e['seconds_model'] * 1e3:>8.3f} ms "
+              f"{e['busbw_model_bps'] / 1e9:>6.1f} Gbps {e['busbw_model_bps'] / link:>6.3f} "
+              f"{e['busbw_lab_bps'] / 1e6:>6.2f} Mbps {g['seconds_lab']:>8.3f} s "
+              f"{g['busbw_lab_bps'] / 1e6:>6.1f} Mbps "
+              f"{e['busbw_lab_bps'] / g['busbw_lab_bps']:>9.4f} "
+              f"{str(e['correct'] and g['correct']):>8}")
+    return 0 if ok else 1

@@ -93,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "over the frontend's kernel TCP, for comparison)")
     p.add_argument("--iters", type=int, default=None,
                    help="allreduce: timed iterations per size (default 3); train: steps")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "int32", "int64"],
-                   help="allreduce: element type (integer results are checked exactly)")
+    p.add_argument("--dtype", default="float32",
+                   help="allreduce: element type(s), comma list of float32, float64, int32, "
+                        "int64 (integer results are checked exactly)")
     p.add_argument("--src", default="h1g1", help="write: source GPU (default h1g1)")
     p.add_argument("--dst", default="h4g2", help="write: target GPU (default h4g2)")
     p.add_argument("--to", default="h4g1", help="incast: target GPU (default h4g1)")
@@ -129,10 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also runs whose emu process is still alive")
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
-    p.add_argument("what", choices=["forward", "tdf", "switch", "rnic"],
+    p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce"],
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
                         "switch: per-packet cost of the pipeline, QoS on vs off; rnic: "
-                        "one-QP RDMA WRITE goodput and frame build rate vs Scapy")
+                        "one-QP RDMA WRITE goodput and frame build rate vs Scapy; allreduce: "
+                        "ring AllReduce busbw of 8 PyTorch workers (1, 16, 64 MB) vs gloo")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     p.add_argument("--load", type=float, default=0.5,
                    help="bench tdf: offered load per NIC as a fraction of its line rate")
@@ -344,6 +346,9 @@ def _workload_args(args, fab) -> dict | None:
                                             or len(slots) // len({s.host for s in slots}) < 2):
             raise ValueError("pipeline: needs 2 hosts with 2 GPUs each (the book's 0a, 1a, "
                              "0b, 1b)")
+        bad = [d for d in args.dtype.split(",") if d not in ("float32", "float64", "int32", "int64")]
+        if bad:
+            raise ValueError(f"--dtype: {bad[0]!r} is not float32, float64, int32 or int64")
         if args.iters is not None and args.iters < 1:
             raise ValueError(f"--iters: must be >= 1, got {args.iters}")
         sizes = [parse_size(x) for x in (args.size or "64MB").split(",") if x.strip()]
@@ -487,6 +492,8 @@ def cmd_bench(args) -> int:
         return bench.fabric_load(duration=args.duration, load=args.load)
     if args.what == "rnic":
         return bench.rnic()
+    if args.what == "allreduce":
+        return bench.allreduce()
     return bench.forward(duration=args.duration)
 
 

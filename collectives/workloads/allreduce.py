@@ -24,6 +24,9 @@ from collectives.ring import bus_bandwidth
 from emu.timedil import format_rate, parse_size
 
 
+DTYPES = ("float32", "float64", "int32", "int64")
+
+
 def rank_input(rank: int, count: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     """The input of one rank: reproducible anywhere from (seed, rank)."""
     g = torch.Generator().manual_seed(seed * 1000 + rank)
@@ -47,12 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default="64MB", help="bytes per rank, comma list (e.g. 1MB,16MB)")
     ap.add_argument("--iters", type=int, default=3, help="timed iterations per size")
     ap.add_argument("--warmup", type=int, default=1, help="untimed iterations per size")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "float64", "int32", "int64"])
+    ap.add_argument("--dtype", default="float32",
+                    help="element type(s), comma list of float32, float64, int32, int64")
     ap.add_argument("--backend", default=os.environ.get("EMU_BACKEND", "emu"))
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
     sizes = [parse_size(s) for s in a.size.split(",") if s]
-    dtype = getattr(torch, a.dtype)
+    dtypes = [d.strip() for d in a.dtype.split(",") if d.strip()]
+    for d in dtypes:
+        if d not in DTYPES:
+            ap.error(f"--dtype: {d!r} is not one of {', '.join(DTYPES)}")
     tdf = float(os.environ.get("EMU_TDF", "1"))
     if a.backend == "emu":
         import collectives.backend  # noqa: F401  (registers the backend)
@@ -60,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         r, n = dist.get_rank(), dist.get_world_size()
         rows = []
-        for size in sizes:
+        for size, dname in [(s, d) for d in dtypes for s in sizes]:
+            dtype = getattr(torch, dname)
             count = max(1, size // torch.tensor([], dtype=dtype).element_size())
             want = expected_sum(n, count, dtype, a.seed)
             times, ok = [], True
@@ -79,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             dist.all_reduce(okt, op=dist.ReduceOp.MIN)
             lab = sum(times) / len(times)
             alg, bus = bus_bandwidth(count * t.element_size(), lab / tdf, n)
-            rows.append({"size": count * t.element_size(), "count": count, "dtype": a.dtype,
+            rows.append({"size": count * t.element_size(), "count": count, "dtype": dname,
                          "seconds_lab": lab, "seconds_model": lab / tdf, "algbw_model_bps": alg,
                          "busbw_model_bps": bus, "busbw_lab_bps": bus / tdf,
                          "correct": bool(okt.item()), "iters": a.iters,
