@@ -37,8 +37,8 @@ from traffic.verbs import WCOpcode, WCStatus
 
 log = logging.getLogger("collectives.comm")
 
-DEFAULT_SLOT = 1 << 20  #: bytes per landing slot (a message)
-DEFAULT_SLOTS = 4  #: landing slots per channel (messages in flight)
+DEFAULT_SLOT = 4 << 20  #: bytes per landing slot (a message)
+DEFAULT_SLOTS = 2  #: landing slots per channel (messages in flight)
 CM_BASE = 20000  #: CM ports: CM_BASE + 256 x (group index mod 160) + connecting rank
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
 

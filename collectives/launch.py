@@ -75,7 +75,8 @@ def frontend_ip(fabric: Any, host: str) -> str:
 def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
                result_dir: Path, job: str, port: int = MASTER_PORT) -> dict[str, str]:
     """The environment of one worker (torchrun's variables + where its NIC is)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMU_", "MASTER_"))}
+    env = {k: v for k, v in os.environ.items()  # EMU_SLOT passes through
+           if k == "EMU_SLOT" or not k.startswith(("EMU_", "MASTER_"))}
     env.update(torchrun_env(slot.node_rank, nproc, slot.local_rank, nnodes,
                             frontend_ip(fabric, plan(fabric)[0].host), port))
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d: "hostname of the client socket cannot be retrieved" in a namespace
