@@ -185,10 +185,18 @@ class ShmChannel(Channel):
             try:
                 self._notify.sendto(msg, self._peer_addr)
                 return
-            except (ConnectionRefusedError, FileNotFoundError, BlockingIOError, TimeoutError):
+            except (BlockingIOError, TimeoutError):  # its queue is full: the peer is busy
                 if time.monotonic() > deadline:
-                    raise ChannelError(f"rank {self.peer}'s notify socket is gone")
+                    raise ChannelError(f"rank {self.peer} took no notification for "
+                                       f"{self.timeout:g} s")
                 time.sleep(0.001)
+            except (ConnectionRefusedError, FileNotFoundError):
+                # The peer bound its socket before it created the memory we wrote into,
+                # so a refusal means it has finished and closed. A READY for it is moot
+                # (it may legitimately exit before taking back its last slot); data is not.
+                if kind == 1:
+                    return
+                raise ChannelError(f"rank {self.peer} has gone (its notify socket is closed)")
 
     def _put(self, k: int, part: memoryview) -> None:
         i = k % self.slots

@@ -2,11 +2,11 @@
 channel credit protocol, and the "emu" torch.distributed backend with every rank on one
 host (shared-memory channels; the RDMA channels run in tests/e2e)."""
 
+import json
 import os
 import socket
-import subprocess
-import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,13 +14,12 @@ import pytest
 import torch.distributed as dist
 
 import topologies
-from collectives.channel import Events, ShmChannel
+from collectives.channel import ChannelError, Events, ShmChannel
 from collectives.rendezvous import (UID_BYTES, PeerInfo, RendezvousError, bootstrap,
                                     global_rank, torchrun_env)
 from collectives.ring import (Member, all_gather_steps, broadcast_tree, chunk_bounds,
                               reduce_scatter_steps, ring_positions)
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.localjob import run_ranks
 
 
 def rail2x4_members():
@@ -189,6 +188,37 @@ def test_shm_channel_streams_more_than_its_slots_in_order():
         s.close()
 
 
+def test_shm_ready_for_a_peer_that_has_finished_does_not_block():
+    """The sender of a last message may finish and close before the receiver hands the
+    slot back; that READY is moot and must not hold the receiver (it once waited the
+    whole group timeout, hanging a 3-rank job at exit)."""
+    tag = os.urandom(4).hex()
+    ev = [Events(), Events()]
+    socks = [socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(2)]
+    addr = lambda r: f"\0emutest{tag}-{r}"  # noqa: E731
+    name = lambda o, s: f"emutest{tag}-{o}-{s}"  # noqa: E731
+    for r, s in enumerate(socks):
+        s.bind(addr(r))
+        s.settimeout(0.2)
+    from collectives.channel import NOTE
+    a = ShmChannel(0, 1, ev[0], 64, 2, 10.0, name=name, notify=socks[0], address=addr)
+    b = ShmChannel(1, 0, ev[1], 64, 2, 10.0, name=name, notify=socks[1], address=addr)
+    a.send(memoryview(b"x" * 10))
+    b._remote()                           # b has written to rank 0 before (mapped its side)
+    src, kind, seq, nb = NOTE.unpack(socks[1].recv(64))
+    ev[1].post(("data", src, seq), nb)
+    a.close()
+    socks[0].close()                      # rank 0 is done and gone
+    got = bytearray(10)
+    t0 = time.monotonic()
+    b.recv_into(memoryview(got))          # consumes, then READYs the vanished rank 0
+    assert bytes(got) == b"x" * 10 and time.monotonic() - t0 < 1.0
+    with pytest.raises(ChannelError, match="gone"):
+        b.send(memoryview(b"y"))          # data for a vanished peer is an error, at once
+    b.close()
+    socks[1].close()
+
+
 # -- the backend, every rank on one host ----------------------------------------------
 SCRIPT = r'''
 import torch, torch.distributed as dist
@@ -227,30 +257,11 @@ dist.destroy_process_group()
 '''
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_backend_collectives_ddp_and_groups_over_shared_memory(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
-    n, port = 4, _free_port()
-    procs = []
-    for r in range(n):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EMU_")}
-        env.update(torchrun_env(0, n, r, 1, "127.0.0.1", port))
-        env.update({"EMU_HOST": "local", "EMU_RESULT_DIR": str(tmp_path), "OMP_NUM_THREADS": "1",
-                    "PYTHONPATH": str(ROOT), "EMU_SLOT": str(64 << 10)})
-        procs.append(subprocess.Popen([sys.executable, "-m", "collectives.run", str(script)],
-                                      cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=180)[0] for p in procs]
-    for r, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"rank {r} all ok" in out, out[-3000:]
-    import json
-
+    out, _ = run_ranks(4, [str(script)], tmp_path, env_extra={"EMU_SLOT": str(64 << 10)})
+    assert "rank 0 all ok" in out  # every rank asserted its own results (exit code 0)
     rec = json.loads((tmp_path / "emu-rank0-g0.json").read_text())
     assert len(bytes.fromhex(rec["unique_id"])) == 128
     ops = [h["op"] for h in rec["history"]]

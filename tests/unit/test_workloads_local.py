@@ -1,39 +1,10 @@
 """The PyTorch workloads with every rank on this machine (no fabric): with the "emu"
 backend over shared memory, and with torch's gloo as the peer implementation."""
 
-import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from collectives.rendezvous import torchrun_env
 from collectives.workloads import pipeline
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_ranks(n, target, tmp_path, backend="emu", timeout=180):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for r in range(n):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EMU_")}
-        env.update(torchrun_env(0, n, r, 1, "127.0.0.1", port))
-        env.update({"EMU_HOST": "local", "EMU_RESULT_DIR": str(tmp_path), "EMU_BACKEND": backend,
-                    "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
-        procs.append(subprocess.Popen([sys.executable, "-m", "collectives.run"] + target,
-                                      cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=timeout)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
-    return outs[0], [json.loads((tmp_path / f"rank{r}.json").read_text())
-                     if (tmp_path / f"rank{r}.json").exists() else None for r in range(n)]
+from tests.unit.localjob import ROOT, run_ranks
 
 
 def test_pipeline_schedule_is_the_books():
