@@ -188,3 +188,35 @@ def test_lldp_sent_on_every_port_by_the_timer():
     a.service(0.0)
     for p in a.ports.values():
         assert [f[12:14] for f in p.sock.sent] == [b"\x88\xcc"]
+
+
+def test_lldp_frames_are_built_and_parsed_once(monkeypatch):
+    from switch_agent import lldp
+
+    calls = {"build": 0, "parse": 0}
+    real_build, real_parse = lldp.build_lldp_frame, lldp.parse_lldp_frame
+
+    def build(*a, **k):
+        calls["build"] += 1
+        return real_build(*a, **k)
+
+    def parse(f):
+        calls["parse"] += 1
+        return real_parse(f)
+    monkeypatch.setattr(lldp, "build_lldp_frame", build)
+    monkeypatch.setattr(lldp, "parse_lldp_frame", parse)
+    a = make_agent(qos(mode="auto"))
+    for t in (0.0, 1.0, 2.0):  # three advertisement periods: same bytes, built once per port
+        a.next_lldp = t
+        a.timers(t)
+        a.service(t)
+    sent = {n: [f for f in p.sock.sent if f[12:14] == b"\x88\xcc"] for n, p in a.ports.items()}
+    assert calls["build"] == len(a.ports)
+    assert all(len(fs) == 3 and len(set(fs)) == 1 for fs in sent.values())
+    p1 = a.ports["eth1"]
+    with_pfc = build_lldp_frame(mac(H[0]), mac(H[0]), "nic1", "h1", QosConfig())
+    without = build_lldp_frame(mac(H[0]), mac(H[0]), "nic1", "h1", None)
+    for t, f in enumerate([with_pfc, with_pfc, with_pfc, without, with_pfc]):
+        a.on_frame(p1, f, float(t))
+    assert calls["parse"] == 2                   # one per distinct LLDPDU
+    assert p1.lldp_rx == 5 and p1.pfc_active == frozenset({3}) and p1.neighbor_seen == 4.0
