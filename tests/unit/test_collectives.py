@@ -14,7 +14,7 @@ import pytest
 import torch.distributed as dist
 
 import topologies
-from collectives.channel import ChannelError, Events, ShmChannel
+from collectives.channel import NOTE, ChannelError, Events, ShmChannel
 from collectives.rendezvous import (UID_BYTES, PeerInfo, RendezvousError, bootstrap,
                                     global_rank, torchrun_env)
 from collectives.ring import (Member, all_gather_steps, broadcast_tree, chunk_bounds,
@@ -147,7 +147,9 @@ def test_broadcast_tree_spans_once_and_stays_on_the_root_rail(root):
 
 
 # -- channel credits ----------------------------------------------------------------
-def test_shm_channel_streams_more_than_its_slots_in_order():
+def _shm_pair():
+    """Two ShmChannels (rank 0 <-> rank 1) in this process, with their event boards and
+    bound notify sockets (nobody pumps the sockets: the test does)."""
     tag = os.urandom(4).hex()
     ev = [Events(), Events()]
     socks = [socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(2)]
@@ -156,8 +158,13 @@ def test_shm_channel_streams_more_than_its_slots_in_order():
     for r, s in enumerate(socks):
         s.bind(addr(r))
         s.settimeout(0.2)
-    from collectives.channel import NOTE
+    a = ShmChannel(0, 1, ev[0], 64, 2, 10.0, name=name, notify=socks[0], address=addr)
+    b = ShmChannel(1, 0, ev[1], 64, 2, 10.0, name=name, notify=socks[1], address=addr)
+    return ev, socks, a, b
 
+
+def test_shm_channel_streams_more_than_its_slots_in_order():
+    ev, socks, a, b = _shm_pair()
     stop = threading.Event()
 
     def pump(r):
@@ -170,8 +177,6 @@ def test_shm_channel_streams_more_than_its_slots_in_order():
     pumps = [threading.Thread(target=pump, args=(r,), daemon=True) for r in range(2)]
     for t in pumps:
         t.start()
-    a = ShmChannel(0, 1, ev[0], 64, 2, 10.0, name=name, notify=socks[0], address=addr)
-    b = ShmChannel(1, 0, ev[1], 64, 2, 10.0, name=name, notify=socks[1], address=addr)
     payload = os.urandom(64 * 37 + 5)
     got = bytearray(len(payload))
     t = threading.Thread(target=a.send, args=(memoryview(payload),))
@@ -192,17 +197,7 @@ def test_shm_ready_for_a_peer_that_has_finished_does_not_block():
     """The sender of a last message may finish and close before the receiver hands the
     slot back; that READY is moot and must not hold the receiver (it once waited the
     whole group timeout, hanging a 3-rank job at exit)."""
-    tag = os.urandom(4).hex()
-    ev = [Events(), Events()]
-    socks = [socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(2)]
-    addr = lambda r: f"\0emutest{tag}-{r}"  # noqa: E731
-    name = lambda o, s: f"emutest{tag}-{o}-{s}"  # noqa: E731
-    for r, s in enumerate(socks):
-        s.bind(addr(r))
-        s.settimeout(0.2)
-    from collectives.channel import NOTE
-    a = ShmChannel(0, 1, ev[0], 64, 2, 10.0, name=name, notify=socks[0], address=addr)
-    b = ShmChannel(1, 0, ev[1], 64, 2, 10.0, name=name, notify=socks[1], address=addr)
+    ev, socks, a, b = _shm_pair()
     a.send(memoryview(b"x" * 10))
     b._remote()                           # b has written to rank 0 before (mapped its side)
     src, kind, seq, nb = NOTE.unpack(socks[1].recv(64))
