@@ -12,7 +12,7 @@ IMMEDIATE between hosts, shared memory within a host), the reductions are torch 
 the landing slots (sum, avg, product, min, max; any dtype torch can add).
 
 Timing: every operation records its lab duration and its model duration (lab / TDF,
-`emu.timedil`), with per-step timestamps for the ring ones; `history` keeps them.
+`fabric.timedil`), with per-step timestamps for the ring ones; `history` keeps them.
 """
 
 from __future__ import annotations

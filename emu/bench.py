@@ -14,7 +14,7 @@ import time
 
 import topologies
 from emu.net import FabricNet
-from switch_agent.qos_config import QosConfig
+from fabric.qos.config import QosConfig
 
 TCP_OVERHEAD = 20 + 20 + 12  # IPv4 + TCP + timestamps option
 
@@ -134,7 +134,7 @@ def switch_pipeline(n: int = 200_000) -> int:
     from switch_agent.agent import Agent
     from switch_agent.config import AgentConfig, PortConfig
     from switch_agent.forward import FibRoute, mac_bytes
-    from switch_agent.qos_config import InterfaceQos, QosConfig
+    from fabric.qos.config import InterfaceQos, QosConfig
     from traffic.rawgen import build_frame
 
     router, h1, h2, spine = ("02:00:00:00:05:00", "02:00:00:00:01:01", "02:00:00:00:02:01",
@@ -184,7 +184,7 @@ def switch_pipeline(n: int = 200_000) -> int:
 def rnic(size: int = 32 << 20, tdf: float | None = None) -> int:
     """Single-QP RDMA WRITE goodput through the emulated NICs (h1g1 -> rail1 -> h2g1) as a
     fraction of the lab link rate, and frame build rate of the byte templates vs Scapy."""
-    from traffic.templates import bench_build
+    from fabric.wire.templates import bench_build
     from traffic.workloads import rdma
 
     tpl, scp = bench_build()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import topologies
-from emu.timedil import DEFAULT_TDF, TimeDilation, format_rate
+from fabric.timedil import DEFAULT_TDF, TimeDilation, format_rate
 
 log = logging.getLogger("emu")
 
@@ -172,7 +172,7 @@ def cmd_run(args) -> int:
     from emu import capture, reach
     from emu.metrics import Sampler
     from emu.net import FabricNet
-    from emu.timedil import parse_duration
+    from fabric.timedil import parse_duration
 
     fab = topologies.load(args.topology, spines=args.spines, tdf=args.tdf)
     try:
@@ -326,7 +326,7 @@ TORCH_WORKLOADS = {"allreduce": "collectives.workloads.allreduce",
 
 def _workload_args(args, fab) -> dict | None:
     """Validate --workload options before anything is built (ValueError names the bad one)."""
-    from emu.timedil import parse_size
+    from fabric.timedil import parse_size
 
     if args.script is not None:
         if args.workload is not None:
@@ -411,7 +411,7 @@ def load_qos_arg(text: str):
     """`--qos` value -> QosConfig, or None for off."""
     if text in ("off", "none"):
         return None
-    from switch_agent.qos_config import load_qos
+    from fabric.qos.load import load_qos
 
     return load_qos(text)
 

@@ -2,7 +2,7 @@
 
 A `Sampler` thread polls every switch agent's control socket (and every RDMA NIC's, when
 the run started them) at an interval given in *model* time, converted to lab time by
-`emu.timedil`. Counters are cumulative; `rows()` turns two successive snapshots into
+`fabric.timedil`. Counters are cumulative; `rows()` turns two successive snapshots into
 long-format rows ``t_model_s,node,port,queue,metric,value`` (rates from deltas, in model
 units). CSV rather than Parquet: it needs no extra dependency, streams row by row while
 the run goes on, and opens in a spreadsheet, pandas or gnuplot alike.
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from emu.timedil import TimeDilation
+from fabric.timedil import TimeDilation
 
 log = logging.getLogger("emu.metrics")
 

@@ -34,7 +34,7 @@ from pyroute2 import IPRoute
 from pyroute2.ethtool import Ethtool
 
 from emu import nsutil
-from emu.timedil import TimeDilation
+from fabric.timedil import TimeDilation
 from switch_agent import control
 from switch_agent.config import AgentConfig, PortConfig
 from topologies.model import FRONTEND, HOST, SWITCH, Fabric
@@ -186,7 +186,7 @@ class FabricNet:
         self.shaping = shaping
         self.test_drop_rate = test_drop_rate
         self.net: Mininet | None = None
-        #: switch QoS (a switch_agent.qos_config.QosConfig); None = plain forwarding
+        #: switch QoS (a fabric.qos.config.QosConfig); None = plain forwarding
         self.qos = qos
         self.host_procs: list = []
         #: GPU name -> control socket of its NIC process (start_nics)

@@ -26,15 +26,16 @@ import select
 import socket
 import time
 
-from emu.timedil import TimeDilation
-from switch_agent import control, io
-from switch_agent.classify import Classifier
+from fabric.timedil import TimeDilation
+from fabric import rawsock
+from switch_agent import control
+from fabric.qos.classify import Classifier
 from switch_agent.config import AgentConfig
 from switch_agent.forward import Fib, decrement_ttl, flow_key, icmp_time_exceeded, mac_bytes
-from switch_agent.pfc import DROP as PFC_DROP
-from switch_agent.pfc import XOFF
+from fabric.qos.pfc import DROP as PFC_DROP
+from fabric.qos.pfc import XOFF
 from switch_agent.port import Port
-from switch_agent.wred import DROP
+from fabric.qos.wred import DROP
 
 log = logging.getLogger("switch_agent")
 
@@ -53,7 +54,7 @@ class Agent:
         self.td = TimeDilation(cfg.tdf)
         self.qos = None
         if cfg.qos is not None:
-            from switch_agent.qos_config import QosConfig
+            from fabric.qos.config import QosConfig
 
             self.qos = QosConfig.from_dict(cfg.qos)
         cls = Classifier.from_table(self.qos.classification.table) if self.qos else \
@@ -62,7 +63,7 @@ class Agent:
         self.p_by_tos = cls.priority_by_tos
         self.ports: dict[str, Port] = {}
         for pc in cfg.ports:
-            sock = io.open_port(pc.ifname) if open_sockets else None
+            sock = rawsock.open_port(pc.ifname) if open_sockets else None
             self.ports[pc.ifname] = Port(pc, sock, cfg.mtu, self.td, self.qos,
                                          cfg.queue_limit_bytes, cfg.test_drop_seed)
         self.by_fd = {p.fd: p for p in self.ports.values() if p.fd >= 0}
@@ -220,7 +221,7 @@ class Agent:
             if self.qos is not None and port.pause.on_frame(frame, now):
                 self.backlog.add(port)  # the paused set changed: re-evaluate the scheduler
         elif et == ETH_LLDP and self.qos is not None:
-            from switch_agent.lldp import parse_lldp_frame, pfc_active
+            from fabric.wire.lldp import parse_lldp_frame, pfc_active
 
             nb = self._lldp_rx.get(frame)
             if nb is None:
@@ -342,7 +343,7 @@ class Agent:
 
     def send_lldp(self, now: float) -> None:
         """Advertise ourselves with the DCBX TLVs of our QoS config on every port."""
-        from switch_agent.lldp import build_lldp_frame
+        from fabric.wire.lldp import build_lldp_frame
 
         chassis = next(iter(self.ports.values())).mac if self.ports else bytes(6)
         for p in self.ports.values():
@@ -386,7 +387,7 @@ class Agent:
             ep.register(fd, select.EPOLLIN)
         ctl = control.ControlServer(self.cfg.control, self)
         ep.register(ctl.fileno(), select.EPOLLIN)
-        nl = io.open_netlink_monitor()
+        nl = rawsock.open_netlink_monitor()
         ep.register(nl.fileno(), select.EPOLLIN)
         ipr = IPRoute()
         self.install_fib(*kernel.read_control_plane(ipr))
@@ -431,7 +432,7 @@ class Agent:
                     elif fd == ctl.fileno():
                         ctl.handle()
                     else:
-                        io.drain(nl)
+                        rawsock.drain(nl)
                         reload_at = now + 0.05  # debounce bursts of netlink events
                 if reload_at is not None and now >= reload_at:
                     self.install_fib(*kernel.read_control_plane(ipr))

@@ -1,7 +1,7 @@
 """The switch agent's start-up configuration: JSON written by the orchestrator.
 
 The orchestrator (emu.net) knows the fabric description; the agent only needs its own
-ports (with model and lab rates from emu.timedil), its SVI/VLAN layer-2 table, its ECMP
+ports (with model and lab rates from fabric.timedil), its SVI/VLAN layer-2 table, its ECMP
 seed and where to listen for control requests. Routes and neighbours are NOT here: the
 agent reads them from its namespace's kernel, the control plane.
 """

@@ -14,10 +14,10 @@ import collections
 import random
 import socket
 
-from emu.timedil import TimeDilation
+from fabric.timedil import TimeDilation
 from switch_agent.config import PortConfig
 from switch_agent.forward import mac_bytes
-from switch_agent.pfc import EgressPause, IngressPfc, PfcConfig
+from fabric.qos.pfc import EgressPause, IngressPfc, PfcConfig
 from switch_agent.queues import NUM_QUEUES, EgressQosConfig, PortQueues
 from switch_agent.shaper import Shaper
 from switch_agent.watchdog import PfcWatchdog, WatchdogConfig

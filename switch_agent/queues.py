@@ -2,7 +2,7 @@
 
 Book ch.11, Example 11-3 (policy-map type queuing QOS_EGRESS_PORT): ``c-out-8q-q7
 priority level 1`` (strict priority, for CNPs), ``c-out-8q-q3 bandwidth remaining
-percent 50`` + WRED/ECN (``switch_agent.wred``), the other queues "either zero percent
+percent 50`` + WRED/ECN (``fabric.qos.wred``), the other queues "either zero percent
 of remaining bandwidth ... or a share of the remaining bandwidth".
 
 Default, precisely (``BOOK_BANDWIDTH``): queue 7 strict; queue 3 = 50 % and queue 0
@@ -27,8 +27,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from switch_agent.classify import mark_ce
-from switch_agent.wred import DROP, FORWARD, MARK, WredProfile, ewma_depth, wred_decide
+from fabric.qos.classify import mark_ce
+from fabric.qos.wred import DROP, FORWARD, MARK, WredProfile, ewma_depth, wred_decide
 
 NUM_QUEUES = 8
 BOOK_BANDWIDTH = (50, 0, 0, 50, 0, 0, 0, 0)
@@ -67,7 +67,7 @@ class EgressQosConfig:
 
     @classmethod
     def from_qos(cls, qos: object) -> "EgressQosConfig":
-        """From a `switch_agent.qos_config.QosConfig` (duck-typed: queuing.queues[i] with
+        """From a `fabric.qos.config.QosConfig` (duck-typed: queuing.queues[i] with
         strict, bandwidth_percent, wred, limit_bytes; mtu)."""
         qs = qos.queuing.queues
         return cls(strict=tuple(i for i in reversed(range(NUM_QUEUES)) if qs[i].strict),

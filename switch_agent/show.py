@@ -42,8 +42,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from switch_agent.nxos import interface_name, to_nxos
-from switch_agent.qos_config import NUM_QUEUES, QosConfig
+from fabric.qos.nxos import interface_name, to_nxos
+from fabric.qos.config import NUM_QUEUES, QosConfig
 
 COMMANDS: tuple[tuple[str, ...], ...] = (
     ("show", "queuing", "interface"),

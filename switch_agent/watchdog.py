@@ -17,7 +17,7 @@ functions, detection, mitigation, restoration.
   priority, normal PFC behaviour returns.
 
 Times are model seconds in the config (the fabric's world) and lab seconds in ``now``;
-``emu.timedil.TimeDilation`` converts. Note that at TDF 5000, 200 ms model is 1000 s in
+``fabric.timedil.TimeDilation`` converts. Note that at TDF 5000, 200 ms model is 1000 s in
 the lab: scale the defaults down for lab experiments that want to see a storm handled.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from emu.timedil import TimeDilation
+from fabric.timedil import TimeDilation
 
 ACTIONS = ("drop", "forward")
 
@@ -54,7 +54,7 @@ class WatchdogConfig:
 
     @classmethod
     def from_qos(cls, qos: object) -> "WatchdogConfig":
-        """From a `switch_agent.qos_config.QosConfig` (duck-typed); whether the watchdog
+        """From a `fabric.qos.config.QosConfig` (duck-typed); whether the watchdog
         runs on a port is `qos.watchdog_on(ifname)`."""
         w = qos.watchdog
         return cls(w.detect_s, w.restore_s, w.action, tuple(sorted(qos.pfc.no_drop)))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from emu.timedil import DEFAULT_TDF, format_rate
+from fabric.timedil import DEFAULT_TDF, format_rate
 
 HOST = "host"
 SWITCH = "switch"

@@ -15,7 +15,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from emu.timedil import DEFAULT_TDF, parse_duration, parse_rate
+from fabric.timedil import DEFAULT_TDF, parse_duration, parse_rate
 from topologies.model import (FRONTEND, HOST, ROLE_RAIL, ROLE_SPINE, SWITCH, Fabric, Gpu,
                               Node, Port, Svi)
 

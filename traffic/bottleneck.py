@@ -7,7 +7,7 @@ that theory gives us: N long flows into one port converge to C/N each").
 The emulated fabric runs this loop with real frames, at a lab speed a Python agent can
 forward, so a run long enough for DCQCN to converge costs minutes. This model runs the
 very same state machines (`traffic.dcqcn.ReactionPoint` and `NotificationPoint`,
-`switch_agent.wred.wred_decide`) on a single FIFO bottleneck with a fixed feedback
+`fabric.qos.wred.wred_decide`) on a single FIFO bottleneck with a fixed feedback
 delay and no lab clock, so 100 ms of model time takes about a second. It answers "how
 long should this incast take to reach its fair shares, with these parameters?" before
 one spends minutes of lab time on it, and the tests use it to check the algorithm
@@ -24,7 +24,7 @@ import random
 import sys
 from dataclasses import dataclass, field
 
-from switch_agent.wred import MARK, WredProfile, wred_decide
+from fabric.qos.wred import MARK, WredProfile, wred_decide
 from traffic.dcqcn import PROFILES, DcqcnProfile, NotificationPoint, ReactionPoint
 
 FRAME = 4096 + 78  #: bytes on the wire of a full RoCEv2 WRITE frame (4096 B payload)

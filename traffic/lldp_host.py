@@ -15,8 +15,8 @@ import socket
 import sys
 import time
 
-from switch_agent.lldp import build_lldp_frame
-from switch_agent.qos_config import load_qos
+from fabric.wire.lldp import build_lldp_frame
+from fabric.qos.load import load_qos
 from traffic.rawgen import iface_mac
 
 

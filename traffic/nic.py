@@ -15,13 +15,13 @@ and ch.12 (Figures 12-1..12-3 WRITE FIRST/MIDDLE/LAST, 12-7 WRITE ONLY for spray
   the NIC pays no system call per frame for them.
 * Transport: traffic.rc (go-back-N RC, write-only mode), verbs objects of traffic.verbs
   over the worker's shared memory; retransmission timeouts are model seconds, converted
-  to lab time with emu.timedil (never multiplied here).
-* Frames: one traffic.templates.FrameTemplate per QP (towards the peer QP) builds the
+  to lab time with fabric.timedil (never multiplied here).
+* Frames: one fabric.wire.templates.FrameTemplate per QP (towards the peer QP) builds the
   data frames (DSCP 24, ECT), the ACK/NAKs of the responder and the CNPs (DSCP 48).
 * DCQCN (traffic.dcqcn, model time): a NotificationPoint answers CE-marked data with at
   most one CNP per QP per cnp_interval; a ReactionPoint per QP sets its rate. A pacer
   spaces each QP's frames by size / rate and the port's by size / link lab rate.
-* PFC: received 802.1Qbb frames (switch_agent.pfc.EgressPause) stop data on priority 3.
+* PFC: received 802.1Qbb frames (fabric.qos.pfc.EgressPause) stop data on priority 3.
 * Control: JSON lines on a Unix socket (traffic.nic_client), one thread per client; CM
   (traffic.cm REQ/REP/RTU) over TCP on the NIC's IP, port 18515 by default; both in
   traffic.nic_ctl. One lock guards all NIC state; the data path holds it for one loop
@@ -47,13 +47,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emu.timedil import TimeDilation
-from switch_agent.io import PACKET_IGNORE_OUTGOING, SOL_PACKET
-from switch_agent.pfc import EgressPause
+from fabric.timedil import TimeDilation
+from fabric.rawsock import PACKET_IGNORE_OUTGOING, SOL_PACKET
+from fabric.qos.pfc import EgressPause
 from traffic.dcqcn import DcqcnProfile, NotificationPoint, ReactionPoint
 from traffic.rc import RcConfig, RcEndpoint
-from traffic.roce import OP_ACK, OP_CNP, ROCE_UDP_PORT, udp_sport
-from traffic.templates import FrameTemplate, RoceFields, parse
+from fabric.wire.roce import OP_ACK, OP_CNP, ROCE_UDP_PORT, udp_sport
+from fabric.wire.templates import FrameTemplate, RoceFields, parse
 from traffic.verbs import PATH_MTUS, WR, Context, RocePkt, VerbsError, WROpcode
 from traffic.nic_client import CM_PORT, access_from_json, attach_untracked
 

@@ -29,7 +29,7 @@ from typing import Any
 from traffic.nic_client import wc_to_json
 from traffic.cm import CmError, CmListener, CmRej, CmRep, CmReq, CmRtu, recv_msg, send_msg
 from traffic.rc import pkey_match
-from traffic.roce import udp_sport
+from fabric.wire.roce import udp_sport
 
 log = logging.getLogger("traffic.nic_ctl")
 NOT_LISTENING = "no QP listening on port"

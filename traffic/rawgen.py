@@ -20,7 +20,7 @@ import struct
 import sys
 import time
 
-from emu.timedil import parse_rate
+from fabric.timedil import parse_rate
 
 
 def build_frame(src_mac: bytes, dst_mac: bytes, src_ip: str, dst_ip: str, size: int,
@@ -46,7 +46,7 @@ def send(iface: str, frame: bytearray, rate_bps: float | None, duration: float,
          count: int | None = None, pause=None, priority: int = 3) -> dict:
     """Send copies of `frame` (with a sequence number) for `duration` s or `count` frames.
 
-    With `pause` (a `switch_agent.pfc.EgressPause`), PFC frames received on the
+    With `pause` (a `fabric.qos.pfc.EgressPause`), PFC frames received on the
     interface stop the generator while its `priority` is paused (ch.11: the host NIC
     honours pauses too)."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x8808))
@@ -140,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     rate = parse_rate(a.rate) if a.rate else None
     pause, prio = None, 0
     if a.honor_pfc:
-        from emu.timedil import DEFAULT_TDF, TimeDilation
-        from switch_agent.classify import Classifier
-        from switch_agent.pfc import EgressPause
+        from fabric.timedil import DEFAULT_TDF, TimeDilation
+        from fabric.qos.classify import Classifier
+        from fabric.qos.pfc import EgressPause
 
         pause = EgressPause(parse_rate(a.model_rate), TimeDilation(a.tdf or DEFAULT_TDF))
         prio = a.priority if a.priority is not None else Classifier.book().classify(a.dscp << 2)[1]

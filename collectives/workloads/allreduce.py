@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from collectives.ring import bus_bandwidth
-from emu.timedil import format_rate, parse_size
+from fabric.timedil import format_rate, parse_size
 
 
 DTYPES = ("float32", "float64", "int32", "int64")

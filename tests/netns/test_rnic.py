@@ -11,7 +11,7 @@ import pytest
 import topologies
 from emu.capture import Captures
 from emu.net import FabricNet
-from switch_agent.qos_config import QosConfig
+from fabric.qos.config import QosConfig
 from traffic.workloads import rdma
 
 pytestmark = pytest.mark.netns

@@ -6,9 +6,9 @@ import dataclasses
 from switch_agent.agent import Agent
 from switch_agent.config import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute
-from switch_agent.lldp import build_lldp_frame
-from switch_agent.pfc import is_pfc, parse_pfc, pause_frame
-from switch_agent.qos_config import InterfaceQos, QosConfig, Watchdog
+from fabric.wire.lldp import build_lldp_frame
+from fabric.qos.pfc import is_pfc, parse_pfc, pause_frame
+from fabric.qos.config import InterfaceQos, QosConfig, Watchdog
 from traffic.rawgen import build_frame
 
 from .fakes import FakeSock, mac
@@ -191,7 +191,7 @@ def test_lldp_sent_on_every_port_by_the_timer():
 
 
 def test_lldp_frames_are_built_and_parsed_once(monkeypatch):
-    from switch_agent import lldp
+    from fabric.wire import lldp
 
     calls = {"build": 0, "parse": 0}
     real_build, real_parse = lldp.build_lldp_frame, lldp.parse_lldp_frame

@@ -9,11 +9,11 @@ import pytest
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
-from switch_agent.lldp import (DcbxAppPriorityEntry, LLDPDUDcbxAppPriority,
+from fabric.wire.lldp import (DcbxAppPriorityEntry, LLDPDUDcbxAppPriority,
                                LLDPDUDcbxEtsConfiguration, LLDPDUDcbxEtsRecommendation,
                                LLDPDUDcbxPfcConfiguration, Neighbor, build_lldp_frame,
                                dcbx_tlvs, parse_lldp_frame, pfc_active)
-from switch_agent.qos_config import InterfaceQos, QosConfig
+from fabric.qos.config import InterfaceQos, QosConfig
 
 OUI = bytes.fromhex("0080c2")
 

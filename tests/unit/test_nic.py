@@ -8,11 +8,11 @@ from multiprocessing import resource_tracker
 import pytest
 
 import topologies
-from emu.timedil import TimeDilation
+from fabric.timedil import TimeDilation
 from traffic.nic import NicConfig, Nic, frame_of, pace, pkt_of
 from traffic.nic_client import access_from_json, wc_from_json, wc_to_json
-from traffic.roce import OP_CNP
-from traffic.templates import FrameTemplate, parse
+from fabric.wire.roce import OP_CNP
+from fabric.wire.templates import FrameTemplate, parse
 from traffic.verbs import Access, Op, RocePkt, WC, WCOpcode, WCStatus
 
 BASE = dict(gpu="h1g1", ifname="nic1", ip="10.0.1.11", mac="02:00:00:00:01:01",
@@ -195,7 +195,7 @@ def test_back_to_back_write_places_bytes_paces_and_answers_ce_with_one_cnp():
 
 def test_pfc_pause_stops_data_until_it_expires():
     fab, a, b = _pair(dcqcn="off")
-    from switch_agent.pfc import pause_frame
+    from fabric.qos.pfc import pause_frame
     size = 8192
     sa, ma, ca, qa = _qp(a, size, bytes(size))
     try:

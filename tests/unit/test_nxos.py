@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from switch_agent.nxos import factory_default, interface_name, parse_nxos, to_nxos
-from switch_agent.qos_config import QosConfig, Wred
+from fabric.qos.nxos import factory_default, interface_name, parse_nxos, to_nxos
+from fabric.qos.config import QosConfig, Wred
 
 # The examples as the seed text of the book prints them (ch.11, "DCQCN Configuration"),
 # PDF-extraction artefacts included: merged lines, hyphen wraps, "..." elisions.

@@ -6,8 +6,8 @@ import pytest
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.layers.l2 import Ether
 
-from emu.timedil import TimeDilation
-from switch_agent.pfc import (
+from fabric.timedil import TimeDilation
+from fabric.qos.pfc import (
     ADMIT, DROP, XOFF, EgressPause, IngressPfc, PfcConfig, build_pfc_frame, headroom_bytes,
     is_pfc, parse_pfc, pause_frame)
 
@@ -185,6 +185,6 @@ def test_book_rule_of_thumb():
 
 
 def test_from_qos_config():
-    qos_config = pytest.importorskip("switch_agent.qos_config")
+    qos_config = pytest.importorskip("fabric.qos.config")
     cfg = PfcConfig.from_qos(qos_config.QosConfig(), "eth1")
     assert cfg.no_drop == (3,) and cfg.xoff_bytes > 3_000_000 > 150_000 > cfg.xon_bytes

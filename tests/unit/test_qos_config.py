@@ -5,8 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from switch_agent.qos_config import (Classification, InterfaceQos, Pfc, QosConfig, QueueConfig,
-                                     Queuing, TrafficClass, Wred, load_qos)
+from fabric.qos.config import (Classification, InterfaceQos, Pfc, QosConfig, QueueConfig,
+                               Queuing, TrafficClass, Wred)
+from fabric.qos.load import load_qos
 
 
 @pytest.mark.parametrize("dscp, group", [(24, 3), (48, 7), (0, 0), (26, 0), (46, 0), (63, 0)])

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from switch_agent.classify import ecn_bits
+from fabric.qos.classify import ecn_bits
 from switch_agent.forward import ipv4_checksum
 from switch_agent.queues import BOOK_BANDWIDTH, EgressQosConfig, PortQueues
-from switch_agent.wred import DROP, FORWARD, MARK, WredProfile
+from fabric.qos.wred import DROP, FORWARD, MARK, WredProfile
 
 SIZES = [64, 256, 1024, 1500, 4096, 9000]
 FRAMES = {n: bytes(n) for n in SIZES}  # shared objects: no memory per queued frame
@@ -199,7 +199,7 @@ def test_validation_names_the_field(kwargs, field):
 
 
 def test_from_qos_config():
-    qos_config = pytest.importorskip("switch_agent.qos_config")
+    qos_config = pytest.importorskip("fabric.qos.config")
     cfg = EgressQosConfig.from_qos(qos_config.QosConfig())
     assert cfg.strict == (7,)
     assert cfg.bandwidth_percent == BOOK_BANDWIDTH

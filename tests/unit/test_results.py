@@ -9,8 +9,8 @@ import pytest
 
 from emu.metrics import Sampler, nic_rows, read_rows, switch_rows
 from emu.report import class_totals, nic_totals, report, table_text, validate_summary
-from emu.timedil import TimeDilation
-from switch_agent.qos_config import QosConfig
+from fabric.timedil import TimeDilation
+from fabric.qos.config import QosConfig
 import topologies
 
 TD = TimeDilation(1000)

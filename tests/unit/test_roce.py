@@ -6,8 +6,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from traffic import roce
-from traffic.roce import (ImmDt, RETH, icrc_of, icrc_reference, scapy_cnp, scapy_frame,
+from fabric.wire import roce
+from fabric.wire.roce import (ImmDt, RETH, icrc_of, icrc_reference, scapy_cnp, scapy_frame,
                           udp_sport)
 
 MACS = ("02:00:00:00:01:01", "02:00:00:00:02:01")

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from switch_agent.lldp import build_lldp_frame, parse_lldp_frame
-from switch_agent.nxos import parse_nxos
-from switch_agent.qos_config import QosConfig
+from fabric.wire.lldp import build_lldp_frame, parse_lldp_frame
+from fabric.qos.nxos import parse_nxos
+from fabric.qos.config import QosConfig
 from switch_agent.show import (dispatch, show_lldp_neighbors, show_pfc, show_policy_map,
                                show_queuing)
 

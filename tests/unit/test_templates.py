@@ -2,9 +2,9 @@
 
 import pytest
 
-from traffic import roce
-from traffic.roce import icrc_of, icrc_reference, udp_sport
-from traffic.templates import FrameTemplate, HDR_LEN, bench_build, mac_bytes, parse
+from fabric.wire import roce
+from fabric.wire.roce import icrc_of, icrc_reference, udp_sport
+from fabric.wire.templates import FrameTemplate, HDR_LEN, bench_build, mac_bytes, parse
 
 SIZES = [0, 1, 2, 3, 4, 5, 1023, 4096]
 DATA_CASES = [  # opcode, reth, imm

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from emu.timedil import TimeDilation
-from switch_agent.pfc import EgressPause, build_pfc_frame
+from fabric.timedil import TimeDilation
+from fabric.qos.pfc import EgressPause, build_pfc_frame
 from switch_agent.queues import EgressQosConfig, PortQueues
 from switch_agent.watchdog import PfcWatchdog, WatchdogConfig
 

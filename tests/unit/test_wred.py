@@ -1,8 +1,8 @@
-"""WRED/ECN decision curve (switch_agent.wred), book ch.11 Example 11-3."""
+"""WRED/ECN decision curve (fabric.qos.wred), book ch.11 Example 11-3."""
 
 import pytest
 
-from switch_agent.wred import DROP, FORWARD, MARK, WredProfile, ewma_depth, wred_decide
+from fabric.qos.wred import DROP, FORWARD, MARK, WredProfile, ewma_depth, wred_decide
 
 BOOK = WredProfile.book(queue_limit_bytes=5_000_000)
 NO_ECN = WredProfile(150_000, 3_000_000, 0.07, ecn=False, queue_limit_bytes=5_000_000)

@@ -10,7 +10,7 @@
 
 The worker side is played by this process through `traffic.nic_client` (the Unix
 sockets are reachable from any namespace); `sockets` maps GPU name -> NIC control socket
-(`FabricNet.start_nics`). Rates are reported in model bit/s (emu.timedil).
+(`FabricNet.start_nics`). Rates are reported in model bit/s (fabric.timedil).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from emu.timedil import TimeDilation, format_rate
+from fabric.timedil import TimeDilation, format_rate
 from traffic.nic_client import CM_PORT, MemoryRegion, NicClient
 from traffic.verbs import WCStatus
 

@@ -81,7 +81,7 @@ class WredProfile:
 
     @classmethod
     def from_qos(cls, wred: object, queue_limit_bytes: int) -> "WredProfile":
-        """From a `switch_agent.qos_config.Wred` (duck-typed: min_bytes, max_bytes,
+        """From a `fabric.qos.config.Wred` (duck-typed: min_bytes, max_bytes,
         max_prob, ecn, weight) and the queue's limit."""
         return cls(wred.min_bytes, wred.max_bytes, wred.max_prob, wred.ecn,
                    max(queue_limit_bytes, wred.max_bytes), wred.weight)

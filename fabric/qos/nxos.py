@@ -32,7 +32,7 @@ Semantics follow NX-OS: the paste is applied on top of a factory-default switch
 only policies bound under ``system qos`` or an interface take effect. Module 1 ports map
 to the emulator's port names (``Ethernet1/5`` -> ``eth5``); others keep the NX-OS name.
 Values NX-OS snippets do not carry (xON/xOFF/headroom, queue limits, watchdog timers)
-come from `base` (default: the book thresholds of `switch_agent.qos_config`).
+come from `base` (default: the book thresholds of `fabric.qos.config`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from switch_agent.qos_config import (NUM_QUEUES, Classification, InterfaceQos, QosConfig,
+from fabric.qos.config import (NUM_QUEUES, Classification, InterfaceQos, QosConfig,
                                      QueueConfig, Queuing, TrafficClass, Wred)
 
 UNITS = {"bytes": 1, "kbytes": 1000, "mbytes": 1000 ** 2}

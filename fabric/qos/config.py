@@ -14,7 +14,7 @@ xOFF = 3200 KB. xOFF is per ingress port and priority; 3.2 MB + 200 KB headroom 
 lossless port-priority fits the ~100 MB shared buffer of a 64 x 400G switch, where a
 port borrows from the shared pool. Headroom 200 KB covers 2 x one-way delay x rate +
 2 MTU at 400G up to ~1.7 us of cable (`headroom_needed`). All sizes are model bytes
-(identical in the lab, see emu.timedil); durations are model seconds.
+(identical in the lab, see fabric.timedil); durations are model seconds.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from emu.timedil import parse_duration, parse_size
+from fabric.timedil import parse_duration, parse_size
 
-PRESET_DIR = Path(__file__).resolve().parent.parent / "topologies" / "presets"
 NUM_QUEUES = 8
 PFC_MODES = ("auto", "on", "off")
 WATCHDOG_ACTIONS = ("drop", "forward")
@@ -502,28 +501,3 @@ def _queuing(path: str, value: Any) -> Queuing:
                                 ("min", "max", "max_prob"))
         queues[i] = _build(qp, QueueConfig, {"limit": limit, **qv}, _QUEUE_KEYS)
     return _prefixed(path, Queuing, str(qd.get("policy", Queuing.policy)), tuple(queues))
-
-
-def load_qos(source: str | Path | dict) -> QosConfig:
-    """A dict, a YAML file, an NX-OS file (.nxos/.cfg/.conf) or a preset name (book, paper)."""
-    if isinstance(source, dict):
-        return QosConfig.from_dict(source)
-    path = Path(source)
-    if not path.is_file():
-        preset = PRESET_DIR / f"qos-{source}.yaml"
-        if isinstance(source, str) and preset.is_file():
-            path = preset
-        else:
-            names = sorted(p.stem[4:] for p in PRESET_DIR.glob("qos-*.yaml"))
-            raise ValueError(f"qos: {str(source)!r} is neither a file nor a preset "
-                             f"({', '.join(names)})")
-    text = path.read_text()
-    if path.suffix in (".nxos", ".cfg", ".conf"):
-        from switch_agent.nxos import parse_nxos  # nxos builds on this module
-        return parse_nxos(text)
-    import yaml
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
-    return QosConfig.from_dict(data, source=str(path.name))

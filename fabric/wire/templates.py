@@ -9,7 +9,7 @@ The RNIC's data path cannot afford Scapy (a few hundred frames/s with its ICRC).
 never change for that QP, plus the masked ICRC pseudo-header and the CRC-32 state of
 its constant prefix; `build` packs the variable fields with struct.pack_into, fixes the
 IPv4 total length and header checksum and the UDP length, and appends the ICRC.
-Every template frame is byte-identical to `traffic.roce.scapy_frame` with the same
+Every template frame is byte-identical to `fabric.wire.roce.scapy_frame` with the same
 arguments (tests/unit/test_templates.py): IPv4 id 0 + DF, UDP checksum 0, payload
 padded with zeros to 4 bytes and BTH padcount set (see traffic/roce.py).
 
@@ -27,7 +27,7 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from traffic.roce import (AETH_OPCODES, CNP_DSCP, CNP_ECN, DATA_DSCP, DATA_ECN, DEFAULT_TTL,
+from fabric.wire.roce import (AETH_OPCODES, CNP_DSCP, CNP_ECN, DATA_DSCP, DATA_ECN, DEFAULT_TTL,
                           IMM_OPCODES, IP_FLAGS_DF, IP_ID, OP_CNP, RETH_OPCODES, ROCE_UDP_PORT,
                           scapy_frame)
 
@@ -148,7 +148,7 @@ class FrameTemplate:
         return self.build(OP_CNP, 0, becn=True, dscp=CNP_DSCP, ecn=CNP_ECN)
 
     def scapy(self, opcode: int, psn: int, **kw):
-        """The same frame built by Scapy (`traffic.roce.scapy_frame`), for tests and pcaps."""
+        """The same frame built by Scapy (`fabric.wire.roce.scapy_frame`), for tests and pcaps."""
         kw.setdefault("dscp", self.dscp)
         kw.setdefault("ecn", self.ecn)
         return scapy_frame(_mac_str(self.src_mac), _mac_str(self.dst_mac), self.src_ip,

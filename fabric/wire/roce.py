@@ -11,7 +11,7 @@ port 4791, the ICRC over an IP pseudo-header, the CNP).
 AETH (bound to ACK 0x11) and the CNP's 16 reserved bytes (`CNPPadding`, bound to 0x81).
 This module adds RETH and ImmDt as Scapy layers bound to BTH by opcode, the opcode
 constants, and `scapy_frame`, the reference builder every byte template
-(`traffic.templates`) is tested against.
+(`fabric.wire.templates`) is tested against.
 
 Choices, fixed here so that templates and Scapy agree byte for byte:
 * IPv4: identification 0 and DF set (RoCEv2 is never fragmented; the path MTU is

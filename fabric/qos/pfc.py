@@ -20,7 +20,7 @@ receiver when xOFF is crossed (the pause waits behind it), the round trip of the
 (2 x delay x rate), the sender's response time, and one MTU the sender has started:
 headroom = 2 x MTU + 2 x cable_delay x rate / 8 + response_bits / 8.
 
-Times are lab seconds (``now``); durations are converted with ``emu.timedil``.
+Times are lab seconds (``now``); durations are converted with ``fabric.timedil``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from emu.timedil import TimeDilation
+from fabric.timedil import TimeDilation
 
 PFC_DST = bytes.fromhex("0180c2000001")
 ETHERTYPE_MAC_CONTROL = b"\x88\x08"
@@ -114,7 +114,7 @@ class PfcConfig:
 
     @classmethod
     def from_qos(cls, qos: object, ifname: str = "", refresh_fraction: float = 0.5) -> "PfcConfig":
-        """From a `switch_agent.qos_config.QosConfig` (duck-typed); a port with
+        """From a `fabric.qos.config.QosConfig` (duck-typed); a port with
         `priority-flow-control mode off` gets no no-drop priority."""
         p = qos.pfc
         off = ifname and qos.port(ifname).pfc_mode == "off"
