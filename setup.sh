@@ -1,34 +1,50 @@
 #!/usr/bin/env bash
 # emu setup: installs everything emu needs (idempotent), then runs the job you name.
 #
-#   sudo ./setup.sh run [TOPOLOGY] [ARGS...]   set up, then `python -m emu run` (default rail2x4)
-#   sudo ./setup.sh test [PYTEST ARGS...]      set up, then run the test suite
-#   sudo ./setup.sh provision                  set up only (used by vagrant/Vagrantfile)
+#   ./setup.sh run [TOPOLOGY] [ARGS...]   set up, then `python -m emu run` (default rail2x4)
+#   ./setup.sh test [PYTEST ARGS...]      set up, then run the test suite
+#   ./setup.sh provision                  set up only (used by vagrant/Vagrantfile)
 #
-# Installs Debian packages (mininet for mnexec, iproute2, ethtool, tshark, iperf3, ping,
-# python3-venv) only when missing, and a virtualenv .venv with the pinned Python
+# Run it as root, or as a user with sudo: it re-executes itself through sudo when it
+# must (run and test build network namespaces; provision only when a Debian package is
+# missing). Installs the Debian packages the README's commands use (mininet for mnexec,
+# iproute2, ethtool, tshark + dumpcap, iperf3, ping, traceroute, python3-venv; vagrant
+# for the tests) only when missing, and a virtualenv .venv with the pinned Python
 # dependencies (requirements.txt) only when requirements changed.
 set -euo pipefail
-cd "$(dirname "$(readlink -f "$0")")"
+SELF=$(readlink -f "$0")
+cd "$(dirname "$SELF")"
 ROOT=$(pwd)
 MODE=${1:-run}
 [ $# -gt 0 ] && shift
 
-if [ "$(id -u)" -ne 0 ]; then
-    echo "setup.sh: needs root (apt packages, network namespaces): sudo $0 $MODE $*" >&2
-    exit 2
-fi
 case "$MODE" in run|test|provision) ;; *)
-    echo "usage: sudo $0 run [TOPOLOGY] [ARGS...] | test [PYTEST ARGS...] | provision" >&2
+    echo "usage: $0 run [TOPOLOGY] [ARGS...] | test [PYTEST ARGS...] | provision" >&2
     exit 2;;
 esac
 
-APT_PKGS=(mininet iproute2 ethtool tshark iperf3 iputils-ping python3-venv python3-dev gcc)
+# One package per tool the README shows: mnexec (mininet), ip/bridge (iproute2), ethtool,
+# tshark (dumpcap comes with it, in wireshark-common), iperf3, ping (iputils-ping),
+# traceroute (the CLI example `h2g2 traceroute -n h3g1`); python3-venv, python3-dev and
+# gcc for the virtualenv.
+APT_PKGS=(mininet iproute2 ethtool tshark iperf3 iputils-ping traceroute python3-venv
+          python3-dev gcc)
 [ "$MODE" = test ] && APT_PKGS+=(vagrant)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# Root is needed for apt-get and for network namespaces (run, test); become root only then.
+if [ "$(id -u)" -ne 0 ] && { [ "$MODE" != provision ] || [ ${#missing[@]} -gt 0 ]; }; then
+    if command -v sudo >/dev/null 2>&1; then
+        echo "==> setup.sh $MODE needs root: re-running through sudo" >&2
+        exec sudo --preserve-env=PYTHON -- "$SELF" "$MODE" "$@"
+    fi
+    echo "setup.sh: $MODE needs root (Debian packages, network namespaces) and sudo is" \
+         "not installed: run it as root, e.g. su -c '$SELF $MODE${*:+ $*}'" >&2
+    exit 2
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     echo "==> installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -56,7 +72,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
 fi
 
 case "$MODE" in
-    provision) echo "==> emu is set up: sudo $ROOT/.venv/bin/python -m emu --help";;
+    provision) echo "==> emu is set up: $ROOT/.venv/bin/python -m emu --help";;
     run) if [ $# -eq 0 ]; then set -- rail2x4; fi
          exec .venv/bin/python -m emu run "$@";;
     test) exec .venv/bin/python -m pytest "$@";;
