@@ -47,6 +47,7 @@ from torch.futures import Future
 
 from collectives.comm import DEFAULT_SLOT, Communicator, group_index
 from collectives.rendezvous import PeerInfo, bootstrap
+from fabric.timedil import TimeDilation
 
 NAME = "emu"
 
@@ -121,7 +122,7 @@ class EmuProcessGroup(dist.ProcessGroup):
         self._gname = group_name
         self.comm = Communicator(self.peers, rank, self.uid, group_index(group_name),
                                  slot=int(env.get("EMU_SLOT", DEFAULT_SLOT)), timeout=secs,
-                                 tdf=float(env.get("EMU_TDF", "1")))
+                                 td=TimeDilation.from_env(env))
         self._report()
         atexit.register(self._finish)
 

@@ -30,6 +30,7 @@ import torch
 from collectives.channel import (NOTE, READY_BIT, SEQ_MASK, Channel, ChannelError, Events,
                                  RdmaChannel, ShmChannel)
 from collectives.rendezvous import PeerInfo
+from fabric.timedil import TimeDilation
 from collectives.ring import (Member, all_gather_steps, broadcast_tree, chunk_bounds,
                               reduce_scatter_steps, ring_positions, schedule)
 from traffic.nic_client import NicClient
@@ -81,12 +82,12 @@ class Communicator:
 
     def __init__(self, peers: list[PeerInfo], rank: int, uid: bytes, group: int = 0, *,
                  slot: int = DEFAULT_SLOT, slots: int = DEFAULT_SLOTS, timeout: float = 300.0,
-                 tdf: float = 1.0) -> None:
+                 td: TimeDilation = TimeDilation(1.0)) -> None:
         if slot % 64:
             raise ValueError("slot must be a multiple of 64 bytes")
         self.peers, self.rank, self.n, self.group = peers, rank, len(peers), group
         self.me = peers[rank]
-        self.slot, self.slots, self.timeout, self.tdf = slot, slots, timeout, tdf
+        self.slot, self.slots, self.timeout, self.td = slot, slots, timeout, td
         self.members = [Member(p.rank, p.host, p.rail) for p in peers]
         self.ring = ring_positions(self.members)
         self.pos = self.ring.index(rank)
@@ -227,10 +228,11 @@ class Communicator:
         t0 = time.monotonic()
         fn(steps)
         t1 = time.monotonic()
-        rec = {"op": name, "bytes": nbytes, "ranks": self.n, "t0_lab": t0, "seconds_lab": t1 - t0,
-               "seconds_model": (t1 - t0) / self.tdf,
-               "steps": [{"step": i, "phase": ph, "t_start_s": (a - t0) / self.tdf,
-                          "t_end_s": (b - t0) / self.tdf} for i, (ph, a, b) in enumerate(steps)]}
+        model = self.td.model_time
+        rec = {"op": name, "bytes": nbytes, "ranks": self.n, "tdf": self.td.tdf, "t0_lab": t0,
+               "seconds_lab": t1 - t0, "seconds_model": model(t1 - t0),
+               "steps": [{"step": i, "phase": ph, "t_start_s": model(a - t0),
+                          "t_end_s": model(b - t0)} for i, (ph, a, b) in enumerate(steps)]}
         self.history.append(rec)
         return rec
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from collectives.launch import run_job
+from fabric.timedil import TimeDilation
 from traffic.nic_client import request
 
 MODULES = {"allreduce": "collectives.workloads.allreduce", "train": "collectives.workloads.train",
@@ -59,8 +61,7 @@ def ring_steps(backend: dict[int, list[dict]], min_bytes: int = 1024) -> list[di
     t0 = min(o["t0_lab"] for o in ops.values())
     out = []
     for rank, o in sorted(ops.items()):
-        tdf = o["seconds_lab"] / o["seconds_model"] if o["seconds_model"] else 1.0
-        shift = (o["t0_lab"] - t0) / tdf
+        shift = TimeDilation(o["tdf"]).model_time(o["t0_lab"] - t0)
         for s in o["steps"]:
             out.append({"rank": rank, "step": s["step"], "phase": s["phase"],
                         "t_start_s": s["t_start_s"] + shift, "t_end_s": s["t_end_s"] + shift})
@@ -79,8 +80,6 @@ def fabric_senders(backend: dict[int, list[dict]]) -> list[str]:
 
 def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> dict:
     """Launch, wait, gather; {"result", "ok", "text"} as `emu run` expects."""
-    from collectives.launch import run_job
-
     out_dir = Path(fnet.run_dir or ".") / "workers"
     before = {g: nic_payload_tx(s) for g, s in socks.items()}
     job = run_job(fnet, target_argv(args), socks, out_dir)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import runpy
 import sys
 
+from collectives import backend
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
@@ -22,8 +24,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if args else 2
-    from collectives import backend
-
     backend.register(default_for_cpu=True)
     if args[0] == "--module":
         if len(args) < 2:

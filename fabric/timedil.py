@@ -12,6 +12,7 @@ and call its methods.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: Default time-dilation factor. A 200 Gbps model link runs at 40 Mbps in the lab. On a
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 #: line rate without loss at TDF 5000 but loses 11 % at 2000 (`python -m emu bench tdf`,
 #: README "Performance"); at full line rate on every NIC, 5000 is at the edge.
 DEFAULT_TDF = 5000.0
+
+TDF_ENV = "EMU_TDF"  # how a child process learns the TDF
 
 PFC_QUANTUM_BITS = 512  # IEEE 802.1Qbb: one pause quantum = 512 bit times
 
@@ -32,6 +35,15 @@ class TimeDilation:
     def __post_init__(self) -> None:
         if not (self.tdf > 0):
             raise ValueError(f"tdf: must be > 0, got {self.tdf!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], default: float = 1.0) -> "TimeDilation":
+        """The TDF a process was started with (`EMU_TDF`, set by the orchestrator)."""
+        text = environ.get(TDF_ENV)
+        try:
+            return cls(float(text) if text else default)
+        except ValueError:
+            raise ValueError(f"{TDF_ENV}: must be a number > 0, got {text!r}") from None
 
     # rates -----------------------------------------------------------------
     def lab_rate(self, model_bps: float) -> float:

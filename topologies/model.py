@@ -25,7 +25,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from fabric.timedil import DEFAULT_TDF, format_rate
+from fabric.timedil import DEFAULT_TDF, TimeDilation, format_rate
 
 HOST = "host"
 SWITCH = "switch"
@@ -124,6 +124,11 @@ class Fabric:
     gpus: dict[str, Gpu] = field(default_factory=dict)
     tdf: float = DEFAULT_TDF
     mtu: int = 9216
+
+    @property
+    def td(self) -> TimeDilation:
+        """The fabric's time dilation (model <-> lab conversions)."""
+        return TimeDilation(self.tdf)
 
     # -- construction ------------------------------------------------------
     def add_node(self, node: Node) -> Node:
@@ -277,7 +282,7 @@ class Fabric:
             "nodes": [{**vars(n), "svis": [vars(v) for v in n.svis]} for n in self.nodes.values()],
             "links": [
                 {"a": vars(lk.a), "b": vars(lk.b), "kind": lk.kind,
-                 "model_bps": lk.model_bps, "lab_bps": lk.model_bps / self.tdf,
+                 "model_bps": lk.model_bps, "lab_bps": self.td.lab_rate(lk.model_bps),
                  "model_delay_s": lk.delay_s}
                 for lk in self.links
             ],
@@ -308,7 +313,7 @@ class Fabric:
             a = f"{lk.a.node}:{lk.a.ifname}" + (f" {lk.a.ip}" if lk.a.ip else "")
             b = f"{lk.b.node}:{lk.b.ifname}" + (f" {lk.b.ip}" if lk.b.ip else "")
             lines.append(f"  {a:<28} <-> {b:<28} {format_rate(lk.model_bps):>9} / "
-                         f"{format_rate(lk.model_bps / self.tdf):<9} {lk.kind}")
+                         f"{format_rate(self.td.lab_rate(lk.model_bps)):<9} {lk.kind}")
         sw_routes = [(s.name, r) for s in self.switches() for r in self.routes(s.name)]
         if sw_routes:
             lines += ["", "Routes (besides connected):"]

@@ -21,7 +21,8 @@ import torch
 import torch.distributed as dist
 
 from collectives.ring import bus_bandwidth
-from fabric.timedil import format_rate, parse_size
+from collectives.workloads.common import init
+from fabric.timedil import TimeDilation, format_rate, parse_size
 
 
 DTYPES = ("float32", "float64", "int32", "int64")
@@ -60,10 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     for d in dtypes:
         if d not in DTYPES:
             ap.error(f"--dtype: {d!r} is not one of {', '.join(DTYPES)}")
-    tdf = float(os.environ.get("EMU_TDF", "1"))
-    if a.backend == "emu":
-        import collectives.backend  # noqa: F401  (registers the backend)
-    dist.init_process_group(backend=a.backend)
+    td = TimeDilation.from_env(os.environ)
+    init(a.backend)
     try:
         r, n = dist.get_rank(), dist.get_world_size()
         rows = []
@@ -86,14 +85,15 @@ def main(argv: list[str] | None = None) -> int:
             okt = torch.tensor([int(ok)])
             dist.all_reduce(okt, op=dist.ReduceOp.MIN)
             lab = sum(times) / len(times)
-            alg, bus = bus_bandwidth(count * t.element_size(), lab / tdf, n)
+            alg, bus = bus_bandwidth(count * t.element_size(), td.model_time(lab), n)
             rows.append({"size": count * t.element_size(), "count": count, "dtype": dname,
-                         "seconds_lab": lab, "seconds_model": lab / tdf, "algbw_model_bps": alg,
-                         "busbw_model_bps": bus, "busbw_lab_bps": bus / tdf,
+                         "seconds_lab": lab, "seconds_model": td.model_time(lab),
+                         "algbw_model_bps": alg, "busbw_model_bps": bus,
+                         "busbw_lab_bps": td.lab_rate(bus),
                          "correct": bool(okt.item()), "iters": a.iters,
                          "warmup": a.warmup})
         if r == 0:
-            print(f"AllReduce (sum) over {n} ranks, backend {a.backend}, TDF {tdf:g}; "
+            print(f"AllReduce (sum) over {n} ranks, backend {a.backend}, TDF {td.tdf:g}; "
                   "times are the slowest rank's, averaged")
             print(f"{'size':>12} {'count':>10} {'type':>8} {'time(model)':>13} "
                   f"{'algbw':>11} {'busbw':>11} {'busbw(lab)':>11} {'correct':>8}")

@@ -13,12 +13,12 @@ from typing import Any
 
 import torch.distributed as dist
 
+import collectives.backend  # noqa: F401  (registers the "emu" backend with torch)
+
 
 def init(backend: str | None = None) -> tuple[int, int]:
     """init_process_group with `backend` (default $EMU_BACKEND or "emu"); (rank, size)."""
     backend = backend or os.environ.get("EMU_BACKEND", "emu")
-    if backend == "emu":
-        import collectives.backend  # noqa: F401  (registers "emu")
     dist.init_process_group(backend=backend)
     return dist.get_rank(), dist.get_world_size()
 

@@ -63,8 +63,8 @@ def _imports(name: str, path: Path) -> list[tuple[str, int, bool]]:
             else:
                 mod = node.module or ""
             # `from pkg import mod` names a module when pkg.mod is one
-            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULES else mod
-                       for a in node.names]
+            targets = list(dict.fromkeys(f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULES
+                                         else mod for a in node.names))
         for t in targets:
             if t.split(".")[0] in PACKAGES:
                 out.append((t, node.lineno, id(node) in top_level))

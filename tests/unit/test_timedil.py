@@ -54,3 +54,15 @@ def test_formatting():
     assert format_rate(200e9) == "200 Gbps"
     assert format_rate(2e8) == "200 Mbps"
     assert format_duration(83.8848e-6) == "83.88 µs"
+
+
+@pytest.mark.parametrize("env, tdf", [({}, 1.0), ({"EMU_TDF": "5000"}, 5000.0),
+                                      ({"EMU_TDF": "2.5e3"}, 2500.0), ({"EMU_TDF": ""}, 1.0)])
+def test_from_env(env, tdf):
+    assert TimeDilation.from_env(env) == TimeDilation(tdf)
+
+
+@pytest.mark.parametrize("bad", ["fast", "0", "-3"])
+def test_from_env_names_the_variable(bad):
+    with pytest.raises(ValueError, match="EMU_TDF"):
+        TimeDilation.from_env({"EMU_TDF": bad})
