@@ -109,23 +109,30 @@ def test_incast_marks_ce_sends_cnps_and_cuts_rates(incast):
     r, before, after, pcap = incast
     print(rdma.describe(r))
     assert set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values())
-    assert after["ecn_marks"] > before["ecn_marks"]
+    marks = after["ecn_marks"] - before["ecn_marks"]
     assert sum(after["drops"].values()) == sum(before["drops"].values())  # no-drop class
-    assert r["cnps_sent_by_receiver"] > 0
+    # the notification point answers CE-marked frames only (at most one CNP per QP per
+    # cnp_interval), and every rate cut is a CNP the reaction point received: so
+    # cuts <= CNPs <= marks; that each of the 3 QPs was cut at least once is the claim
+    assert 0 < r["cnps_sent_by_receiver"] <= marks, (r["cnps_sent_by_receiver"], marks)
     assert all(n > 0 for n in r["rate_cuts"].values()), r["rate_cuts"]
+    assert sum(r["rate_cuts"].values()) <= r["cnps_sent_by_receiver"]
     if shutil.which("tshark"):
         cnps = tshark(pcap, "infiniband.bth.opcode == 129", "ip.src", "ip.dsfield.dscp")
         assert len(cnps) == r["cnps_sent_by_receiver"]
         assert {tuple(c) for c in cnps} == {("10.0.1.14", "48")}
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "DCQCN (paper profile) does not reach the fair share within a 16 MB incast. With the "
-    "book's 150 KB..3 MB WRED band the queue reaches MBs before the first CNP acts, every "
-    "QP is cut several times, and additive increase (40 Mbps per 55 us) needs >100 ms "
-    "model to equalise (python -m traffic.bottleneck --ecn book: ~150 ms). Measured here: "
-    "0.26/0.16/0.50 of a fair share. Even 512 MB each with --qos paper (75 ms model, "
-    "2.6 min lab) ends at 1.22/0.89/0.88: see README 'RDMA NICs'."))
+@pytest.mark.xfail(strict=True, reason=(
+    "DCQCN (paper profile) does not reach the fair share (C/3 +-15 %) within a 16 MB "
+    "incast. With the book's 150 KB..3 MB WRED band the queue reaches MBs before the first "
+    "CNP acts, every QP is cut several times, and additive increase (40 Mbps per 55 us) "
+    "needs >100 ms model to equalise (python -m traffic.bottleneck --ecn book: ~150 ms). "
+    "Measured here (commit 2f610f6): 0.26/0.16/0.50 of a fair share, 0.31 of the link. "
+    "Even 512 MB each with --qos paper (75 ms model, 2.6 min lab) ends at 1.22/0.89/0.88. "
+    "Reproduce: sudo .venv/bin/python -m emu run rail2x4 --tdf 2000 --workload incast "
+    "--to h4g1 --from h1g1,h2g1,h3g1 --size 16MB (README 'RDMA NICs'). Strict: a pass "
+    "means the parameters or the model changed - update this test and the README."))
 def test_incast_converges_to_a_third_each(incast):
     r = incast[0]
     third = r["link_model_bps"] / 3
