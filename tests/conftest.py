@@ -12,7 +12,8 @@ def pytest_collection_modifyitems(config, items):
     """Skip netns/e2e tests when not root or when mnexec is missing."""
     reason = None
     if not IS_ROOT:
-        reason = "needs root: network namespaces and raw sockets (run via sudo ./setup.sh test)"
+        reason = ("needs root: network namespaces and raw sockets (./setup.sh test runs the suite "
+                  "as root, through sudo when needed)")
     elif shutil.which("mnexec") is None:
         reason = "needs mnexec (Debian package mininet; ./setup.sh installs it)"
     if reason is None:
