@@ -1,7 +1,7 @@
 """Socket I/O of the switch agent: raw AF_PACKET port sockets and a netlink monitor.
 
-The only module of the agent that opens sockets on the data path (ARCHITECTURE.md
-"Switch agent pipeline"). Gotcha (ARCHITECTURE.md): a raw socket also sees the frames
+The only module of the agent that opens sockets on the data path (docs/ARCHITECTURE.md
+"Switch agent pipeline"). Gotcha (docs/ARCHITECTURE.md): a raw socket also sees the frames
 its own process sends; PACKET_IGNORE_OUTGOING (Linux >= 4.20) makes the kernel skip
 them, so the agent never re-forwards its own output.
 """

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from switch_agent.agent import Agent
 from switch_agent.config import AgentConfig
+from switch_agent.serve import serve
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    agent.run()
+    serve(agent)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The switch agent: one process per switch, the data plane of ARCHITECTURE.md.
+"""The switch agent: one process per switch, the data plane of docs/ARCHITECTURE.md.
 
 rx (AF_PACKET, one raw socket per port)
  -> MAC control: PFC frames stop our egress priorities (ch.11 Step 4), LLDP/DCBX
@@ -13,7 +13,8 @@ rx (AF_PACKET, one raw socket per port)
  -> strict + DWRR scheduling, skipping paused priorities (`queues`, `watchdog`)
  -> shaper at the link's lab rate (`shaper`) -> delay line (propagation x TDF) -> tx.
 Frames for the switch itself (ARP, ping) are left to the namespace's kernel, which
-never forwards (net.ipv4.ip_forward = 0).
+never forwards (net.ipv4.ip_forward = 0). LLDP/DCBX is `switch_agent.dcbx`; the poll
+loop (sockets, control requests, kernel changes) is `switch_agent.serve`.
 """
 
 from __future__ import annotations
@@ -22,20 +23,19 @@ import errno
 import logging
 import math
 import random
-import select
 import socket
 import time
 
-from fabric.timedil import TimeDilation
 from fabric import rawsock
-from switch_agent import control
-from fabric.qos.classify import Classifier
+from fabric.qos.classify import Classification, Classifier
+from fabric.qos.config import QosConfig
+from fabric.qos.pfc import Admission
+from fabric.qos.wred import WredVerdict
+from fabric.timedil import TimeDilation
 from switch_agent.config import AgentConfig
+from switch_agent.dcbx import Dcbx
 from switch_agent.forward import Fib, decrement_ttl, flow_key, icmp_time_exceeded, mac_bytes
-from fabric.qos.pfc import DROP as PFC_DROP
-from fabric.qos.pfc import XOFF
 from switch_agent.port import Port
-from fabric.qos.wred import DROP
 
 log = logging.getLogger("switch_agent")
 
@@ -43,7 +43,6 @@ ETH_IPV4 = b"\x08\x00"
 ETH_PFC = b"\x88\x08"
 ETH_LLDP = b"\x88\xcc"
 LINK_LOCAL = b"\x01\x80\xc2"
-RX_BUDGET = 64  # frames read from one socket per wake-up, for fairness between ports
 
 
 class Agent:
@@ -52,13 +51,9 @@ class Agent:
     def __init__(self, cfg: AgentConfig, open_sockets: bool = True) -> None:
         self.cfg = cfg
         self.td = TimeDilation(cfg.tdf)
-        self.qos = None
-        if cfg.qos is not None:
-            from fabric.qos.config import QosConfig
-
-            self.qos = QosConfig.from_dict(cfg.qos)
-        cls = Classifier.from_table(self.qos.classification.table) if self.qos else \
-            Classifier({}, 0)
+        self.qos = QosConfig.from_dict(cfg.qos) if cfg.qos is not None else None
+        cls = Classifier(self.qos.classification if self.qos else
+                         Classification("plain", (), 0))
         self.q_by_tos = cls.queue_by_tos
         self.p_by_tos = cls.priority_by_tos
         self.ports: dict[str, Port] = {}
@@ -91,13 +86,10 @@ class Agent:
         self.next_wd = 0.0
         self.lldp_period = cfg.lldp_interval_lab_s if self.qos else math.inf
         self.next_lldp = 0.0  # announce at once
-        # LLDPDUs never change for a port (QoS is fixed for the agent's life) and a
-        # neighbour repeats the same bytes every period: build and parse each once.
-        # (Scapy takes ~3 ms to build one and ~1 ms to parse one: every second that
-        # stalled forwarding for ~25 ms lab and left 300-600 KB bursts in the queues.)
-        self._lldp_tx: dict[str, bytes] = {}
-        self._lldp_rx: dict[bytes, object] = {}  # frame -> lldp.Neighbor (frozen)
-        self.events: list[str] = []  # watchdog / LLDP events, newest last (bounded)
+        self.dcbx = Dcbx(cfg.name, self.qos, len(self.ports)) if self.qos else None
+        self.events: list[str] = []  # configuration / watchdog / LLDP events, newest last
+        if self.qos is not None:
+            self.check_qos()
 
     # -- control plane -------------------------------------------------------
     def install_fib(self, routes, neighbours, local_ips) -> None:
@@ -120,6 +112,14 @@ class Agent:
         log.warning("%s: %s", self.cfg.name, text)
         self.events.append(text)
         del self.events[:-100]
+
+    def check_qos(self) -> None:
+        """Warn (log + event) about dubious QoS settings for these ports, among them a
+        PFC headroom below what a port's link rate and cable delay need."""
+        links = {p.name: (p.cfg.model_bps, self.td.model_time(p.delay))
+                 for p in self.ports.values() if p.ingress.cfg.no_drop}
+        for w in self.qos.validate(list(self.ports), links):
+            self.event(f"QoS {self.qos.name}: {w}")
 
     # -- data plane ----------------------------------------------------------
     def on_frame(self, port: Port, frame: bytes, now: float) -> None:
@@ -181,10 +181,10 @@ class Agent:
         prio = self.p_by_tos[tos]
         if ing.enabled[prio]:
             r = ing.admit(prio, len(frame), now)
-            if r == PFC_DROP:
+            if r is Admission.HEADROOM_DROP:
                 inp.drop("headroom_overflow")
                 return
-            if r == XOFF:
+            if r is Admission.XOFF:
                 inp.send_ctrl(ing.pause_frames[prio], now)
                 inp.pause_tx[prio] += 1
                 self.backlog.add(inp)
@@ -197,10 +197,10 @@ class Agent:
         """WRED + enqueue on an egress queue; a dropped frame releases its ingress bytes."""
         if self.drop_rate and self.rng.random() < self.drop_rate:
             out.drop("test_hook")
-            verdict = DROP
+            verdict = WredVerdict.DROP
         else:
             verdict = out.queues.enqueue(q, frame, tag, tos)
-        if verdict == DROP:
+        if verdict is WredVerdict.DROP:
             if tag is not None:
                 self.release(tag, self.p_by_tos[tos], len(frame), now)
             return
@@ -220,28 +220,10 @@ class Agent:
             port.pfc_rx_frames += 1
             if self.qos is not None and port.pause.on_frame(frame, now):
                 self.backlog.add(port)  # the paused set changed: re-evaluate the scheduler
-        elif et == ETH_LLDP and self.qos is not None:
-            from fabric.wire.lldp import parse_lldp_frame, pfc_active
-
-            nb = self._lldp_rx.get(frame)
-            if nb is None:
-                try:
-                    nb = parse_lldp_frame(frame)
-                except ValueError as exc:
-                    port.drop("bad_lldp")
-                    log.debug("%s: bad LLDP on %s: %s", self.cfg.name, port.name, exc)
-                    return
-                if len(self._lldp_rx) >= 4 * len(self.ports) + 16:
-                    self._lldp_rx.clear()  # neighbours changed: forget the old ones
-                self._lldp_rx[bytes(frame)] = nb
-            port.lldp_rx += 1
-            first = port.neighbor is None
-            port.neighbor, port.neighbor_seen = nb, now
-            active = frozenset(pfc_active(self.qos, nb, port.name))
-            if active != port.pfc_active or first:
-                port.set_pfc_active(active)
-                self.event(f"{port.name}: LLDP neighbour {nb.system_name or nb.chassis_id} "
-                           f"port {nb.port_id}; PFC active on priorities {sorted(active)}")
+        elif et == ETH_LLDP and self.dcbx is not None:
+            text = self.dcbx.receive(port, frame, now)
+            if text:
+                self.event(text)
 
     def time_exceeded(self, port: Port, frame: bytes, now: float) -> None:
         """Answer an expired packet with ICMP Time Exceeded (so traceroute shows hops)."""
@@ -343,16 +325,10 @@ class Agent:
 
     def send_lldp(self, now: float) -> None:
         """Advertise ourselves with the DCBX TLVs of our QoS config on every port."""
-        from fabric.wire.lldp import build_lldp_frame
-
-        chassis = next(iter(self.ports.values())).mac if self.ports else bytes(6)
+        if self.dcbx is None:
+            return
         for p in self.ports.values():
-            frame = self._lldp_tx.get(p.name)
-            if frame is None:
-                frame = self._lldp_tx[p.name] = build_lldp_frame(p.mac, chassis, p.name,
-                                                                 self.cfg.name, self.qos)
-            p.send_ctrl(frame, now)
-            p.lldp_tx += 1
+            self.dcbx.announce(p, now)
             self.backlog.add(p)
 
     # -- reporting -----------------------------------------------------------
@@ -374,74 +350,3 @@ class Agent:
         return {"switch": self.cfg.name, "qos": self.qos.to_dict() if self.qos else None,
                 "ports": {p.name: p.show_state(now) for p in self.ports.values()},
                 "lldp": lldp}
-
-    # -- the loop ------------------------------------------------------------
-    def run(self) -> None:
-        """Serve until SIGTERM/SIGINT."""
-        from pyroute2 import IPRoute
-
-        from switch_agent import kernel
-
-        ep = select.epoll()
-        for fd in self.by_fd:
-            ep.register(fd, select.EPOLLIN)
-        ctl = control.ControlServer(self.cfg.control, self)
-        ep.register(ctl.fileno(), select.EPOLLIN)
-        nl = rawsock.open_netlink_monitor()
-        ep.register(nl.fileno(), select.EPOLLIN)
-        ipr = IPRoute()
-        self.install_fib(*kernel.read_control_plane(ipr))
-        reload_at = None
-        log.info("%s: forwarding on %s (QoS %s)", self.cfg.name, ", ".join(self.ports),
-                 "on" if self.qos else "off")
-        ctl.ready()
-        by_fd = self.by_fd
-        on_frame = self.on_frame
-        clock = time.monotonic
-        try:
-            while self.running:
-                now = clock()
-                wake = self.timers(now)
-                if self.backlog:
-                    w = self.service(now)
-                    if w is not None and w < wake:
-                        wake = w
-                if reload_at is not None and reload_at < wake:
-                    wake = reload_at
-                timeout = -1 if wake == math.inf else max(0.0, wake - clock())
-                try:
-                    events = ep.poll(timeout)
-                except InterruptedError:
-                    continue
-                now = clock()
-                for fd, _ in events:
-                    port = by_fd.get(fd)
-                    if port is not None:
-                        recv = port.sock.recv
-                        for _ in range(RX_BUDGET):
-                            try:
-                                frame = recv(65535)
-                            except BlockingIOError:
-                                break
-                            except OSError as exc:  # interface gone (teardown)
-                                log.warning("%s: %s: %s", self.cfg.name, port.name, exc)
-                                ep.unregister(fd)
-                                del by_fd[fd]
-                                break
-                            on_frame(port, frame, now)
-                    elif fd == ctl.fileno():
-                        ctl.handle()
-                    else:
-                        rawsock.drain(nl)
-                        reload_at = now + 0.05  # debounce bursts of netlink events
-                if reload_at is not None and now >= reload_at:
-                    self.install_fib(*kernel.read_control_plane(ipr))
-                    reload_at = None
-        finally:
-            ctl.close()
-            ipr.close()
-            nl.close()
-            for p in self.ports.values():
-                if p.sock:
-                    p.sock.close()
-            log.info("%s: stopped", self.cfg.name)

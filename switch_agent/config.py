@@ -12,6 +12,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from fabric.qos.fields import QUEUE_LIMIT_BYTES
+
 
 @dataclass(frozen=True)
 class PortConfig:
@@ -36,7 +38,7 @@ class AgentConfig:
     ports: tuple[PortConfig, ...]
     svi: dict[str, dict[str, str]] = field(default_factory=dict)  # svi dev -> {mac: port}
     ecmp_seed: int = 0
-    queue_limit_bytes: int = 10_000_000  # per egress port (model bytes = lab bytes)
+    queue_limit_bytes: int = QUEUE_LIMIT_BYTES  # per queue with QoS off (model = lab bytes)
     mtu: int = 9216
     test_drop_rate: float = 0.0  # test hook: drop this fraction of forwarded frames
     test_drop_seed: int = 1

@@ -9,11 +9,14 @@ Served from the agent's poll loop (no thread, so counters are read consistently)
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
 import socket
-from typing import Any
+
+from switch_agent import show
+from switch_agent.agent import Agent
 
 log = logging.getLogger("switch_agent.control")
 
@@ -21,7 +24,7 @@ log = logging.getLogger("switch_agent.control")
 class ControlServer:
     """A non-blocking Unix stream listener bound to `path`."""
 
-    def __init__(self, path: str, agent: Any) -> None:
+    def __init__(self, path: str, agent: Agent) -> None:
         self.path = path
         self.agent = agent
         if os.path.exists(path):
@@ -73,12 +76,10 @@ class ControlServer:
             return {"ok": True, **a.snapshot()}
         if cmd == "fib":
             return {"ok": True, "routes": [
-                {"prefix": f"{__import__('ipaddress').ip_address(net)}/{plen}",
+                {"prefix": f"{ipaddress.ip_address(net)}/{plen}",
                  "nexthops": [list(h) for h in hops]}
                 for plen in a.fib._lens for net, hops in a.fib._by_len[plen].items()]}
         if cmd == "show":
-            from switch_agent import show
-
             try:
                 return {"ok": True, "text": show.dispatch(str(req.get("text", "")),
                                                           a.show_state())}

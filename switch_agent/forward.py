@@ -6,7 +6,7 @@ same path, chosen by a hash of the 5-tuple (src IP, dst IP, protocol, src port, 
 port). The hash is keyed per switch (the seed): equal seeds on every switch reproduce the
 book's *hash polarization*; different seeds (the default) decorrelate the stages.
 The FIB and neighbour table come from the switch namespace's kernel (the control plane,
-ARCHITECTURE.md "Planes and processes"); this module only decides.
+docs/ARCHITECTURE.md "Planes and processes"); this module only decides.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Read the control plane (addresses, routes, neighbours) from the switch namespace's
-kernel with pyroute2, and watch it for changes (thin I/O; ARCHITECTURE.md).
+kernel with pyroute2, and watch it for changes (thin I/O; docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Run-time state of one switch port: egress queues, shaper, delay line, PFC, watchdog,
-LLDP neighbour, counters (book ch.11; ARCHITECTURE.md "Switch agent pipeline").
+LLDP neighbour, counters (book ch.11; docs/ARCHITECTURE.md "Switch agent pipeline").
 
 Per port, the pure stages are assembled here: `queues.PortQueues` (8 queues, WRED-ECN,
 strict + DWRR), `shaper.Shaper` (link rate / TDF), `pfc.IngressPfc` (this port as an
 *ingress*: buffer accounting, xOFF/xON, pause refresh), `pfc.EgressPause` (pauses the
 peer sent us: which of our egress priorities are stopped), `watchdog.PfcWatchdog`.
-With QoS off (plain forwarding) there is one FIFO, no PFC, no LLDP.
+Each stage runs on its part of one `fabric.qos.config.QosConfig`. With QoS off (plain
+forwarding) there is one FIFO (`Queuing.plain`), no PFC, no LLDP.
 """
 
 from __future__ import annotations
@@ -14,20 +15,16 @@ import collections
 import random
 import socket
 
+from fabric.qos.config import QosConfig
+from fabric.qos.fields import QUEUE_LIMIT_BYTES
+from fabric.qos.pfc import EgressPause, IngressPfc, Pfc
+from fabric.qos.queuing import Queuing
 from fabric.timedil import TimeDilation
 from switch_agent.config import PortConfig
 from switch_agent.forward import mac_bytes
-from fabric.qos.pfc import EgressPause, IngressPfc, PfcConfig
-from switch_agent.queues import NUM_QUEUES, EgressQosConfig, PortQueues
+from switch_agent.queues import PortQueues
 from switch_agent.shaper import Shaper
-from switch_agent.watchdog import PfcWatchdog, WatchdogConfig
-
-
-def plain_queuing(limit_bytes: int, mtu: int) -> EgressQosConfig:
-    """QoS off: everything in queue 0, tail drop only."""
-    return EgressQosConfig(strict=(), bandwidth_percent=(100, 0, 0, 0, 0, 0, 0, 0),
-                           wred=(None,) * NUM_QUEUES,
-                           queue_limit_bytes=(limit_bytes,) * NUM_QUEUES, mtu=mtu)
+from switch_agent.watchdog import PfcWatchdog
 
 
 class Port:
@@ -40,8 +37,8 @@ class Port:
                  "pfc_rx_frames")
 
     def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int,
-                 td: TimeDilation, qos=None, queue_limit_bytes: int = 10_000_000,
-                 seed: int = 1) -> None:
+                 td: TimeDilation, qos: QosConfig | None = None,
+                 queue_limit_bytes: int = QUEUE_LIMIT_BYTES, seed: int = 1) -> None:
         self.name = cfg.ifname
         self.cfg = cfg
         self.sock = sock
@@ -50,9 +47,10 @@ class Port:
         self.vlan = cfg.vlan
         self.shaper = Shaper(cfg.lab_bps, mtu=mtu)
         rng = random.Random(f"{seed}:{cfg.ifname}").random
-        qcfg = EgressQosConfig.from_qos(qos) if qos is not None else plain_queuing(
-            queue_limit_bytes, mtu)
-        self.queues = PortQueues(qcfg, rng=rng)
+        if qos is not None:
+            self.queues = PortQueues(qos.queuing, qos.mtu, rng)
+        else:
+            self.queues = PortQueues(Queuing.plain(queue_limit_bytes), mtu, rng)
         self.delay = cfg.delay_lab_s
         self.inflight: collections.deque[tuple[float, bytes]] = collections.deque()
         self.ctrl: collections.deque[tuple[float, bytes]] = collections.deque()
@@ -61,12 +59,12 @@ class Port:
         model = cfg.model_bps
         self.pause = EgressPause(model, td)
         if qos is not None:
-            self.ingress = IngressPfc(PfcConfig.from_qos(qos, cfg.ifname), self.mac, model, td)
-            self.watchdog = (PfcWatchdog(WatchdogConfig.from_qos(qos), td, cfg.ifname)
+            self.ingress = IngressPfc(qos.port_pfc(cfg.ifname), self.mac, model, td)
+            self.watchdog = (PfcWatchdog(qos.watchdog, qos.pfc.no_drop, td, cfg.ifname)
                              if qos.watchdog_on(cfg.ifname) else None)
             self.pfc_mode = qos.port(cfg.ifname).pfc_mode
         else:
-            self.ingress = IngressPfc(PfcConfig(no_drop=()), self.mac, model, td)
+            self.ingress = IngressPfc(Pfc(no_drop=frozenset()), self.mac, model, td)
             self.watchdog = None
             self.pfc_mode = "off"
         # operational lossless priorities: mode on = configured; auto = after LLDP/DCBX

@@ -5,10 +5,11 @@ priority level 1`` (strict priority, for CNPs), ``c-out-8q-q3 bandwidth remainin
 percent 50`` + WRED/ECN (``fabric.qos.wred``), the other queues "either zero percent
 of remaining bandwidth ... or a share of the remaining bandwidth".
 
-Default, precisely (``BOOK_BANDWIDTH``): queue 7 strict; queue 3 = 50 % and queue 0
-(class-default, where all non-RoCE traffic goes) = 50 % of what the strict queue leaves;
-queues 1, 2, 4, 5, 6 = 0 %. This is the NX-OS RoCE queuing template the book's example
-abbreviates with "...". Percentages are relative weights among backlogged queues (work
+The configuration is a `fabric.qos.queuing.Queuing`; the book's (its default): queue 7
+strict; queue 3 = 50 % and queue 0 (class-default, where all non-RoCE traffic goes) = 50 %
+of what the strict queue leaves; queues 1, 2, 4, 5, 6 = 0 %. This is the NX-OS RoCE
+queuing template the book's example abbreviates with "...". Several strict queues are
+served highest number first. Percentages are relative weights among backlogged queues (work
 conserving: an idle queue's share goes to the others). A 0 % queue is never starved
 outright: it is served, round robin, only when no weighted queue has an eligible frame.
 
@@ -25,56 +26,11 @@ from __future__ import annotations
 import collections
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from fabric.qos.classify import mark_ce
-from fabric.qos.wred import DROP, FORWARD, MARK, WredProfile, ewma_depth, wred_decide
-
-NUM_QUEUES = 8
-BOOK_BANDWIDTH = (50, 0, 0, 50, 0, 0, 0, 0)
-
-
-def _book_wred() -> tuple[WredProfile | None, ...]:
-    return (None, None, None, WredProfile.book(), None, None, None, None)
-
-
-@dataclass(frozen=True)
-class EgressQosConfig:
-    """Queuing policy of an egress port (Example 11-3)."""
-
-    strict: tuple[int, ...] = (7,)  # served first, in this order
-    bandwidth_percent: tuple[int, ...] = BOOK_BANDWIDTH  # per queue; strict ones ignored
-    wred: tuple[WredProfile | None, ...] = field(default_factory=_book_wred)
-    queue_limit_bytes: tuple[int, ...] = (10_000_000,) * NUM_QUEUES  # tail drop, no WRED
-    mtu: int = 9216  # DWRR quantum unit (largest frame normally seen)
-
-    def __post_init__(self) -> None:
-        if len(set(self.strict)) != len(self.strict) or any(
-                not (isinstance(q, int) and 0 <= q < NUM_QUEUES) for q in self.strict):
-            raise ValueError(f"strict: distinct queue numbers in 0..7, got {self.strict!r}")
-        bw = self.bandwidth_percent
-        if len(bw) != NUM_QUEUES or any(not (isinstance(b, int) and 0 <= b <= 100) for b in bw):
-            raise ValueError(f"bandwidth_percent: 8 ints in 0..100, got {bw!r}")
-        if sum(b for q, b in enumerate(bw) if q not in self.strict) > 100:
-            raise ValueError(f"bandwidth_percent: non-strict queues exceed 100 %, got {bw!r}")
-        if len(self.wred) != NUM_QUEUES:
-            raise ValueError(f"wred: 8 entries (profile or None), got {len(self.wred)}")
-        lim = self.queue_limit_bytes
-        if len(lim) != NUM_QUEUES or any(not (isinstance(b, int) and b > 0) for b in lim):
-            raise ValueError(f"queue_limit_bytes: 8 ints > 0, got {lim!r}")
-        if not (isinstance(self.mtu, int) and self.mtu >= 64):
-            raise ValueError(f"mtu: must be an int >= 64, got {self.mtu!r}")
-
-    @classmethod
-    def from_qos(cls, qos: object) -> "EgressQosConfig":
-        """From a `fabric.qos.config.QosConfig` (duck-typed: queuing.queues[i] with
-        strict, bandwidth_percent, wred, limit_bytes; mtu)."""
-        qs = qos.queuing.queues
-        return cls(strict=tuple(i for i in reversed(range(NUM_QUEUES)) if qs[i].strict),
-                   bandwidth_percent=tuple(0 if q.strict else q.bandwidth_percent for q in qs),
-                   wred=tuple(None if q.wred is None else
-                              WredProfile.from_qos(q.wred, q.limit_bytes) for q in qs),
-                   queue_limit_bytes=tuple(q.limit_bytes for q in qs), mtu=qos.mtu)
+from fabric.qos.fields import NUM_QUEUES
+from fabric.qos.queuing import Queuing
+from fabric.qos.wred import WredVerdict, ewma_depth, wred_decide
 
 
 class Drr:
@@ -138,9 +94,11 @@ class PortQueues:
                  "tier_of", "weighted", "scavenger", "l3", "rng", "enq_packets", "enq_bytes",
                  "deq_packets", "deq_bytes", "marks", "drops", "max_qbytes", "avg")
 
-    def __init__(self, cfg: EgressQosConfig | None = None,
+    def __init__(self, cfg: Queuing | None = None, mtu: int = 9216,
                  rng: Callable[[], float] | None = None, l3: int = 14) -> None:
-        cfg = cfg or EgressQosConfig()
+        cfg = cfg or Queuing()
+        if not (isinstance(mtu, int) and mtu >= 64):
+            raise ValueError(f"mtu: must be an int >= 64, got {mtu!r}")
         #: uniform [0, 1) source for WRED, drawn only when a queue is past WRED min
         self.rng = rng if rng is not None else random.Random(1).random
         self.cfg = cfg
@@ -150,15 +108,20 @@ class PortQueues:
         self.avg = [0.0] * NUM_QUEUES  # WRED averaged depth (only for weight > 0)
         self.packets = 0  # frames queued, all queues
         self.bytes = 0  # bytes queued, all queues
-        self.wred = list(cfg.wred)
-        self.limit = list(cfg.queue_limit_bytes)
-        self.strict = tuple(cfg.strict)
+        self.wred = [q.wred for q in cfg.queues]
+        #: tail-drop limit; a WRED queue's is at least its WRED max (docs/FABRIC_FACTS.md
+        #: "Switch QoS": a smaller configured limit is warned about and raised)
+        self.limit = [q.limit_bytes if q.wred is None else max(q.limit_bytes, q.wred.max_bytes)
+                      for q in cfg.queues]
+        self.strict = tuple(q for q in reversed(range(NUM_QUEUES)) if cfg.queues[q].strict)
         self.l3 = l3
         others = [q for q in range(NUM_QUEUES) if q not in self.strict]
-        weights = {q: cfg.bandwidth_percent[q] for q in others if cfg.bandwidth_percent[q]}
+        weights = {q: cfg.queues[q].bandwidth_percent for q in others
+                   if cfg.queues[q].bandwidth_percent}
         unit = min(weights.values()) if weights else 1
-        self.weighted = Drr({q: max(1, round(cfg.mtu * w / unit)) for q, w in weights.items()})
-        self.scavenger = Drr({q: cfg.mtu for q in others if q not in weights})
+        #: DWRR quantum unit = MTU (largest frame normally seen)
+        self.weighted = Drr({q: max(1, round(mtu * w / unit)) for q, w in weights.items()})
+        self.scavenger = Drr({q: mtu for q in others if q not in weights})
         self.tier_of = [None if q in self.strict else
                         self.weighted if q in weights else self.scavenger
                         for q in range(NUM_QUEUES)]
@@ -175,31 +138,30 @@ class PortQueues:
         d = self.drops[q]
         d[reason] = d.get(reason, 0) + n
 
-    def enqueue(self, q: int, frame: bytes, tag: object = None, tos: int = 0) -> int:
-        """WRED (ECN bits from `tos`; 0 for non-IP) then append; FORWARD/MARK = queued
-        (MARK: the queued copy carries CE), DROP = not queued (counted)."""
+    def enqueue(self, q: int, frame: bytes, tag: object = None, tos: int = 0) -> WredVerdict:
+        """Tail drop at the queue limit, WRED (ECN bits from `tos`; 0 for non-IP), then
+        append; FORWARD/MARK = queued (MARK: the queued copy carries CE), DROP = not
+        queued (counted)."""
         depth = self.qbytes[q]
         n = len(frame)
-        prof = self.wred[q]
-        verdict = FORWARD
-        if prof is not None:
-            if depth + n > prof.queue_limit_bytes:  # the buffer never exceeds the limit
-                self.drop(q, "queue_full")
-                return DROP
+        limit = self.limit[q]
+        if depth + n > limit:  # the buffer never exceeds the limit
+            self.drop(q, "queue_full")
+            return WredVerdict.DROP
+        verdict = WredVerdict.FORWARD
+        wred = self.wred[q]
+        if wred is not None:
             seen = depth
-            if prof.weight:
-                seen = self.avg[q] = ewma_depth(self.avg[q], depth, prof.weight)
-            if seen >= prof.min_bytes:
-                verdict = wred_decide(seen, tos & 3, prof, self.rng())
-                if verdict == DROP:
+            if wred.weight:
+                seen = self.avg[q] = ewma_depth(self.avg[q], depth, wred.weight)
+            if seen >= wred.min_bytes:
+                verdict = wred_decide(seen, tos & 3, wred, self.rng(), limit)
+                if verdict is WredVerdict.DROP:
                     self.drop(q, "wred")
-                    return DROP
-                if verdict == MARK:
+                    return verdict
+                if verdict is WredVerdict.MARK:
                     frame = mark_ce(frame, self.l3)
                     self.marks[q] += 1
-        elif depth + n > self.limit[q]:
-            self.drop(q, "queue_full")
-            return DROP
         entries = self.fifo[q]
         if not entries:
             tier = self.tier_of[q]

@@ -6,14 +6,17 @@ Book ch.11, "Priority Flow Control Watchdog" (Examples 11-5 and 11-7,
 follows SONiC's PFC watchdog (sonic-net/SONiC wiki "PFC Watchdog Design"): three
 functions, detection, mitigation, restoration.
 
+The configuration is a `fabric.qos.interface.Watchdog` (``detect_s``, ``restore_s``,
+``action``); the watched priorities are the port's no-drop ones.
+
 * Detection: a monitored (no-drop) priority whose egress queue is paused *and* holds
-  frames, continuously for ``detection_time`` (default 200 ms, SONiC's default), is
+  frames, continuously for ``detect_s`` (default 200 ms, SONiC's default), is
   declared stormed. The state is polled: resolution = the interval between ``check``
-  calls (call it at least every detection_time / 4).
+  calls (call it at least every detect_s / 4).
 * Mitigation, ``action``: ``drop`` - the queued frames of that priority on that port are
   flushed and arriving ones dropped (``drop_mask``); ``forward`` - the pause is ignored
   (``ignore_mask``: clear those bits from the paused mask given to the scheduler).
-* Restoration: after ``restoration_time`` with no pause frame received for that
+* Restoration: after ``restore_s`` with no pause frame received for that
   priority, normal PFC behaviour returns.
 
 Times are model seconds in the config (the fabric's world) and lab seconds in ``now``;
@@ -23,41 +26,11 @@ the lab: scale the defaults down for lab experiments that want to see a storm ha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from fabric.qos.interface import Watchdog
 from fabric.timedil import TimeDilation
-
-ACTIONS = ("drop", "forward")
-
-
-@dataclass(frozen=True)
-class WatchdogConfig:
-    """PFC watchdog settings of a port (durations in model seconds)."""
-
-    detection_model_s: float = 0.200
-    restoration_model_s: float = 0.200
-    action: str = "drop"
-    priorities: tuple[int, ...] = (3,)  # the no-drop priorities to watch
-
-    def __post_init__(self) -> None:
-        if not self.detection_model_s > 0:
-            raise ValueError(f"detection_model_s: must be > 0, got {self.detection_model_s!r}")
-        if not self.restoration_model_s > 0:
-            raise ValueError(
-                f"restoration_model_s: must be > 0, got {self.restoration_model_s!r}")
-        if self.action not in ACTIONS:
-            raise ValueError(f"action: must be one of {ACTIONS}, got {self.action!r}")
-        if any(not (isinstance(p, int) and 0 <= p <= 7) for p in self.priorities):
-            raise ValueError(f"priorities: ints in 0..7, got {self.priorities!r}")
-
-
-    @classmethod
-    def from_qos(cls, qos: object) -> "WatchdogConfig":
-        """From a `fabric.qos.config.QosConfig` (duck-typed); whether the watchdog
-        runs on a port is `qos.watchdog_on(ifname)`."""
-        w = qos.watchdog
-        return cls(w.detect_s, w.restore_s, w.action, tuple(sorted(qos.pfc.no_drop)))
 
 
 @dataclass(frozen=True)
@@ -84,13 +57,14 @@ class PfcWatchdog:
                  "stormed", "drop_mask", "ignore_mask", "storms_detected", "storms_restored",
                  "dropped")
 
-    def __init__(self, cfg: WatchdogConfig, td: TimeDilation, port: str = "") -> None:
+    def __init__(self, cfg: Watchdog, priorities: Iterable[int], td: TimeDilation,
+                 port: str = "") -> None:
         self.cfg = cfg
         self.td = td
         self.port = port
-        self.detect_s = td.lab_time(cfg.detection_model_s)
-        self.restore_s = td.lab_time(cfg.restoration_model_s)
-        self.watched = sum(1 << p for p in set(cfg.priorities))
+        self.detect_s = td.lab_time(cfg.detect_s)
+        self.restore_s = td.lab_time(cfg.restore_s)
+        self.watched = sum(1 << p for p in set(priorities))
         self.cond_since = [-1.0] * 8  # since when paused with frames waiting, -1 if not
         self.stormed = 0  # bit mask of stormed priorities
         self.drop_mask = 0  # stormed with action drop: drop arrivals for these queues
@@ -150,6 +124,6 @@ class PfcWatchdog:
                 "storms_detected": list(self.storms_detected),
                 "storms_restored": list(self.storms_restored),
                 "dropped": list(self.dropped), "action": self.cfg.action,
-                "detection_model_s": self.cfg.detection_model_s,
-                "restoration_model_s": self.cfg.restoration_model_s}
+                "detection_model_s": self.cfg.detect_s,
+                "restoration_model_s": self.cfg.restore_s}
 

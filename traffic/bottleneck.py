@@ -24,7 +24,7 @@ import random
 import sys
 from dataclasses import dataclass, field
 
-from fabric.qos.wred import MARK, WredProfile, wred_decide
+from fabric.qos.wred import Wred, WredVerdict, wred_decide
 from traffic.dcqcn import PROFILES, DcqcnProfile, NotificationPoint, ReactionPoint
 
 FRAME = 4096 + 78  #: bytes on the wire of a full RoCEv2 WRITE frame (4096 B payload)
@@ -71,7 +71,7 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", ecn: st
     if duration <= 0 or sample <= 0 or delay < 0:
         raise ValueError("duration and sample must be > 0, delay >= 0")
     prof = profile if isinstance(profile, DcqcnProfile) else DcqcnProfile.by_name(profile)
-    wred = WredProfile.named(ecn)
+    wred = Wred.named(ecn)
     rng = random.Random(seed)
     rps = [ReactionPoint(link_bps, prof) for _ in range(senders)]
     notify = NotificationPoint(prof)
@@ -97,7 +97,7 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", ecn: st
             depth = max(0.0, free_at - arrive) * link_bps / 8
             res.max_queue_bytes = max(res.max_queue_bytes, depth)
             free_at = max(arrive, free_at) + frame * 8 / link_bps
-            if wred_decide(depth, ECT0, wred, rng.random()) == MARK:
+            if wred_decide(depth, ECT0, wred, rng.random()) is WredVerdict.MARK:
                 res.marks += 1
                 heapq.heappush(events, (free_at + delay, 1, i))
             heapq.heappush(events, (t + rp.pace_interval(frame), 0, i))

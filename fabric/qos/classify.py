@@ -9,6 +9,9 @@ labels and queues is fixed": qos-group n -> egress queue n. DSCP-based PFC (ch.1
 (and NX-OS) we use PFC priority = qos-group unless told otherwise (NVIDIA NICs put CNPs
 on priority 6: pass ``priority_of_group={7: 6}``).
 
+`Classification` is the configuration (validated, frozen); `Classifier` is the stage,
+tables precomputed from one Classification.
+
 ECN (RFC 3168, book ch.11 "Explicit Congestion Notification"): the two low bits of the
 TOS byte; 00 Not-ECT, 01 ECT(1), 10 ECT(0), 11 CE. Marking rewrites them to CE and
 patches the IPv4 header checksum incrementally (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')).
@@ -19,78 +22,91 @@ Ethernet header) - one list index, no allocation.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fabric.qos.fields import NUM_QUEUES, int_in, normalise
 
 DSCP_ROCEV2 = 24
 DSCP_CNP = 48
-BOOK_DSCP_TO_GROUP: Mapping[int, int] = {DSCP_ROCEV2: 3, DSCP_CNP: 7}
 
 ECN_NOT_ECT = 0b00
 ECN_ECT1 = 0b01
 ECN_ECT0 = 0b10
 ECN_CE = 0b11
 
-NUM_GROUPS = 8
+
+@dataclass(frozen=True)
+class TrafficClass:
+    """A `class-map type qos` plus its `set qos-group` (Examples 11-1, 11-2)."""
+
+    name: str
+    dscp: tuple[int, ...]
+    qos_group: int
+
+    def __post_init__(self) -> None:
+        dscp = self.dscp
+        normalise(self, "dscp", tuple(dscp) if isinstance(dscp, (list, tuple)) else (dscp,))
+        for d in self.dscp:
+            int_in("dscp", d, 0, 63)
+        int_in("qos_group", self.qos_group, 0, NUM_QUEUES - 1)
+
+
+BOOK_CLASSES = (TrafficClass("ROCEv2", (DSCP_ROCEV2,), 3), TrafficClass("CNP", (DSCP_CNP,), 7))
+
+
+@dataclass(frozen=True)
+class Classification:
+    """DSCP -> qos-group (first matching class wins; the rest -> default_group)."""
+
+    policy: str = "QOS_CLASSIFICATION"
+    classes: tuple[TrafficClass, ...] = BOOK_CLASSES
+    default_group: int = 0
+
+    def __post_init__(self) -> None:
+        normalise(self, "classes", tuple(self.classes))
+        int_in("default_group", self.default_group, 0, NUM_QUEUES - 1)
+
+    @functools.cached_property
+    def table(self) -> tuple[int, ...]:
+        """64 entries: qos-group of each DSCP value (what the classify stage indexes)."""
+        t = [-1] * 64
+        for c in self.classes:
+            for d in c.dscp:
+                if t[d] < 0:
+                    t[d] = c.qos_group
+        return tuple(self.default_group if g < 0 else g for g in t)
+
+    def group_of(self, dscp: int) -> int:
+        """qos-group (= egress queue = PFC priority) of a DSCP value."""
+        return self.table[dscp & 0x3F]
 
 
 class Classifier:
-    """DSCP -> qos-group -> (queue, PFC priority), precomputed for all 256 TOS bytes."""
+    """The classify stage: (queue, PFC priority) of every TOS byte, from a Classification."""
 
-    __slots__ = ("dscp_to_group", "default_group", "group_by_tos", "queue_by_tos",
-                 "priority_by_tos", "queue_of_group", "priority_of_group")
+    __slots__ = ("classification", "queue_by_tos", "priority_by_tos")
 
-    def __init__(self, dscp_to_group: Mapping[int, int] | None = None, default_group: int = 0,
-                 queue_of_group: Mapping[int, int] | None = None,
+    def __init__(self, classification: Classification,
                  priority_of_group: Mapping[int, int] | None = None) -> None:
-        mapping = dict(BOOK_DSCP_TO_GROUP if dscp_to_group is None else dscp_to_group)
-        for dscp, group in mapping.items():
-            if not (isinstance(dscp, int) and 0 <= dscp <= 63):
-                raise ValueError(f"dscp_to_group: DSCP must be an int in 0..63, got {dscp!r}")
-            _check_group(f"dscp_to_group[{dscp}]", group)
-        _check_group("default_group", default_group)
-        self.dscp_to_group = mapping
-        self.default_group = default_group
-        self.queue_of_group = _table("queue_of_group", queue_of_group)
-        self.priority_of_group = _table("priority_of_group", priority_of_group)
-        groups = [mapping.get(dscp, default_group) for dscp in range(64)]
+        prio = list(range(NUM_QUEUES))
+        for g, p in (priority_of_group or {}).items():
+            int_in("priority_of_group key", g, 0, NUM_QUEUES - 1)
+            prio[g] = int_in(f"priority_of_group[{g}]", p, 0, NUM_QUEUES - 1)
+        self.classification = classification
         #: indexed by the whole TOS byte (DSCP = tos >> 2), so no shift on the hot path
-        self.group_by_tos = [groups[tos >> 2] for tos in range(256)]
-        self.queue_by_tos = [self.queue_of_group[g] for g in self.group_by_tos]
-        self.priority_by_tos = [self.priority_of_group[g] for g in self.group_by_tos]
+        self.queue_by_tos = [classification.table[tos >> 2] for tos in range(256)]
+        self.priority_by_tos = [prio[g] for g in self.queue_by_tos]
 
     @classmethod
     def book(cls) -> "Classifier":
         """Examples 11-1/11-2: DSCP 24 -> 3, DSCP 48 -> 7, everything else -> 0."""
-        return cls(BOOK_DSCP_TO_GROUP)
-
-    @classmethod
-    def from_table(cls, groups: "list[int] | tuple[int, ...]") -> "Classifier":
-        """From a 64-entry DSCP -> qos-group table (`qos_config.Classification.table`)."""
-        if len(groups) != 64:
-            raise ValueError(f"groups: need 64 entries (one per DSCP), got {len(groups)}")
-        return cls(dict(enumerate(groups)))
-
-    def group(self, dscp: int) -> int:
-        """qos-group of a DSCP value (0..63)."""
-        return self.group_by_tos[(dscp & 0x3F) << 2]
+        return cls(Classification())
 
     def classify(self, tos: int) -> tuple[int, int]:
         """(egress queue, PFC priority) of a TOS byte."""
         return self.queue_by_tos[tos], self.priority_by_tos[tos]
-
-
-def _check_group(field: str, group: object) -> None:
-    if not (isinstance(group, int) and 0 <= group < NUM_GROUPS):
-        raise ValueError(f"{field}: must be an int in 0..7, got {group!r}")
-
-
-def _table(field: str, overrides: Mapping[int, int] | None) -> list[int]:
-    table = list(range(NUM_GROUPS))
-    for g, v in (overrides or {}).items():
-        _check_group(f"{field} key", g)
-        _check_group(f"{field}[{g}]", v)
-        table[g] = v
-    return table
 
 
 # -- ECN on the TOS byte ------------------------------------------------------------

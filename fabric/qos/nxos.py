@@ -32,20 +32,23 @@ Semantics follow NX-OS: the paste is applied on top of a factory-default switch
 only policies bound under ``system qos`` or an interface take effect. Module 1 ports map
 to the emulator's port names (``Ethernet1/5`` -> ``eth5``); others keep the NX-OS name.
 Values NX-OS snippets do not carry (xON/xOFF/headroom, queue limits, watchdog timers)
-come from `base` (default: the book thresholds of `fabric.qos.config`).
+come from `base` (default: the book thresholds of `fabric.qos.config`). The way back,
+configuration to NX-OS text, is `fabric.qos.nxos_render.to_nxos`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
-from fabric.qos.config import (NUM_QUEUES, Classification, InterfaceQos, QosConfig,
-                                     QueueConfig, Queuing, TrafficClass, Wred)
+from fabric.qos.classify import Classification, TrafficClass
+from fabric.qos.config import QosConfig
+from fabric.qos.fields import NUM_QUEUES
+from fabric.qos.interface import InterfaceQos
+from fabric.qos.nxos_lines import Line, interfaces, logical_lines
+from fabric.qos.queuing import QueueConfig, Queuing
+from fabric.qos.wred import Wred
 
 UNITS = {"bytes": 1, "kbytes": 1000, "mbytes": 1000 ** 2}
-_IFACE = re.compile(r"^(?:ethernet|eth)(\d+)(?:/(\d+)(?:-(\d+))?)?$", re.I)
-_SLOT = re.compile(r"^(\d+)/(\d+)(?:-(\d+))?$")
 
 
 def factory_default(base: QosConfig | None = None) -> QosConfig:
@@ -62,16 +65,6 @@ def factory_default(base: QosConfig | None = None) -> QosConfig:
                    default_interface=InterfaceQos("auto", True, False), interfaces=())
 
 
-def interface_name(nxos: str) -> str:
-    """``Ethernet1/5`` -> ``eth5`` (the emulator's port); other modules keep the NX-OS name."""
-    m = _IFACE.match(nxos.replace(" ", ""))
-    if not m:
-        raise ValueError(f"not an Ethernet interface: {nxos!r}")
-    if m.group(2) is None:
-        return f"eth{int(m.group(1))}"
-    return f"eth{int(m.group(2))}" if m.group(1) == "1" else f"Ethernet{m.group(1)}/{m.group(2)}"
-
-
 @dataclass
 class _State:
     qos_cmaps: dict[str, set[int]] = field(default_factory=dict)
@@ -86,75 +79,7 @@ class _State:
     ctx: tuple = ("top",)
 
 
-class _Line:
-    """Tokens of one logical line with a cursor; errors name the line."""
-
-    def __init__(self, num: int, text: str) -> None:
-        self.num, self.text = num, text
-        self.tok = text.replace(", ", ",").split()
-        self.i = 0
-
-    def error(self, why: str) -> ValueError:
-        return ValueError(f"line {self.num}: {self.text.strip()!r}: {why}")
-
-    def more(self) -> bool:
-        return self.i < len(self.tok)
-
-    def peek(self, k: int = 0) -> str:
-        return self.tok[self.i + k].lower() if self.i + k < len(self.tok) else ""
-
-    def take(self, what: str = "a value") -> str:
-        if not self.more():
-            raise self.error(f"expected {what}")
-        self.i += 1
-        return self.tok[self.i - 1]
-
-    def word(self, *choices: str) -> str:
-        w = self.take(" or ".join(choices)).lower()
-        if w not in choices:
-            raise self.error(f"expected {' or '.join(choices)}, got {w!r}")
-        return w
-
-    def number(self, what: str, lo: int, hi: int) -> int:
-        t = self.take(what)
-        if not t.isdigit() or not lo <= int(t) <= hi:
-            raise self.error(f"{what}: must be {lo}..{hi}, got {t!r}")
-        return int(t)
-
-    def numlist(self, what: str, lo: int, hi: int) -> list[int]:
-        t = self.take(what)
-        out: list[int] = []
-        for part in t.split(","):
-            a, _, b = part.partition("-")
-            if not a.isdigit() or (b and not b.isdigit()):
-                raise self.error(f"{what}: not a number list, got {t!r}")
-            a_, b_ = int(a), int(b or a)
-            if not lo <= a_ <= b_ <= hi:
-                raise self.error(f"{what}: must be {lo}..{hi}, got {t!r}")
-            out.extend(range(a_, b_ + 1))
-        return out
-
-
-def _logical_lines(text: str) -> list[_Line]:
-    out: list[_Line] = []
-    pending: tuple[int, str] | None = None
-    for num, raw in enumerate(text.splitlines(), 1):
-        s = raw.strip()
-        if not s or s.startswith("!") or s.strip(". ") == "":
-            continue
-        if pending:
-            num, s = pending[0], pending[1] + s
-            pending = None
-        if s.endswith("-"):
-            pending = (num, s)
-            continue
-        out.append(_Line(num, s))
-    if pending:
-        out.append(_Line(*pending))
-    return out
-
-
-def _queue_of_class(name: str, st: _State, kind: str, ln: _Line) -> int:
+def _queue_of_class(name: str, st: _State, kind: str, ln: Line) -> int:
     fixed = {"queuing": "c-out-8q-q", "network-qos": "c-8q-nq"}[kind]
     low = name.lower()
     if low == f"{fixed}-default":
@@ -167,31 +92,7 @@ def _queue_of_class(name: str, st: _State, kind: str, ln: _Line) -> int:
                    f"(nor {fixed}0..7 / {fixed}-default)")
 
 
-def _interfaces(ln: _Line) -> list[str]:
-    spec = ""
-    while ln.more():
-        nxt = ln.peek()
-        if spec and not (_SLOT.match(nxt) or nxt.startswith(",") or spec.endswith(",")):
-            break
-        spec += ln.take()
-    names: list[str] = []
-    for part in filter(None, spec.split(",")):
-        m = _IFACE.match(part)
-        if not m:
-            raise ln.error(f"not an Ethernet interface: {part!r}")
-        if m.group(2) is None:
-            names.append(f"eth{int(m.group(1))}")
-            continue
-        lo, hi = int(m.group(2)), int(m.group(3) or m.group(2))
-        if hi < lo:
-            raise ln.error(f"interface range {part!r}: end before start")
-        names.extend(interface_name(f"ethernet{m.group(1)}/{n}") for n in range(lo, hi + 1))
-    if not names:
-        raise ln.error("expected an interface name, e.g. ethernet1/5")
-    return names
-
-
-def _command(ln: _Line, st: _State) -> None:
+def _command(ln: Line, st: _State) -> None:
     w = ln.word("class-map", "policy-map", "class", "match", "set", "priority", "bandwidth",
                 "random-detect", "pause", "mtu", "system", "service-policy", "interface",
                 "priority-flow-control")
@@ -298,7 +199,7 @@ def _command(ln: _Line, st: _State) -> None:
                            + (" (interfaces take only type qos input)" if ctx[0] == "iface" else
                               " or an interface"))
     elif w == "interface":
-        names = _interfaces(ln)
+        names = interfaces(ln)
         for n in names:
             st.ifaces.setdefault(n, {})
         st.ctx = ("iface", names)
@@ -323,7 +224,7 @@ def _command(ln: _Line, st: _State) -> None:
                 st.ifaces[n]["mode"] = mode
 
 
-def _random_detect(ln: _Line) -> Wred:
+def _random_detect(ln: Line) -> Wred:
     vals: dict[str, float] = {"weight": 0, "ecn": 0}
     while ln.more() and ln.peek() in ("minimum-threshold", "maximum-threshold",
                                       "drop-probability", "weight", "ecn"):
@@ -351,7 +252,7 @@ def parse_nxos(text: str, base: QosConfig | None = None,
                warnings: list[str] | None = None) -> QosConfig:
     """Parse NX-OS QoS configuration text; `warnings` (if given) collects unbound policies."""
     st = _State()
-    for ln in _logical_lines(text):
+    for ln in logical_lines(text):
         while ln.more():
             _command(ln, st)
     cfg = factory_default(base)
@@ -410,63 +311,3 @@ def parse_nxos(text: str, base: QosConfig | None = None,
                 notes.append(f"policy-map type {kind} {name} is not bound (system qos / "
                              f"interface service-policy): not applied")
     return cfg
-
-
-def _nx_iface(name: str) -> str:
-    m = re.match(r"^eth(\d+)$", name)
-    return f"ethernet1/{m.group(1)}" if m else name
-
-
-def _size_words(n: int) -> str:
-    return f"{n // 1000} kbytes" if n % 1000 == 0 else f"{n} bytes"
-
-
-def to_nxos(cfg: QosConfig) -> str:
-    """Render a config as NX-OS text that `parse_nxos` reads back (extras as ``!`` comments)."""
-    out: list[str] = []
-    c = cfg.classification
-    for tc in c.classes:
-        out += [f"class-map type qos match-any {tc.name}",
-                f"  match dscp {','.join(str(d) for d in tc.dscp)}"]
-    out.append(f"policy-map type qos {c.policy}")
-    for tc in c.classes:
-        out += [f"  class {tc.name}", f"    set qos-group {tc.qos_group}"]
-    out += ["  class class-default", f"    set qos-group {c.default_group}"]
-    out.append(f"policy-map type queuing {cfg.queuing.policy}")
-    for i in reversed(range(NUM_QUEUES)):
-        q = cfg.queuing.queues[i]
-        out.append(f"  class type queuing c-out-8q-q{i if i else '-default'}")
-        if q.strict:
-            out.append("    priority level 1")
-        else:
-            out.append(f"    bandwidth remaining percent {q.bandwidth_percent}")
-        if q.wred:
-            w = q.wred
-            out.append(f"    random-detect minimum-threshold {_size_words(w.min_bytes)} "
-                       f"maximum-threshold {_size_words(w.max_bytes)} drop-probability "
-                       f"{w.max_prob_pct:g} weight {w.weight}" + (" ecn" if w.ecn else ""))
-        out.append(f"    ! queue-limit {q.limit_bytes} bytes")
-    p = cfg.pfc
-    out.append(f"policy-map type network-qos {p.policy}")
-    for prio in sorted(p.no_drop):
-        out += [f"  class type network-qos c-8q-nq{prio}", f"    pause pfc-cos {prio}",
-                f"    mtu {cfg.mtu}"]
-    out.append(f"  ! xoff {p.xoff_bytes} xon {p.xon_bytes} headroom {p.headroom_bytes} bytes, "
-               f"pause quanta {p.pause_quanta:#06x}, cnp dscp {cfg.cnp_dscp} priority "
-               f"{cfg.cnp_priority}")
-    out += ["system qos", f"  service-policy type network-qos {p.policy}",
-            f"  service-policy type queuing output {cfg.queuing.policy}"]
-    if cfg.default_interface.classify:
-        out.append(f"  service-policy type qos input {c.policy}")
-    wd = cfg.watchdog
-    out.append(f"priority-flow-control watch-dog-interval {'on' if wd.enabled else 'off'}")
-    out.append(f"! watchdog detect {wd.detect_s:g} s restore {wd.restore_s:g} s action {wd.action}")
-    d = cfg.default_interface
-    out.append(f"! every other interface: priority-flow-control mode {d.pfc_mode}, watch-dog "
-               f"{'on' if d.watchdog else 'off'}")
-    for name, iq in cfg.interfaces:
-        out += [f"interface {_nx_iface(name)}", f"  priority-flow-control mode {iq.pfc_mode}",
-                f"  priority-flow-control watch-dog-interval {'on' if iq.watchdog else 'off'}"]
-        if iq.classify:
-            out.append(f"  service-policy type qos input {c.policy}")
-    return "\n".join(out) + "\n"

@@ -13,23 +13,22 @@
 * ``EgressPause``: what a received pause does to an egress port (ch.11 Step 4): that
   priority stops until the quanta expire or a resume arrives; others keep flowing.
 
-Headroom (``headroom_bytes``): what arrives after xOFF is crossed, before the upstream
-sender stops - Cisco white paper "Priority Flow Control: Build Reliable Layer 2
-Infrastructure" (c11-542809) and IEEE 802.1Qbb Annex N: one MTU being sent by the
-receiver when xOFF is crossed (the pause waits behind it), the round trip of the cable
-(2 x delay x rate), the sender's response time, and one MTU the sender has started:
-headroom = 2 x MTU + 2 x cable_delay x rate / 8 + response_bits / 8.
+``Pfc`` is the configuration: the network-qos policy (Example 11-4) and the thresholds
+the book leaves implicit. ``headroom_needed`` is the one headroom rule, used by the
+validator (`fabric.qos.checks`) and by the switch agent at start-up.
 
 Times are lab seconds (``now``); durations are converted with ``fabric.timedil``.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fabric.qos.fields import NUM_QUEUES, int_in, normalise, size
 from fabric.timedil import TimeDilation
 
 PFC_DST = bytes.fromhex("0180c2000001")
@@ -37,14 +36,56 @@ ETHERTYPE_MAC_CONTROL = b"\x88\x08"
 OPCODE_PFC = b"\x01\x01"
 PFC_FRAME_LEN = 60  # without FCS
 MAX_QUANTA = 0xFFFF
-#: sender response time used by the Cisco PFC white paper: 60 quanta = 3840 bytes
-PFC_RESPONSE_BITS = 60 * 512
-
-ADMIT = 0  # admitted, nothing to send
-XOFF = 1  # admitted, and send a pause for this priority now
-DROP = 2  # headroom overflow: drop the frame
 
 _QUANTA = struct.Struct("!8H")
+
+
+class Admission(enum.IntEnum):
+    """What ingress PFC accounting does with one received frame."""
+
+    ADMIT = 0  # admitted, nothing to send
+    XOFF = 1  # admitted, and send a pause for this priority now
+    HEADROOM_DROP = 2  # past xOFF + headroom: drop the frame (headroom sized too small)
+
+
+@dataclass(frozen=True)
+class Pfc:
+    """`policy-map type network-qos` (Example 11-4) + PFC thresholds per ingress port and
+    priority (bytes, model = lab). Default xON < WRED min < WRED max < xOFF (ch.11)."""
+
+    policy: str = "qos_network"
+    no_drop: frozenset[int] = frozenset({3})  # pause pfc-cos 3
+    xoff_bytes: int = 3_200_000  # > WRED max 3000 KB of the book profile
+    xon_bytes: int = 100_000  # < WRED min 150 KB
+    headroom_bytes: int = 200_000  # see headroom_needed
+    pause_quanta: int = MAX_QUANTA  # quanta sent in a pause
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.no_drop, (list, tuple, set, frozenset)):
+            raise ValueError(f"no_drop: expected a list of priorities, got {self.no_drop!r}")
+        normalise(self, "no_drop", frozenset(self.no_drop))
+        for p in sorted(self.no_drop):
+            int_in("no_drop", p, 0, NUM_QUEUES - 1)
+        for name in ("xoff_bytes", "xon_bytes", "headroom_bytes"):
+            normalise(self, name, size(name, getattr(self, name)))
+        if self.xon_bytes >= self.xoff_bytes:
+            raise ValueError(f"xon_bytes: must be < xoff_bytes ({self.xoff_bytes}), "
+                             f"got {self.xon_bytes!r}")
+        int_in("pause_quanta", self.pause_quanta, 1, MAX_QUANTA)
+
+
+def headroom_needed(model_bps: float, one_way_delay_s: float, mtu: int) -> int:
+    """Bytes a no-drop priority must still absorb after crossing xOFF on a link of
+    `model_bps` with cable delay `one_way_delay_s` (model s): 2 x delay x rate + 2 x MTU.
+
+    The book (ch.11 Step 2, docs/FABRIC_FACTS.md "PFC") asks the headroom to hold what is
+    in flight while the pause takes effect: the pause travels one way while the sender
+    keeps sending (delay x rate), the bytes already on the cable still land (delay x
+    rate), the sender finishes the frame it has begun (1 MTU) and the frame that crossed
+    xOFF is taken whole (1 MTU). Sender response time is not added: the emulated NICs and
+    agents act on a pause when they read it. Rounded up to whole bytes (float noise below
+    a millibyte ignored)."""
+    return math.ceil(round(2 * one_way_delay_s * model_bps / 8, 3)) + 2 * mtu
 
 
 # -- frame codec ------------------------------------------------------------------
@@ -78,59 +119,6 @@ def parse_pfc(frame: bytes) -> tuple[int, tuple[int, ...]] | None:
     return frame[17], _QUANTA.unpack_from(frame, 18)
 
 
-def headroom_bytes(model_bps: float, cable_delay_s: float, mtu: int,
-                   response_bits: int = PFC_RESPONSE_BITS, extra_bytes: int = 0) -> int:
-    """Per-priority headroom: 2 x MTU + 2 x cable delay x rate + response time (bytes),
-    plus `extra_bytes` (e.g. what the lab shaper has already booked ahead)."""
-    return math.ceil(2 * mtu + 2 * cable_delay_s * model_bps / 8 + response_bits / 8
-                     + extra_bytes)
-
-
-@dataclass(frozen=True)
-class PfcConfig:
-    """PFC thresholds of an ingress port (bytes, model = lab) and its pause policy."""
-
-    xoff_bytes: int = 3_200_000  # > WRED max 3000 KB of the book profile
-    xon_bytes: int = 100_000  # < WRED min 150 KB: xON < WRED min < WRED max < xOFF
-    headroom_bytes: int = 200_000
-    quanta: int = MAX_QUANTA  # quanta sent in a pause
-    refresh_fraction: float = 0.5  # re-send the pause after this fraction of its duration
-    no_drop: tuple[int, ...] = (3,)  # `pause pfc-cos 3` (Example 11-4)
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.xoff_bytes, int) and self.xoff_bytes > 0):
-            raise ValueError(f"xoff_bytes: must be an int > 0, got {self.xoff_bytes!r}")
-        if not (isinstance(self.xon_bytes, int) and 0 < self.xon_bytes <= self.xoff_bytes):
-            raise ValueError(f"xon_bytes: must be an int in 1..xoff_bytes ({self.xoff_bytes}),"
-                             f" got {self.xon_bytes!r}")
-        if not (isinstance(self.headroom_bytes, int) and self.headroom_bytes >= 0):
-            raise ValueError(f"headroom_bytes: must be an int >= 0, got {self.headroom_bytes!r}")
-        if not (isinstance(self.quanta, int) and 0 < self.quanta <= MAX_QUANTA):
-            raise ValueError(f"quanta: must be an int in 1..65535, got {self.quanta!r}")
-        if not 0.0 < self.refresh_fraction < 1.0:
-            raise ValueError(f"refresh_fraction: must be in (0, 1), got {self.refresh_fraction!r}")
-        if any(not (isinstance(p, int) and 0 <= p <= 7) for p in self.no_drop):
-            raise ValueError(f"no_drop: priorities in 0..7, got {self.no_drop!r}")
-
-    @classmethod
-    def from_qos(cls, qos: object, ifname: str = "", refresh_fraction: float = 0.5) -> "PfcConfig":
-        """From a `fabric.qos.config.QosConfig` (duck-typed); a port with
-        `priority-flow-control mode off` gets no no-drop priority."""
-        p = qos.pfc
-        off = ifname and qos.port(ifname).pfc_mode == "off"
-        return cls(p.xoff_bytes, p.xon_bytes, p.headroom_bytes, p.pause_quanta,
-                   refresh_fraction, () if off else tuple(sorted(p.no_drop)))
-
-    def check_order(self, wred_min: int, wred_max: int) -> list[str]:
-        """Warnings where the book's rule xON < WRED min < WRED max < xOFF is broken."""
-        out = []
-        if not self.xon_bytes < wred_min:
-            out.append(f"xon_bytes {self.xon_bytes} >= WRED min {wred_min}")
-        if not wred_max < self.xoff_bytes:
-            out.append(f"xoff_bytes {self.xoff_bytes} <= WRED max {wred_max}: PFC acts before ECN")
-        return out
-
-
 class IngressPfc:
     """Buffer accounting and xOFF/xON state of one ingress port, per priority."""
 
@@ -139,20 +127,23 @@ class IngressPfc:
                  "resume_frames", "xoff_sent", "xon_sent", "refreshes", "headroom_drops",
                  "max_held")
 
-    def __init__(self, cfg: PfcConfig, src_mac: bytes, model_bps: float,
-                 td: TimeDilation) -> None:
+    def __init__(self, cfg: Pfc, src_mac: bytes, model_bps: float, td: TimeDilation,
+                 refresh_fraction: float = 0.5) -> None:
+        if not 0.0 < refresh_fraction < 1.0:
+            raise ValueError(f"refresh_fraction: must be in (0, 1), got {refresh_fraction!r}")
         self.cfg = cfg
         self.enabled = [p in cfg.no_drop for p in range(8)]
         self.held = [0] * 8
         self.paused = [False] * 8
         self.refresh_at = [math.inf] * 8
         self.next_refresh = math.inf  # earliest refresh_at: the agent's wake-up time
-        self.pause_s = td.pause_lab_s(cfg.quanta, model_bps)
-        self.refresh_s = cfg.refresh_fraction * self.pause_s
+        self.pause_s = td.pause_lab_s(cfg.pause_quanta, model_bps)
+        #: re-send the pause after this fraction of its duration while above xON
+        self.refresh_s = refresh_fraction * self.pause_s
         self.xoff = cfg.xoff_bytes
         self.xon = cfg.xon_bytes
         self.drop_above = cfg.xoff_bytes + cfg.headroom_bytes
-        self.pause_frames = [pause_frame(src_mac, p, cfg.quanta) for p in range(8)]
+        self.pause_frames = [pause_frame(src_mac, p, cfg.pause_quanta) for p in range(8)]
         self.resume_frames = [pause_frame(src_mac, p, 0) for p in range(8)]
         self.xoff_sent = [0] * 8
         self.xon_sent = [0] * 8
@@ -160,15 +151,15 @@ class IngressPfc:
         self.headroom_drops = [0] * 8
         self.max_held = [0] * 8
 
-    def admit(self, prio: int, nbytes: int, now: float) -> int:
+    def admit(self, prio: int, nbytes: int, now: float) -> Admission:
         """Account a received frame: ADMIT, XOFF (admitted; send pause_frames[prio]) or
-        DROP (headroom overflow). Priorities without PFC are not accounted."""
+        HEADROOM_DROP. Priorities without PFC are not accounted."""
         if not self.enabled[prio]:
-            return ADMIT
+            return Admission.ADMIT
         h = self.held[prio] + nbytes
         if h > self.drop_above:
             self.headroom_drops[prio] += 1
-            return DROP
+            return Admission.HEADROOM_DROP
         self.held[prio] = h
         if h > self.max_held[prio]:
             self.max_held[prio] = h
@@ -179,8 +170,8 @@ class IngressPfc:
             self.refresh_at[prio] = t
             if t < self.next_refresh:
                 self.next_refresh = t
-            return XOFF
-        return ADMIT
+            return Admission.XOFF
+        return Admission.ADMIT
 
     def release(self, prio: int, nbytes: int, now: float) -> bool:
         """A frame admitted here left its egress queue (sent or dropped); True when the

@@ -1,4 +1,5 @@
-"""WRED with ECN: the per-packet mark / drop decision of an egress queue (pure).
+"""WRED with ECN: one queue's `random-detect` settings and the per-packet mark / drop
+decision (pure).
 
 Book ch.11, "Explicit Congestion Notification" (Fig 11-2) and Example 11-3: queue 3 has
 ``random-detect minimum-threshold 150 kbytes maximum-threshold 3000 kbytes
@@ -17,74 +18,71 @@ depth > limit                drop                   drop
 with p = max_prob x (depth - min) / (max - min) rising linearly from 0 at min to
 max_prob just below max. Without ``ecn`` the ECN-capable column is the Not-ECT one
 (classic RED, Floyd & Jacobson 1993). ECN-capable means ECT(0), ECT(1) or CE (a CE
-packet is "marked" again: it stays CE, RFC 3168 s.5). The random number is passed in.
+packet is "marked" again: it stays CE, RFC 3168 s.5). The random number is passed in;
+the limit is the queue's (`fabric.qos.queuing.QueueConfig.limit_bytes`).
 
-Profiles (DCQCN_PARAMS.md): ``book`` 150 KB / 3000 KB / 7 %; ``paper`` (Zhu et al.,
+Profiles (docs/DCQCN_PARAMS.md): ``book`` 150 KB / 3000 KB / 7 %; ``paper`` (Zhu et al.,
 SIGCOMM 2015) Kmin 5 KB / Kmax 200 KB / Pmax 1 %.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
-FORWARD = 0
-MARK = 1
-DROP = 2
-VERDICT_NAMES = ("forward", "mark", "drop")
-
-#: default hard limit of a WRED queue; AgentConfig.queue_limit_bytes has the same default
-DEFAULT_QUEUE_LIMIT = 10_000_000
+from fabric.qos.fields import QUEUE_LIMIT_BYTES, flag, int_in, normalise, percent, size
 
 
-@dataclass(frozen=True, slots=True)
-class WredProfile:
-    """Thresholds of one queue's WRED curve (bytes; max_prob in [0, 1])."""
+class WredVerdict(enum.IntEnum):
+    """What WRED does with one arriving packet."""
+
+    FORWARD = 0  # enqueue untouched
+    MARK = 1  # enqueue with CE set
+    DROP = 2  # not enqueued
+
+
+@dataclass(frozen=True)
+class Wred:
+    """`random-detect minimum-threshold maximum-threshold drop-probability weight [ecn]`
+    of one egress queue (sizes in bytes)."""
 
     min_bytes: int
     max_bytes: int
-    max_prob: float
-    ecn: bool = True
-    queue_limit_bytes: int = DEFAULT_QUEUE_LIMIT
-    weight: int = 0  # EWMA exponent (Cisco "weight"); 0 = instantaneous depth
+    max_prob_pct: float  # NX-OS drop-probability, percent
+    weight: int = 0  # EWMA exponent (Cisco "weight"); 0 = instantaneous depth (book)
+    ecn: bool = True  # mark ECN-capable packets instead of dropping them
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.min_bytes, int) and self.min_bytes >= 0):
-            raise ValueError(f"min_bytes: must be an int >= 0, got {self.min_bytes!r}")
-        if not (isinstance(self.max_bytes, int) and self.max_bytes >= self.min_bytes):
-            raise ValueError(f"max_bytes: must be an int >= min_bytes ({self.min_bytes}), "
-                             f"got {self.max_bytes!r}")
-        if not 0.0 <= self.max_prob <= 1.0:
-            raise ValueError(f"max_prob: must be in [0, 1], got {self.max_prob!r}")
-        if not (isinstance(self.queue_limit_bytes, int)
-                and self.queue_limit_bytes >= self.max_bytes):
-            raise ValueError(f"queue_limit_bytes: must be an int >= max_bytes "
-                             f"({self.max_bytes}), got {self.queue_limit_bytes!r}")
-        if not (isinstance(self.weight, int) and 0 <= self.weight <= 15):
-            raise ValueError(f"weight: must be an int in 0..15, got {self.weight!r}")
+        normalise(self, "min_bytes", size("min_bytes", self.min_bytes))
+        normalise(self, "max_bytes", size("max_bytes", self.max_bytes))
+        if self.min_bytes > self.max_bytes:
+            raise ValueError(f"min_bytes: must be <= max_bytes ({self.max_bytes}), "
+                             f"got {self.min_bytes!r}")
+        normalise(self, "max_prob_pct", percent("max_prob_pct", self.max_prob_pct))
+        int_in("weight", self.weight, 0, 15)
+        flag("ecn", self.ecn)
 
     @classmethod
-    def book(cls, queue_limit_bytes: int = DEFAULT_QUEUE_LIMIT) -> "WredProfile":
+    def book(cls) -> "Wred":
         """Example 11-3: min 150 KB, max 3000 KB, drop-probability 7, weight 0, ecn."""
-        return cls(150_000, 3_000_000, 0.07, True, queue_limit_bytes, 0)
+        return cls(150_000, 3_000_000, 7.0, 0, True)
 
     @classmethod
-    def paper(cls, queue_limit_bytes: int = DEFAULT_QUEUE_LIMIT) -> "WredProfile":
+    def paper(cls) -> "Wred":
         """DCQCN paper (Zhu et al. 2015): Kmin 5 KB, Kmax 200 KB, Pmax 1 %, ECN."""
-        return cls(5_000, 200_000, 0.01, True, queue_limit_bytes, 0)
+        return cls(5_000, 200_000, 1.0, 0, True)
 
     @classmethod
-    def named(cls, name: str, queue_limit_bytes: int = DEFAULT_QUEUE_LIMIT) -> "WredProfile":
+    def named(cls, name: str) -> "Wred":
         """A profile by name: 'book' or 'paper'."""
         if name not in ("book", "paper"):
             raise ValueError(f"wred profile: must be 'book' or 'paper', got {name!r}")
-        return getattr(cls, name)(queue_limit_bytes)
+        return getattr(cls, name)()
 
-    @classmethod
-    def from_qos(cls, wred: object, queue_limit_bytes: int) -> "WredProfile":
-        """From a `fabric.qos.config.Wred` (duck-typed: min_bytes, max_bytes,
-        max_prob, ecn, weight) and the queue's limit."""
-        return cls(wred.min_bytes, wred.max_bytes, wred.max_prob, wred.ecn,
-                   max(queue_limit_bytes, wred.max_bytes), wred.weight)
+    @property
+    def max_prob(self) -> float:
+        """Marking/drop probability just below max_bytes as a fraction 0..1."""
+        return self.max_prob_pct / 100.0
 
     def probability(self, depth_bytes: float) -> float:
         """Mark/drop probability at `depth_bytes` (1.0 at or above max; limit ignored)."""
@@ -95,20 +93,20 @@ class WredProfile:
         return self.max_prob * (depth_bytes - self.min_bytes) / (self.max_bytes - self.min_bytes)
 
 
-def wred_decide(depth_bytes: float, ecn_codepoint: int, profile: WredProfile,
-                rand: float) -> int:
-    """FORWARD, MARK or DROP for a packet arriving at a queue `depth_bytes` deep;
-    `ecn_codepoint` is the packet's ECN field (tos & 3), `rand` uniform in [0, 1)."""
-    if depth_bytes < profile.min_bytes:
-        return FORWARD
-    if depth_bytes > profile.queue_limit_bytes:
-        return DROP
-    if depth_bytes < profile.max_bytes:
-        p = profile.max_prob * (depth_bytes - profile.min_bytes) / (
-            profile.max_bytes - profile.min_bytes)
+def wred_decide(depth_bytes: float, ecn_codepoint: int, wred: Wred, rand: float,
+                limit_bytes: int = QUEUE_LIMIT_BYTES) -> WredVerdict:
+    """FORWARD, MARK or DROP for a packet arriving at a queue `depth_bytes` deep whose
+    tail-drop limit is `limit_bytes`; `ecn_codepoint` is the packet's ECN field
+    (tos & 3), `rand` uniform in [0, 1)."""
+    if depth_bytes < wred.min_bytes:
+        return WredVerdict.FORWARD
+    if depth_bytes > limit_bytes:
+        return WredVerdict.DROP
+    if depth_bytes < wred.max_bytes:
+        p = wred.max_prob * (depth_bytes - wred.min_bytes) / (wred.max_bytes - wred.min_bytes)
         if rand >= p:
-            return FORWARD
-    return MARK if ecn_codepoint and profile.ecn else DROP
+            return WredVerdict.FORWARD
+    return WredVerdict.MARK if ecn_codepoint and wred.ecn else WredVerdict.DROP
 
 
 def ewma_depth(avg: float, depth: int, weight: int) -> float:

@@ -34,7 +34,8 @@ from scapy.fields import (BitEnumField, BitField, BitFieldLenField, ByteEnumFiel
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
-from fabric.qos.config import NUM_QUEUES, QosConfig
+from fabric.qos.config import QosConfig
+from fabric.qos.fields import NUM_QUEUES
 
 OUI_IEEE_802_1 = 0x0080C2
 ROCE_UDP_PORT = 4791

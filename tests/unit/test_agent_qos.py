@@ -2,13 +2,15 @@
 resume, pause honouring per priority, watchdog, LLDP/DCBX (book ch.11)."""
 
 import dataclasses
+import random
 
 from switch_agent.agent import Agent
 from switch_agent.config import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute
 from fabric.wire.lldp import build_lldp_frame
 from fabric.qos.pfc import is_pfc, parse_pfc, pause_frame
-from fabric.qos.config import InterfaceQos, QosConfig, Watchdog
+from fabric.qos.config import QosConfig
+from fabric.qos.interface import InterfaceQos, Watchdog
 from traffic.rawgen import build_frame
 
 from .fakes import FakeSock, mac
@@ -62,14 +64,20 @@ def test_classification_to_queues():
 
 def test_wred_marks_ce_past_min_and_not_below():
     a = make_agent()
+    pq = a.ports["eth4"].queues
+    pq.rng = random.Random(2015).random  # the WRED dice
     for _ in range(200):  # 1.8 MB into a 1 MB/s port, no time passes: depth grows
         a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
-    pq = a.ports["eth4"].queues
     ecn = [f[15] & 3 for f, _ in pq.fifo[3]]
-    first_ce = ecn.index(3)
-    assert all(e == 2 for e in ecn[:first_ce])
-    assert first_ce * 9000 >= 150_000  # nothing marked below WRED min
-    assert pq.marks[3] == ecn.count(3) > 0
+    marked = [k for k, e in enumerate(ecn) if e == 3]
+    # the same dice by hand: frame k sees depth 9000 k; from WRED min 150 KB on it is
+    # marked when the die falls below 7 % x (depth - 150 KB) / (3000 KB - 150 KB)
+    dice = random.Random(2015)
+    want = [k for k in range(200) if 9000 * k >= 150_000
+            and dice.random() < 0.07 * (9000 * k - 150_000) / 2_850_000]
+    assert marked == want == [105, 107, 165, 179, 186]
+    assert all(e == 2 for k, e in enumerate(ecn) if k not in want)
+    assert pq.marks[3] == 5
 
 
 def test_pfc_pause_above_xoff_and_resume_below_xon():
@@ -89,7 +97,8 @@ def test_pfc_pause_above_xoff_and_resume_below_xon():
         t += 0.001
     resumes = [f for f in sent(a, "eth1") if is_pfc(f) and parse_pfc(f)[1][3] == 0]
     assert len(resumes) == 1
-    assert a.ports["eth1"].pause_tx[3] >= 1 and a.ports["eth1"].resume_tx[3] == 1
+    # no timers ran, so no refresh: one pause and one resume
+    assert a.ports["eth1"].pause_tx[3] == 1 and a.ports["eth1"].resume_tx[3] == 1
 
 
 def test_no_pause_for_default_class_it_drops_at_the_limit():
@@ -98,7 +107,9 @@ def test_no_pause_for_default_class_it_drops_at_the_limit():
         a.on_frame(a.ports["eth1"], frame(0, 3, dscp=0, ecn=0), 0.0)
     a.flush(a.ports["eth1"], 0.0)
     assert not [f for f in sent(a, "eth1") if is_pfc(f)]
-    assert a.ports["eth4"].queues.drops[0].get("queue_full", 0) > 0
+    # 1111 x 9000 = 9 999 000 bytes fit under 10 000 000; the other 89 are tail-dropped
+    q0 = a.ports["eth4"].queues
+    assert q0.drops[0] == {"queue_full": 89} and q0.qbytes[0] == 9_999_000
 
 
 def test_received_pause_stops_only_that_priority():
@@ -148,7 +159,7 @@ def test_watchdog_declares_storm_and_drops():
         a.service(t)
         t += 0.0005
     wd = p4.watchdog.counters()
-    assert wd["storms_detected"][3] == 1 and wd["dropped"][3] >= 5
+    assert wd["storms_detected"][3] == 1 and wd["dropped"][3] == 5  # the 5 queued, flushed
     assert any("storm" in e for e in a.events)
     # queue 0 keeps flowing meanwhile
     a.on_frame(a.ports["eth1"], frame(0, 3, dscp=0, ecn=0), t)
@@ -156,7 +167,21 @@ def test_watchdog_declares_storm_and_drops():
     for dt in (0.0, 0.01, 0.02):
         a.service(t + dt)
     assert [f[15] >> 2 for f in sent(a, "eth4")] == [0]
-    assert p4.watchdog.counters()["dropped"][3] >= 6
+    assert p4.watchdog.counters()["dropped"][3] == 6  # + the one that arrived stormed
+
+
+def test_start_up_warns_when_a_port_lacks_headroom():
+    ok = make_agent()  # no cable delay: 2 x MTU = 18 432 bytes needed, 200 000 configured
+    assert ok.events == []
+    # TDF 1000: 1.9 ms lab = 1.9 us model of cable at 400G needs 2 x 1.9 us x 400G / 8
+    # + 2 x 9216 = 208 432 bytes; 1.8 us needs 198 432 and fits
+    ports = (PortConfig("eth1", ROUTER, 400e9, 8e6, 0.0019, 101, "h1:nic1"),
+             PortConfig("eth2", ROUTER, 400e9, 8e6, 0.0018, 101, "h2:nic1"))
+    a = Agent(AgentConfig("rail1", 1000.0, "/nonexistent", ports, qos=qos()), open_sockets=False)
+    assert a.events == [
+        "QoS book: eth1: pfc.headroom_bytes 200000 < 208432 needed at 400 Gbps over 1.9 us of "
+        "cable (2 x delay x rate + 2 x MTU 9216): expect headroom drops on no-drop "
+        "priorities [3]"]
 
 
 def test_pfc_auto_waits_for_dcbx_neighbour():

@@ -7,7 +7,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from fabric.qos.classify import (
-    Classifier, ecn_bits, ecn_capable, is_ect, mark_ce, mark_ce_inplace, set_ce)
+    Classification, Classifier, TrafficClass, ecn_bits, ecn_capable, is_ect, mark_ce,
+    mark_ce_inplace, set_ce)
 from switch_agent.forward import ipv4_checksum
 
 
@@ -18,7 +19,7 @@ def test_book_classification(dscp, queue):
         assert c.queue_by_tos[dscp << 2 | ecn] == queue
         assert c.priority_by_tos[dscp << 2 | ecn] == queue
         assert c.classify(dscp << 2 | ecn) == (queue, queue)
-    assert c.group(dscp) == queue
+    assert c.classification.group_of(dscp) == queue
 
 
 def test_rocev2_tos_byte_of_the_book():
@@ -28,31 +29,33 @@ def test_rocev2_tos_byte_of_the_book():
 
 
 def test_custom_mapping_and_cnp_on_priority_6():
-    c = Classifier({26: 3, 48: 6}, default_group=1, priority_of_group={6: 6, 3: 3})
+    custom = Classification("C", (TrafficClass("R", (26,), 3), TrafficClass("CNP", (48,), 6)), 1)
+    c = Classifier(custom, priority_of_group={6: 6, 3: 3})
     assert c.classify(26 << 2) == (3, 3)
     assert c.classify(24 << 2) == (1, 1)  # DSCP 24 no longer RoCE here
     assert c.classify(48 << 2) == (6, 6)
-    c2 = Classifier(None, priority_of_group={7: 6})
+    c2 = Classifier(Classification(), priority_of_group={7: 6})
     assert c2.classify(48 << 2) == (7, 6)  # queue 7, PFC priority 6 (NVIDIA style)
 
 
-def test_from_table():
-    table = [0] * 64
-    table[24], table[48] = 3, 7
-    assert Classifier.from_table(table).queue_by_tos == Classifier.book().queue_by_tos
-    with pytest.raises(ValueError, match="groups"):
-        Classifier.from_table(table[:10])
+def test_first_class_wins_and_the_rest_is_default():
+    overlap = Classification("O", (TrafficClass("A", (24, 25), 3), TrafficClass("B", (24,), 5)), 2)
+    c = Classifier(overlap)
+    assert [c.classify(d << 2)[0] for d in (23, 24, 25, 26)] == [2, 3, 3, 2]
+    plain = Classifier(Classification("plain", (), 0))
+    assert set(plain.queue_by_tos) == {0} and len(plain.queue_by_tos) == 256
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"dscp_to_group": {64: 3}}, "dscp_to_group"),
-    ({"dscp_to_group": {24: 8}}, r"dscp_to_group\[24\]"),
-    ({"default_group": -1}, "default_group"),
-    ({"priority_of_group": {7: 9}}, r"priority_of_group\[7\]"),
+@pytest.mark.parametrize("make, field", [
+    (lambda: TrafficClass("X", (64,), 3), "dscp"),
+    (lambda: TrafficClass("X", (24,), 8), "qos_group"),
+    (lambda: Classification("X", (), -1), "default_group"),
+    (lambda: Classifier(Classification(), priority_of_group={7: 9}), r"priority_of_group\[7\]"),
+    (lambda: Classifier(Classification(), priority_of_group={8: 1}), "priority_of_group key"),
 ])
-def test_validation_names_the_field(kwargs, field):
+def test_validation_names_the_field(make, field):
     with pytest.raises(ValueError, match=field):
-        Classifier(**kwargs)
+        make()
 
 
 @pytest.mark.parametrize("tos, bits, ect, capable, ce_tos", [

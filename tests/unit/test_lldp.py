@@ -13,7 +13,8 @@ from fabric.wire.lldp import (DcbxAppPriorityEntry, LLDPDUDcbxAppPriority,
                                LLDPDUDcbxEtsConfiguration, LLDPDUDcbxEtsRecommendation,
                                LLDPDUDcbxPfcConfiguration, Neighbor, build_lldp_frame,
                                dcbx_tlvs, parse_lldp_frame, pfc_active)
-from fabric.qos.config import InterfaceQos, QosConfig
+from fabric.qos.config import QosConfig
+from fabric.qos.interface import InterfaceQos
 
 OUI = bytes.fromhex("0080c2")
 

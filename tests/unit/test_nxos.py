@@ -4,8 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from fabric.qos.nxos import factory_default, interface_name, parse_nxos, to_nxos
-from fabric.qos.config import QosConfig, Wred
+from fabric.qos.config import QosConfig
+from fabric.qos.nxos import factory_default, parse_nxos
+from fabric.qos.nxos_lines import interface_name
+from fabric.qos.nxos_render import to_nxos
+from fabric.qos.wred import Wred
 
 # The examples as the seed text of the book prints them (ch.11, "DCQCN Configuration"),
 # PDF-extraction artefacts included: merged lines, hyphen wraps, "..." elisions.

@@ -6,10 +6,15 @@ import pytest
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.layers.l2 import Ether
 
-from fabric.timedil import TimeDilation
+from fabric.qos.config import QosConfig
+from fabric.qos.interface import InterfaceQos
 from fabric.qos.pfc import (
-    ADMIT, DROP, XOFF, EgressPause, IngressPfc, PfcConfig, build_pfc_frame, headroom_bytes,
-    is_pfc, parse_pfc, pause_frame)
+    Admission, EgressPause, IngressPfc, Pfc, build_pfc_frame, headroom_needed, is_pfc, parse_pfc,
+    pause_frame)
+from fabric.qos.wred import WredVerdict
+from fabric.timedil import TimeDilation
+
+ADMIT, XOFF, HEADROOM_DROP = Admission.ADMIT, Admission.XOFF, Admission.HEADROOM_DROP
 
 SRC = "02:00:00:00:0a:01"
 SRC_B = bytes.fromhex(SRC.replace(":", ""))
@@ -66,10 +71,19 @@ def test_codec_validation(vector, quanta, field):
         build_pfc_frame(SRC_B, vector, quanta)
 
 
-def test_headroom_formula():
-    # 400G, 100 m of fibre (500 ns), MTU 9216: 2x9216 + 2 x 500 ns x 400G / 8 + 3840
-    assert headroom_bytes(400e9, 500e-9, 9216) == 18_432 + 50_000 + 3_840
-    assert headroom_bytes(200e9, 0.0, 1500, response_bits=0, extra_bytes=10) == 3010
+@pytest.mark.parametrize("model_bps, delay_s, mtu, want", [
+    # 2 x delay x rate / 8 + 2 x MTU, by hand
+    (400e9, 500e-9, 9216, 50_000 + 18_432),  # 100 m of fibre at 400G: 68 432
+    (400e9, 1e-6, 9216, 100_000 + 18_432),  # 200 m: 118 432
+    (400e9, 1.8e-6, 9216, 180_000 + 18_432),  # 198 432: the default 200 KB still fits
+    (400e9, 1.9e-6, 9216, 190_000 + 18_432),  # 208 432: it no longer does
+    (200e9, 500e-9, 1500, 25_000 + 3_000),
+    (200e9, 0.0, 1500, 3_000),  # no cable: two frames
+    (100e9, 10e-6, 9216, 250_000 + 18_432),  # 10 us (UET scale-out bound) at 100G
+    (25e9, 1e-9, 1500, 7 + 3_000),  # 6.25 bytes of cable round up to 7
+])
+def test_headroom_needed(model_bps, delay_s, mtu, want):
+    assert headroom_needed(model_bps, delay_s, mtu) == want
 
 
 def test_pause_duration_quanta_x_512_bit_times():
@@ -103,7 +117,7 @@ def test_resume_other_priorities_and_timer_reload():
 
 
 def make_ingress(xoff=10_000, xon=5_000, headroom=3_000, tdf=1000.0, rate=400e9):
-    cfg = PfcConfig(xoff_bytes=xoff, xon_bytes=xon, headroom_bytes=headroom)
+    cfg = Pfc(xoff_bytes=xoff, xon_bytes=xon, headroom_bytes=headroom)
     return IngressPfc(cfg, SRC_B, rate, TimeDilation(tdf))
 
 
@@ -127,8 +141,8 @@ def test_xoff_xon_hysteresis_without_chatter():
 def test_headroom_overflow_drops_and_is_counted():
     ing = make_ingress(xoff=10_000, headroom=3_000)
     for _ in range(13):
-        assert ing.admit(3, 1000, 0.0) != DROP  # up to 13 000 = xOFF + headroom
-    assert ing.admit(3, 1, 0.0) == DROP
+        assert ing.admit(3, 1000, 0.0) is not HEADROOM_DROP  # up to 13 000 = xOFF + headroom
+    assert ing.admit(3, 1, 0.0) is HEADROOM_DROP
     assert ing.held[3] == 13_000 and ing.headroom_drops[3] == 1
 
 
@@ -166,25 +180,33 @@ def test_frames_sent_by_ingress():
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    ({"xoff_bytes": 0}, "xoff_bytes"),
     ({"xoff_bytes": 100, "xon_bytes": 200}, "xon_bytes"),
+    ({"xoff_bytes": 100, "xon_bytes": 100}, "xon_bytes"),
     ({"headroom_bytes": -1}, "headroom_bytes"),
-    ({"quanta": 0}, "quanta"),
-    ({"refresh_fraction": 1.0}, "refresh_fraction"),
+    ({"pause_quanta": 0}, "pause_quanta"),
+    ({"pause_quanta": 0x10000}, "pause_quanta"),
     ({"no_drop": (8,)}, "no_drop"),
+    ({"no_drop": 3}, "no_drop"),
 ])
 def test_config_validation_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
-        PfcConfig(**kwargs)
+        Pfc(**kwargs)
+    with pytest.raises(ValueError, match="refresh_fraction"):
+        IngressPfc(Pfc(), SRC_B, 400e9, TimeDilation(1), refresh_fraction=1.0)
 
 
-def test_book_rule_of_thumb():
-    assert PfcConfig().check_order(150_000, 3_000_000) == []
-    bad = PfcConfig(xoff_bytes=1_000_000, xon_bytes=200_000).check_order(150_000, 3_000_000)
-    assert len(bad) == 2
+def test_the_admission_decisions_are_not_wred_verdicts():
+    assert [a.name for a in Admission] == ["ADMIT", "XOFF", "HEADROOM_DROP"]
+    assert Admission.HEADROOM_DROP is not WredVerdict.DROP
+    assert type(Admission.HEADROOM_DROP) is not type(WredVerdict.DROP)
 
 
-def test_from_qos_config():
-    qos_config = pytest.importorskip("fabric.qos.config")
-    cfg = PfcConfig.from_qos(qos_config.QosConfig(), "eth1")
-    assert cfg.no_drop == (3,) and cfg.xoff_bytes > 3_000_000 > 150_000 > cfg.xon_bytes
+def test_a_port_runs_on_the_schema_type():
+    qos = QosConfig()
+    assert qos.port_pfc("eth1") is qos.pfc and qos.pfc.no_drop == {3}
+    off = QosConfig(interfaces=(("eth2", InterfaceQos(pfc_mode="off")),))
+    assert off.port_pfc("eth2").no_drop == frozenset()
+    assert off.port_pfc("eth2").xoff_bytes == off.pfc.xoff_bytes
+    ing = IngressPfc(qos.port_pfc("eth1"), SRC_B, 400e9, TimeDilation(1))
+    assert ing.enabled == [False, False, False, True, False, False, False, False]
+    assert (ing.xoff, ing.xon, ing.drop_above) == (3_200_000, 100_000, 3_400_000)

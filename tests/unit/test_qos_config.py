@@ -5,8 +5,12 @@ from dataclasses import replace
 
 import pytest
 
-from fabric.qos.config import (Classification, InterfaceQos, Pfc, QosConfig, QueueConfig,
-                               Queuing, TrafficClass, Wred)
+from fabric.qos.classify import Classification, TrafficClass
+from fabric.qos.config import QosConfig
+from fabric.qos.interface import InterfaceQos
+from fabric.qos.pfc import Pfc, headroom_needed
+from fabric.qos.queuing import QueueConfig, Queuing
+from fabric.qos.wred import Wred
 from fabric.qos.load import load_qos
 
 
@@ -27,7 +31,7 @@ def test_book_queues_pfc_and_rule_of_thumb():
     # ch.11: xON < WRED min < WRED max < xOFF
     assert c.pfc.xon_bytes < q3.wred.min_bytes < q3.wred.max_bytes < c.pfc.xoff_bytes
     assert c.validate() == []
-    assert c.pfc.headroom_bytes >= c.headroom_needed(400e9, 1e-6) == 118_432
+    assert c.pfc.headroom_bytes >= headroom_needed(400e9, 1e-6, c.mtu) == 118_432
 
 
 @pytest.mark.parametrize("name", ["book", "paper"])
@@ -134,12 +138,23 @@ def test_other_warnings():
     _warn(replace(base, cnp_dscp=46), "cnp_dscp 46 is classified into qos-group 0")
     qs = list(base.queuing.queues)
     qs[3] = replace(qs[3], limit_bytes=1_000_000)
-    _warn(replace(base, queuing=Queuing("P", tuple(qs))), "tail drops before WRED max")
+    _warn(replace(base, queuing=Queuing("P", tuple(qs))), "the switch agent raises the limit to WRED max")
     dup = Classification("C", (TrafficClass("A", (24,), 3), TrafficClass("B", (24,), 5)), 0)
     _warn(replace(base, classification=dup), "DSCP 24 is in classes A and B")
     assert dup.group_of(24) == 3
     w = replace(base, interfaces=(("eth9", InterfaceQos()),)).validate(ports=["eth1", "eth2"])
     assert any("'eth9' is not a port" in x for x in w)
+
+
+def test_headroom_below_what_a_link_needs_is_a_warning():
+    c = QosConfig()  # headroom 200 000 bytes, MTU 9216
+    # needs 2 x delay x rate / 8 + 2 x 9216: eth1 198 432, eth2 208 432, eth3 168 432
+    links = {"eth1": (400e9, 1.8e-6), "eth2": (400e9, 1.9e-6), "eth3": (200e9, 3.0e-6)}
+    assert c.validate(links=links) == [
+        "eth2: pfc.headroom_bytes 200000 < 208432 needed at 400 Gbps over 1.9 us of cable "
+        "(2 x delay x rate + 2 x MTU 9216): expect headroom drops on no-drop priorities [3]"]
+    lossy = replace(c, pfc=replace(c.pfc, no_drop=frozenset()))
+    assert lossy.validate(links=links) == []  # no no-drop priority: nothing to absorb
 
 
 def test_nvidia_cnp_priority_6_allowed():

@@ -5,9 +5,14 @@ import random
 import pytest
 
 from fabric.qos.classify import ecn_bits
+from fabric.qos.config import QosConfig
+from fabric.qos.queuing import QueueConfig, Queuing
+from fabric.qos.wred import Wred, WredVerdict
 from switch_agent.forward import ipv4_checksum
-from switch_agent.queues import BOOK_BANDWIDTH, EgressQosConfig, PortQueues
-from fabric.qos.wred import DROP, FORWARD, MARK, WredProfile
+from switch_agent.queues import PortQueues
+
+FORWARD, MARK, DROP = WredVerdict.FORWARD, WredVerdict.MARK, WredVerdict.DROP
+BOOK_BANDWIDTH = (50, 0, 0, 50, 0, 0, 0, 0)
 
 SIZES = [64, 256, 1024, 1500, 4096, 9000]
 FRAMES = {n: bytes(n) for n in SIZES}  # shared objects: no memory per queued frame
@@ -35,9 +40,16 @@ def shares(pq, n):
     return {q: b / total for q, b in served.items()}
 
 
+def queuing(bw=BOOK_BANDWIDTH, strict=(7,), limit=10**9, wred3=None):
+    """8 queues: `strict` ones strict, the others weighted by `bw`; WRED on queue 3 only."""
+    return Queuing("T", tuple(QueueConfig(strict=q in strict,
+                                          bandwidth_percent=0 if q in strict else bw[q],
+                                          wred=wred3 if q == 3 else None, limit_bytes=limit)
+                              for q in range(8)))
+
+
 def no_wred(bw=BOOK_BANDWIDTH, strict=(7,)):
-    return EgressQosConfig(strict=strict, bandwidth_percent=bw, wred=(None,) * 8,
-                           queue_limit_bytes=(10**9,) * 8)
+    return queuing(bw, strict)
 
 
 def test_strict_priority_always_first():
@@ -121,8 +133,7 @@ def test_strict_queue_can_be_paused_too():
 
 
 def test_wred_marks_and_drops_on_queue_3():
-    prof = WredProfile(10_000, 20_000, 0.5, True, queue_limit_bytes=40_000)
-    cfg = EgressQosConfig(wred=(None, None, None, prof, None, None, None, None))
+    cfg = queuing(limit=40_000, wred3=Wred(10_000, 20_000, 50.0, 0, True))
     pq = PortQueues(cfg, rng=lambda: 0.99)  # dice never mark in the linear region
     f_ect, f_not = ip_frame(1000, 0x62), ip_frame(1000, 0x60)
     verdicts = [pq.enqueue(3, f_ect, tos=0x62) for _ in range(45)]
@@ -140,8 +151,7 @@ def test_wred_marks_and_drops_on_queue_3():
 
 
 def test_wred_drops_not_ect_where_ect_is_marked():
-    prof = WredProfile(10_000, 20_000, 0.5, True, queue_limit_bytes=40_000)
-    cfg = EgressQosConfig(wred=(None, None, None, prof, None, None, None, None))
+    cfg = queuing(limit=40_000, wred3=Wred(10_000, 20_000, 50.0, 0, True))
     pq = PortQueues(cfg, rng=lambda: 0.99)
     f_ect, f_not = ip_frame(1000, 0x62), ip_frame(1000, 0x60)
     for _ in range(25):
@@ -152,18 +162,26 @@ def test_wred_drops_not_ect_where_ect_is_marked():
 
 
 def test_wred_random_region_uses_rng():
-    prof = WredProfile(0, 1_000_000, 1.0, True, queue_limit_bytes=1_000_000)
-    cfg = EgressQosConfig(wred=(None, None, None, prof, None, None, None, None))
+    cfg = queuing(limit=1_000_000, wred3=Wred(0, 1_000_000, 100.0, 0, True))
     pq = PortQueues(cfg, rng=random.Random(5).random)
     f = ip_frame(1000)
     for _ in range(1000):  # depth goes 0 .. 1 MB: p rises 0 .. 1, mean ~ 0.5
         pq.enqueue(3, f, tos=0x62)
-    assert pq.counters()[3]["ecn_marked"] == pytest.approx(500, abs=60)
+    # the same dice by hand: the i-th frame sees depth 1000 i, p = 1000 i / 1 MB
+    dice = random.Random(5)
+    want = sum(dice.random() < 1000 * i / 1_000_000 for i in range(1000))
+    assert pq.counters()[3]["ecn_marked"] == want == pytest.approx(500, abs=60)
+
+
+def test_a_wred_queue_holds_at_least_its_wred_max():
+    pq = PortQueues(queuing(limit=5_000, wred3=Wred(1_000, 8_000, 0.0, 0, True)))
+    assert pq.limit[3] == 8_000 and pq.limit[0] == 5_000
+    assert [pq.enqueue(3, FRAMES[1500], tos=0x62) for _ in range(6)] == [FORWARD] * 5 + [DROP]
+    assert pq.qbytes[3] == 7_500
 
 
 def test_tail_drop_without_wred():
-    cfg = EgressQosConfig(wred=(None,) * 8, queue_limit_bytes=(3000,) * 8)
-    pq = PortQueues(cfg)
+    pq = PortQueues(Queuing.plain(3000))
     assert [pq.enqueue(0, FRAMES[1500]) for _ in range(3)] == [FORWARD, FORWARD, DROP]
     assert pq.counters()[0]["drops"] == {"queue_full": 1}
 
@@ -185,24 +203,31 @@ def test_flush_returns_entries_and_keeps_scheduler_sane():
     assert pq.flush(3, "x") == []
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"strict": (8,)}, "strict"),
-    ({"bandwidth_percent": (60, 0, 0, 50, 0, 0, 0, 0)}, "bandwidth_percent"),
-    ({"bandwidth_percent": (50,) * 3}, "bandwidth_percent"),
-    ({"wred": (None,)}, "wred"),
-    ({"queue_limit_bytes": (0,) * 8}, "queue_limit_bytes"),
-    ({"mtu": 10}, "mtu"),
+@pytest.mark.parametrize("make, field", [
+    (lambda: Queuing("X", (QueueConfig(),)), "queues: need exactly 8"),
+    (lambda: queuing(bw=(60, 0, 0, 50, 0, 0, 0, 0)), "bandwidth_percent: non-strict queues sum"),
+    (lambda: QueueConfig(bandwidth_percent=101), "bandwidth_percent"),
+    (lambda: QueueConfig(limit_bytes=0), "limit_bytes"),
+    (lambda: QueueConfig(strict=1), "strict"),
+    (lambda: PortQueues(mtu=10), "mtu"),
 ])
-def test_validation_names_the_field(kwargs, field):
+def test_validation_names_the_field(make, field):
     with pytest.raises(ValueError, match=field):
-        EgressQosConfig(**kwargs)
+        make()
 
 
-def test_from_qos_config():
-    qos_config = pytest.importorskip("fabric.qos.config")
-    cfg = EgressQosConfig.from_qos(qos_config.QosConfig())
-    assert cfg.strict == (7,)
-    assert cfg.bandwidth_percent == BOOK_BANDWIDTH
-    assert cfg.wred[3] is not None and cfg.wred[3].min_bytes == 150_000
-    assert cfg.wred[3].max_prob == pytest.approx(0.07)
-    assert [w is None for w in cfg.wred] == [q != 3 for q in range(8)]
+def test_runs_on_the_book_queuing():
+    pq = PortQueues(QosConfig().queuing)
+    assert pq.strict == (7,)
+    assert [w is None for w in pq.wred] == [q != 3 for q in range(8)]
+    assert pq.wred[3] == Wred.book() and pq.limit[3] == 24_000_000
+    assert pq.weighted.quantum == [9216, 0, 0, 9216, 0, 0, 0, 0]
+    assert pq.scavenger.quantum == [0, 9216, 9216, 0, 9216, 9216, 9216, 0]
+
+
+def test_several_strict_queues_highest_first():
+    pq = PortQueues(queuing(strict=(6, 7)))
+    assert pq.strict == (7, 6)
+    pq.enqueue(6, FRAMES[64], tag="six")
+    pq.enqueue(7, FRAMES[64], tag="seven")
+    assert [pq.dequeue()[2] for _ in range(2)] == ["seven", "six"]

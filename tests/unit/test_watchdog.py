@@ -4,10 +4,12 @@ import math
 
 import pytest
 
-from fabric.timedil import TimeDilation
+from fabric.qos.interface import Watchdog
 from fabric.qos.pfc import EgressPause, build_pfc_frame
-from switch_agent.queues import EgressQosConfig, PortQueues
-from switch_agent.watchdog import PfcWatchdog, WatchdogConfig
+from fabric.qos.queuing import Queuing
+from fabric.timedil import TimeDilation
+from switch_agent.queues import PortQueues
+from switch_agent.watchdog import PfcWatchdog
 
 TD = TimeDilation(1000)  # 1 ms model = 1 s lab
 P3 = 1 << 3
@@ -15,11 +17,11 @@ NEVER = [-math.inf] * 8
 
 
 def wd(action="drop", detect=0.001, restore=0.002):
-    return PfcWatchdog(WatchdogConfig(detect, restore, action, (3,)), TD, port="eth1")
+    return PfcWatchdog(Watchdog(True, detect, restore, action), (3,), TD, port="eth1")
 
 
 def test_lab_times_come_from_time_dilation():
-    w = PfcWatchdog(WatchdogConfig(), TD)
+    w = PfcWatchdog(Watchdog(), (3,), TD)
     assert w.detect_s == pytest.approx(200.0) and w.restore_s == pytest.approx(200.0)
 
 
@@ -73,18 +75,19 @@ def test_forward_action_ignores_the_pause():
 
 
 def test_config_validation():
-    for kwargs, field in [({"detection_model_s": 0}, "detection_model_s"),
-                          ({"restoration_model_s": -1}, "restoration_model_s"),
-                          ({"action": "log"}, "action"), ({"priorities": (9,)}, "priorities")]:
+    for kwargs, field in [({"detect_s": 0}, "detect_s"), ({"restore_s": -1}, "restore_s"),
+                          ({"restore_s": "soon"}, "restore_s: not a duration"),
+                          ({"action": "log"}, "action"), ({"enabled": 1}, "enabled")]:
         with pytest.raises(ValueError, match=field):
-            WatchdogConfig(**kwargs)
+            Watchdog(**kwargs)
+    assert Watchdog(detect_s="1ms").detect_s == pytest.approx(0.001)
 
 
 def test_storm_end_to_end_with_pause_state_and_queues():
     """A peer pauses priority 3 forever: the watchdog flushes queue 3 and drops arrivals."""
     src = bytes(6)
     ep = EgressPause(400e9, TD)
-    pq = PortQueues(EgressQosConfig(wred=(None,) * 8))
+    pq = PortQueues(Queuing.plain())
     w = wd(action="drop", detect=0.001, restore=0.002)
     storm = build_pfc_frame(src, P3, (0, 0, 0, 0xFFFF, 0, 0, 0, 0))
     pause_lab = TD.pause_lab_s(0xFFFF, 400e9)  # ~84 ms

@@ -2,10 +2,13 @@
 
 import pytest
 
-from fabric.qos.wred import DROP, FORWARD, MARK, WredProfile, ewma_depth, wred_decide
+from fabric.qos.fields import QUEUE_LIMIT_BYTES
+from fabric.qos.wred import Wred, WredVerdict, ewma_depth, wred_decide
 
-BOOK = WredProfile.book(queue_limit_bytes=5_000_000)
-NO_ECN = WredProfile(150_000, 3_000_000, 0.07, ecn=False, queue_limit_bytes=5_000_000)
+FORWARD, MARK, DROP = WredVerdict.FORWARD, WredVerdict.MARK, WredVerdict.DROP
+LIMIT = 5_000_000  # the queue's tail-drop limit in the curve table
+BOOK = Wred.book()
+NO_ECN = Wred(150_000, 3_000_000, 7.0, ecn=False)
 MID = (150_000 + 3_000_000) // 2  # p = 3.5 %
 ECT0, ECT1, NOT_ECT, CE = 0b10, 0b01, 0b00, 0b11
 
@@ -41,7 +44,12 @@ ECT0, ECT1, NOT_ECT, CE = 0b10, 0b01, 0b00, 0b11
     (NO_ECN, 3_000_000, ECT0, 0.999, DROP),
 ])
 def test_curve_regions(profile, depth, ecn, rand, want):
-    assert wred_decide(depth, ecn, profile, rand) == want
+    assert wred_decide(depth, ecn, profile, rand, LIMIT) is want
+
+
+def test_default_limit_is_the_queue_limit():
+    assert wred_decide(QUEUE_LIMIT_BYTES, ECT0, BOOK, 0.999) is MARK
+    assert wred_decide(QUEUE_LIMIT_BYTES + 1, ECT0, BOOK, 0.0) is DROP
 
 
 def test_marking_probability_is_linear():
@@ -56,30 +64,30 @@ def test_marking_probability_is_linear():
 
 
 def test_profiles():
-    b = WredProfile.book()
+    b = Wred.book()
     assert (b.min_bytes, b.max_bytes, b.max_prob, b.ecn, b.weight) == (150_000, 3_000_000, 0.07, True, 0)
-    p = WredProfile.named("paper")
+    p = Wred.named("paper")
     assert (p.min_bytes, p.max_bytes, p.max_prob, p.ecn) == (5_000, 200_000, 0.01, True)
     with pytest.raises(ValueError, match="wred profile"):
-        WredProfile.named("alibaba")
+        Wred.named("alibaba")
 
 
 def test_min_equals_max_is_a_step():
-    step = WredProfile(100_000, 100_000, 0.5)
+    step = Wred(100_000, 100_000, 50.0)
     assert wred_decide(99_999, ECT0, step, 0.0) == FORWARD
     assert wred_decide(100_000, ECT0, step, 0.999) == MARK
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    ({"min_bytes": -1, "max_bytes": 10, "max_prob": 0.1}, "min_bytes"),
-    ({"min_bytes": 10, "max_bytes": 5, "max_prob": 0.1}, "max_bytes"),
-    ({"min_bytes": 1, "max_bytes": 5, "max_prob": 1.5}, "max_prob"),
-    ({"min_bytes": 1, "max_bytes": 5, "max_prob": 0.1, "queue_limit_bytes": 4}, "queue_limit_bytes"),
-    ({"min_bytes": 1, "max_bytes": 5, "max_prob": 0.1, "weight": 16}, "weight"),
+    ({"min_bytes": -1, "max_bytes": 10, "max_prob_pct": 10}, "min_bytes: must be >= 0"),
+    ({"min_bytes": 10, "max_bytes": 5, "max_prob_pct": 10}, "min_bytes: must be <= max_bytes"),
+    ({"min_bytes": 1, "max_bytes": 5, "max_prob_pct": 150}, "max_prob_pct"),
+    ({"min_bytes": 1, "max_bytes": 5, "max_prob_pct": 10, "weight": 16}, "weight"),
+    ({"min_bytes": 1, "max_bytes": 5, "max_prob_pct": 10, "ecn": 1}, "ecn"),
 ])
 def test_validation_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
-        WredProfile(**kwargs)
+        Wred(**kwargs)
 
 
 def test_ewma():

@@ -1,0 +1,90 @@
+"""The agent's poll loop (thin I/O): one epoll over the port sockets, the control socket
+and a netlink monitor; the kernel's routes and neighbours are re-read after a change
+(docs/ARCHITECTURE.md "Planes and processes"). Runs until `agent.running` is cleared.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import select
+import time
+
+from pyroute2 import IPRoute
+
+from fabric import rawsock
+from switch_agent import control, kernel
+from switch_agent.agent import Agent
+
+log = logging.getLogger("switch_agent")
+
+RX_BUDGET = 64  # frames read from one socket per wake-up, for fairness between ports
+RELOAD_DEBOUNCE_S = 0.05  # wait this long after a netlink event before re-reading routes
+
+
+def serve(agent: Agent) -> None:
+    """Serve until SIGTERM/SIGINT (the signal handler clears `agent.running`)."""
+    name = agent.cfg.name
+    ep = select.epoll()
+    for fd in agent.by_fd:
+        ep.register(fd, select.EPOLLIN)
+    ctl = control.ControlServer(agent.cfg.control, agent)
+    ep.register(ctl.fileno(), select.EPOLLIN)
+    nl = rawsock.open_netlink_monitor()
+    ep.register(nl.fileno(), select.EPOLLIN)
+    ipr = IPRoute()
+    agent.install_fib(*kernel.read_control_plane(ipr))
+    reload_at = None
+    log.info("%s: forwarding on %s (QoS %s)", name, ", ".join(agent.ports),
+             "on" if agent.qos else "off")
+    ctl.ready()
+    by_fd = agent.by_fd
+    on_frame = agent.on_frame
+    clock = time.monotonic
+    try:
+        while agent.running:
+            now = clock()
+            wake = agent.timers(now)
+            if agent.backlog:
+                w = agent.service(now)
+                if w is not None and w < wake:
+                    wake = w
+            if reload_at is not None and reload_at < wake:
+                wake = reload_at
+            timeout = -1 if wake == math.inf else max(0.0, wake - clock())
+            try:
+                events = ep.poll(timeout)
+            except InterruptedError:
+                continue
+            now = clock()
+            for fd, _ in events:
+                port = by_fd.get(fd)
+                if port is not None:
+                    recv = port.sock.recv
+                    for _ in range(RX_BUDGET):
+                        try:
+                            frame = recv(65535)
+                        except BlockingIOError:
+                            break
+                        except OSError as exc:  # interface gone (teardown)
+                            log.warning("%s: %s: %s", name, port.name, exc)
+                            ep.unregister(fd)
+                            del by_fd[fd]
+                            break
+                        on_frame(port, frame, now)
+                elif fd == ctl.fileno():
+                    ctl.handle()
+                else:
+                    rawsock.drain(nl)
+                    reload_at = now + RELOAD_DEBOUNCE_S  # debounce bursts of netlink events
+            if reload_at is not None and now >= reload_at:
+                agent.install_fib(*kernel.read_control_plane(ipr))
+                reload_at = None
+    finally:
+        ctl.close()
+        ipr.close()
+        nl.close()
+        for p in agent.ports.values():
+            if p.sock:
+                p.sock.close()
+        log.info("%s: stopped", name)
