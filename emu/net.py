@@ -370,7 +370,7 @@ class FabricNet:
         """One RDMA NIC process (traffic.nic) per GPU in its host namespace (book ch.9);
         returns GPU -> control socket path. `options` are further NicConfig fields
         (e.g. timeout_s in model seconds, window). Stopped with the fabric."""
-        from traffic.nic import NicConfig
+        from traffic.nic_config import NicConfig
         from traffic.nic_client import NicError, request
 
         procs = {}

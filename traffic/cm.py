@@ -21,7 +21,7 @@ import struct
 from dataclasses import asdict, dataclass, fields
 from typing import Callable, Union
 
-from traffic.verbs import PATH_MTUS
+from fabric.wire.ib import PATH_MTUS
 
 MAX_MSG = 64 * 1024
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
@@ -240,8 +241,6 @@ class NicClient:
 
     def wait(self, cq: int, count: int, timeout: float = 60.0) -> list[WC]:
         """Poll until `count` completions arrived; NicError on timeout."""
-        import time
-
         out: list[WC] = []
         deadline = time.monotonic() + timeout
         while len(out) < count:

@@ -26,17 +26,17 @@ import time
 from collections import deque
 from typing import Any
 
-from traffic.nic_client import wc_to_json
-from traffic.cm import CmError, CmListener, CmRej, CmRep, CmReq, CmRtu, recv_msg, send_msg
-from traffic.rc import pkey_match
+from fabric.wire.ib import pkey_match
 from fabric.wire.roce import udp_sport
+from traffic.cm import CmError, CmListener, CmRej, CmRep, CmReq, CmRtu, recv_msg, send_msg
+from traffic.nic_client import wc_to_json
 
 log = logging.getLogger("traffic.nic_ctl")
 NOT_LISTENING = "no QP listening on port"
 
 
 class ControlServer:
-    """Unix-socket verbs server and CM endpoint of one `traffic.nic.Nic`."""
+    """Unix-socket verbs server and CM endpoint of one `traffic.nic_datapath.Nic`."""
 
     def __init__(self, nic: Any) -> None:
         """Bind the control socket (published under its final name by `start`)."""

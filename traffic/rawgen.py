@@ -14,13 +14,17 @@ IPv4) and only a sequence number in the payload changes.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import socket
 import struct
 import sys
 import time
 
-from fabric.timedil import parse_rate
+from fabric.qos.classify import Classifier
+from fabric.qos.pfc import EgressPause
+from fabric.timedil import DEFAULT_TDF, TimeDilation, parse_rate
+from traffic.nic_config import ROCE_PRIORITY
 
 
 def build_frame(src_mac: bytes, dst_mac: bytes, src_ip: str, dst_ip: str, size: int,
@@ -43,7 +47,8 @@ def build_frame(src_mac: bytes, dst_mac: bytes, src_ip: str, dst_ip: str, size: 
 
 
 def send(iface: str, frame: bytearray, rate_bps: float | None, duration: float,
-         count: int | None = None, pause=None, priority: int = 3) -> dict:
+         count: int | None = None, pause: EgressPause | None = None,
+         priority: int = ROCE_PRIORITY) -> dict:
     """Send copies of `frame` (with a sequence number) for `duration` s or `count` frames.
 
     With `pause` (a `fabric.qos.pfc.EgressPause`), PFC frames received on the
@@ -103,8 +108,6 @@ def send(iface: str, frame: bytearray, rate_bps: float | None, duration: float,
 def iface_mac(ifname: str) -> bytes:
     """MAC address of an interface of the current namespace (SIOCGIFHWADDR; /sys may
     belong to another namespace under Mininet)."""
-    import fcntl
-
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         info = fcntl.ioctl(s.fileno(), 0x8927, struct.pack("256s", ifname.encode()[:15]))
     return info[18:24]
@@ -140,10 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     rate = parse_rate(a.rate) if a.rate else None
     pause, prio = None, 0
     if a.honor_pfc:
-        from fabric.timedil import DEFAULT_TDF, TimeDilation
-        from fabric.qos.classify import Classifier
-        from fabric.qos.pfc import EgressPause
-
         pause = EgressPause(parse_rate(a.model_rate), TimeDilation(a.tdf or DEFAULT_TDF))
         prio = a.priority if a.priority is not None else Classifier.book().classify(a.dscp << 2)[1]
     print(json.dumps(send(a.iface, frame, rate, a.duration, a.count, pause, prio)))

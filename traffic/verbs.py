@@ -11,11 +11,10 @@ ibv_poll_cq) and the InfiniBand Architecture Specification Vol. 1 (IBA) ch.10-11
 Memory regions sit over a memoryview (normally of a multiprocessing.shared_memory
 block, so the worker process and the RNIC process share it: the worker registers the
 MR, sends `MR.describe()` to the RNIC, which re-creates it with `Context.import_mr`).
-The module also holds the wire *descriptors* both sides share: BTH opcodes, `RocePkt`
-(fields named as Scapy's BTH/RETH/AETH), 24-bit PSN arithmetic and the AETH syndrome
-codec (IBA 9.7.5.1). Keys and QP numbers come from an injected `random.Random`. Pure logic: no sockets, no
-clocks. The wire-level RC transport (segmentation, ACK/NAK, retransmission) is in
-traffic/rc.py.
+Keys and QP numbers come from an injected `random.Random`. Pure logic: no sockets, no
+clocks. The wire facts both sides share (BTH opcodes, the `RocePkt` descriptor, PSN
+arithmetic, the AETH syndrome, path MTUs) are `fabric.wire.ib`; the RC transport over
+these objects (segmentation, ACK/NAK, retransmission) is traffic/rc.py.
 """
 
 from __future__ import annotations
@@ -23,9 +22,11 @@ from __future__ import annotations
 import enum
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
+
+from fabric.wire.ib import PATH_MTUS
 
 
 class VerbsError(Exception):
@@ -75,118 +76,6 @@ class WCOpcode(enum.Enum):
 
     RDMA_WRITE = "RDMA_WRITE"
     RECV_RDMA_WITH_IMM = "RECV_RDMA_WITH_IMM"
-
-
-# ---- wire descriptors: BTH opcodes, the packet record, PSN and AETH arithmetic ------
-class Op(enum.IntEnum):
-    """BTH opcodes of the RC transport (IBA Table 38; FABRIC_FACTS "RoCEv2")."""
-
-    WRITE_FIRST = 0x06
-    WRITE_MIDDLE = 0x07
-    WRITE_LAST = 0x08
-    WRITE_LAST_IMM = 0x09
-    WRITE_ONLY = 0x0A
-    WRITE_ONLY_IMM = 0x0B
-    ACK = 0x11
-
-
-RETH_OPS = frozenset({Op.WRITE_FIRST, Op.WRITE_ONLY, Op.WRITE_ONLY_IMM})
-IMM_OPS = frozenset({Op.WRITE_LAST_IMM, Op.WRITE_ONLY_IMM})
-END_OPS = frozenset({Op.WRITE_LAST, Op.WRITE_LAST_IMM, Op.WRITE_ONLY, Op.WRITE_ONLY_IMM})
-
-
-@dataclass(slots=True)
-class RocePkt:
-    """One RoCEv2 packet as a descriptor: BTH + optional RETH / AETH / ImmDt + payload."""
-
-    opcode: int
-    dqpn: int
-    psn: int
-    ackreq: bool = False
-    becn: bool = False
-    fecn: bool = False
-    pkey: int = 0xFFFF
-    va: int | None = None       # RETH
-    rkey: int | None = None     # RETH
-    dlen: int | None = None     # RETH
-    syndrome: int | None = None  # AETH
-    msn: int | None = None      # AETH
-    imm: int | None = None      # ImmDt
-    payload: bytes | memoryview = b""
-    src: Any = None
-    dst: Any = None
-
-
-# PSN arithmetic (24 bit, IBA 9.7.1: comparisons within half the space) ----------
-PSN_MASK = (1 << 24) - 1
-_HALF = 1 << 23
-
-
-def psn_add(psn: int, n: int) -> int:
-    """psn + n modulo 2**24."""
-    return (psn + n) & PSN_MASK
-
-
-def psn_diff(a: int, b: int) -> int:
-    """Signed distance a - b in [-2**23, 2**23), correct across the 2**24 wrap."""
-    return ((a - b + _HALF) & PSN_MASK) - _HALF
-
-
-def psn_lt(a: int, b: int) -> bool:
-    """True if PSN a comes before PSN b (within a 2**23 window)."""
-    return psn_diff(a, b) < 0
-
-
-# AETH syndrome (IBA 9.7.5.1, Table 43/44/45) -------------------------------------
-SYN_ACK = 0x00
-NAK_PSN_SEQ = 0x60
-NAK_INV_REQ = 0x61
-NAK_REM_ACCESS = 0x62
-NAK_REM_OP = 0x63
-CREDITS_INVALID = 0x1F  # "credit count not valid": what write-only traffic advertises
-CREDIT_TABLE = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512,
-                768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
-
-
-class AckKind(enum.Enum):
-    """The three AETH syndrome kinds."""
-
-    ACK = 0
-    RNR_NAK = 1
-    NAK = 3
-
-
-def encode_ack(credits: int | None = None) -> int:
-    """ACK syndrome advertising `credits` receive WQEs (rounded down), or 'invalid' if None."""
-    if credits is None:
-        return SYN_ACK | CREDITS_INVALID
-    if credits < 0:
-        raise ValueError(f"credits: must be >= 0, got {credits}")
-    code = max(i for i, c in enumerate(CREDIT_TABLE) if c <= credits)
-    return SYN_ACK | code
-
-
-def encode_nak(code: int) -> int:
-    """NAK syndrome for NAK code 0..4 (PSN seq, invalid req, remote access, remote op, inv RD)."""
-    if not 0 <= code <= 4:
-        raise ValueError(f"code: NAK code must be 0..4, got {code}")
-    return 0x60 | code
-
-
-def decode_syndrome(syndrome: int) -> tuple[AckKind, int]:
-    """(kind, value): value = credits (ACK; -1 if invalid), RNR timer, or NAK code."""
-    if not 0 <= syndrome <= 0xFF:
-        raise ValueError(f"syndrome: must be 8 bit, got {syndrome:#x}")
-    if (syndrome >> 5) & 0x3 == 2:
-        raise ValueError(f"syndrome: reserved kind in {syndrome:#x}")
-    kind = AckKind((syndrome >> 5) & 0x3)  # bit 7 reserved
-    low = syndrome & 0x1F
-    if kind is AckKind.ACK:
-        return kind, -1 if low == CREDITS_INVALID else CREDIT_TABLE[low]
-    return kind, low
-
-
-PATH_MTUS = (256, 512, 1024, 2048, 4096)  # IBA path MTU enumeration (bytes of payload)
 
 
 def ib_timeout_s(exponent: int) -> float:

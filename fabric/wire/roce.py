@@ -9,8 +9,9 @@ port 4791, the ICRC over an IP pseudo-header, the CNP).
 
 `scapy.contrib.roce` already provides BTH (with the ICRC computed in its post_build),
 AETH (bound to ACK 0x11) and the CNP's 16 reserved bytes (`CNPPadding`, bound to 0x81).
-This module adds RETH and ImmDt as Scapy layers bound to BTH by opcode, the opcode
-constants, and `scapy_frame`, the reference builder every byte template
+This module adds RETH and ImmDt as Scapy layers bound to BTH by opcode (the opcodes and
+which headers follow them are `fabric.wire.ib.Op`), the IP/UDP choices of every RoCE
+frame, and `scapy_frame`, the reference builder every byte template
 (`fabric.wire.templates`) is tested against.
 
 Choices, fixed here so that templates and Scapy agree byte for byte:
@@ -32,38 +33,19 @@ from __future__ import annotations
 import struct
 import zlib
 
-from scapy.contrib.roce import AETH, BTH, CNP_OPCODE, CNPPadding
+from scapy.contrib.roce import AETH, BTH, CNPPadding
 from scapy.fields import IntField, XIntField, XLongField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_bottom_up, bind_layers
 
-__all__ = ["RETH", "ImmDt", "AETH", "BTH", "CNPPadding", "ROCE_UDP_PORT", "OP_WRITE_FIRST",
-           "OP_WRITE_MIDDLE", "OP_WRITE_LAST", "OP_WRITE_LAST_IMM", "OP_WRITE_ONLY",
-           "OP_WRITE_ONLY_IMM", "OP_READ_REQUEST", "OP_ACK", "OP_CNP", "RETH_OPCODES",
-           "IMM_OPCODES", "AETH_OPCODES", "DATA_DSCP", "DATA_ECN", "CNP_DSCP", "CNP_ECN",
-           "ECN_CE", "IP_ID", "IP_FLAGS_DF", "DEFAULT_TTL", "pad_count", "udp_sport",
-           "scapy_frame", "scapy_cnp", "icrc_reference", "icrc_of"]
+from fabric.wire.ib import IMM_OPS, RETH_OPS, Op
+
+__all__ = ["RETH", "ImmDt", "AETH", "BTH", "CNPPadding", "ROCE_UDP_PORT", "DATA_DSCP",
+           "DATA_ECN", "CNP_DSCP", "CNP_ECN", "ECN_CE", "IP_ID", "IP_FLAGS_DF", "DEFAULT_TTL",
+           "pad_count", "udp_sport", "scapy_frame", "scapy_cnp", "icrc_reference", "icrc_of"]
 
 ROCE_UDP_PORT = 4791  #: RoCEv2 UDP destination port (IANA, annex A17)
-
-# BTH opcodes of the RC transport (IBA Table 38) and the RoCEv2 CNP (annex A17.9.2).
-OP_WRITE_FIRST = 0x06
-OP_WRITE_MIDDLE = 0x07
-OP_WRITE_LAST = 0x08
-OP_WRITE_LAST_IMM = 0x09
-OP_WRITE_ONLY = 0x0A
-OP_WRITE_ONLY_IMM = 0x0B
-OP_READ_REQUEST = 0x0C
-OP_ACK = 0x11
-OP_CNP = CNP_OPCODE  # 0x81
-
-#: opcodes followed by a RETH (WRITE ONLY with IMM: RETH then ImmDt)
-RETH_OPCODES = frozenset({OP_WRITE_FIRST, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, OP_READ_REQUEST})
-#: opcodes carrying an ImmDt (SEND with immediate too: 0x03, 0x05)
-IMM_OPCODES = frozenset({OP_WRITE_LAST_IMM, OP_WRITE_ONLY_IMM, 0x03, 0x05})
-#: opcodes followed by an AETH (RC ACK; Scapy also binds RD ACK 0x51)
-AETH_OPCODES = frozenset({OP_ACK})
 
 DATA_DSCP = 24  #: book ch.11: RoCEv2 data -> class ROCEv2 -> qos-group 3
 DATA_ECN = 0b10  #: ECT(0)
@@ -88,7 +70,7 @@ class RETH(Packet):
     def guess_payload_class(self, payload: bytes):
         """An ImmDt follows the RETH only in RDMA WRITE ONLY with Immediate."""
         under = self.underlayer
-        if isinstance(under, BTH) and under.opcode == OP_WRITE_ONLY_IMM:
+        if isinstance(under, BTH) and under.opcode == Op.WRITE_ONLY_IMM:
             return ImmDt
         return Raw
 
@@ -106,12 +88,12 @@ class ImmDt(Packet):
 
 # Dissection by opcode (bottom-up); building BTH()/RETH() without an opcode picks WRITE
 # ONLY, BTH()/ImmDt() picks WRITE LAST with IMM (top-down, last binding wins).
-for _op in sorted(RETH_OPCODES - {OP_WRITE_ONLY}):
-    bind_bottom_up(BTH, RETH, opcode=_op)
-bind_layers(BTH, RETH, opcode=OP_WRITE_ONLY)
-for _op in sorted(IMM_OPCODES - RETH_OPCODES - {OP_WRITE_LAST_IMM}):
-    bind_bottom_up(BTH, ImmDt, opcode=_op)
-bind_layers(BTH, ImmDt, opcode=OP_WRITE_LAST_IMM)
+for _op in sorted(RETH_OPS - {Op.WRITE_ONLY}):
+    bind_bottom_up(BTH, RETH, opcode=int(_op))
+bind_layers(BTH, RETH, opcode=int(Op.WRITE_ONLY))
+for _op in sorted(IMM_OPS - RETH_OPS - {Op.WRITE_LAST_IMM}):
+    bind_bottom_up(BTH, ImmDt, opcode=int(_op))
+bind_layers(BTH, ImmDt, opcode=int(Op.WRITE_LAST_IMM))
 # AETH on ACK 0x11 and CNPPadding on 0x81 are bound by scapy.contrib.roce already.
 del _op
 
@@ -147,11 +129,11 @@ def scapy_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int
         raise ValueError(f"dscp: must be 0..63, got {dscp!r}")
     if not 0 <= ecn < 4:
         raise ValueError(f"ecn: must be 0..3, got {ecn!r}")
-    pad = pad_count(len(payload)) if opcode != OP_CNP else 0
+    pad = pad_count(len(payload)) if opcode != Op.CNP else 0
     pkt = (Ether(src=src_mac, dst=dst_mac)
            / IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ecn, id=IP_ID, flags="DF", ttl=ttl)
            / UDP(sport=sport, dport=ROCE_UDP_PORT, chksum=0)
-           / BTH(opcode=opcode, padcount=pad, pkey=pkey, becn=int(becn), dqpn=dqpn,
+           / BTH(opcode=int(opcode), padcount=pad, pkey=pkey, becn=int(becn), dqpn=dqpn,
                  ackreq=int(ackreq), psn=psn))
     if reth is not None:
         va, rkey, dlen = reth
@@ -161,7 +143,7 @@ def scapy_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int
     if aeth is not None:
         syndrome, msn = aeth
         pkt /= AETH(syndrome=syndrome, msn=msn)
-    if opcode == OP_CNP and not payload:
+    if opcode == Op.CNP and not payload:
         pkt /= CNPPadding()
     elif payload or pad:
         pkt /= Raw(bytes(payload) + bytes(pad))
@@ -171,7 +153,7 @@ def scapy_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int
 def scapy_cnp(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, dqpn: int,
               pkey: int = 0xFFFF, ttl: int = DEFAULT_TTL) -> Packet:
     """A CNP to the sender's QP `dqpn`: opcode 0x81, BECN, 16 reserved bytes, DSCP 48."""
-    return scapy_frame(src_mac, dst_mac, src_ip, dst_ip, sport, OP_CNP, dqpn, 0, pkey=pkey,
+    return scapy_frame(src_mac, dst_mac, src_ip, dst_ip, sport, Op.CNP, dqpn, 0, pkey=pkey,
                        becn=True, dscp=CNP_DSCP, ecn=CNP_ECN, ttl=ttl)
 
 

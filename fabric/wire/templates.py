@@ -11,7 +11,7 @@ its constant prefix; `build` packs the variable fields with struct.pack_into, fi
 IPv4 total length and header checksum and the UDP length, and appends the ICRC.
 Every template frame is byte-identical to `fabric.wire.roce.scapy_frame` with the same
 arguments (tests/unit/test_templates.py): IPv4 id 0 + DF, UDP checksum 0, payload
-padded with zeros to 4 bytes and BTH padcount set (see traffic/roce.py).
+padded with zeros to 4 bytes and BTH padcount set (see fabric/wire/roce.py).
 
 ICRC (annex A17.3.3, as Linux rxe_icrc.c): CRC-32 (zlib's) over 8 bytes of 1s standing
 for the LRH, the IPv4 header with TOS, TTL and checksum set to 1s, the UDP header with
@@ -27,11 +27,12 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from fabric.wire.roce import (AETH_OPCODES, CNP_DSCP, CNP_ECN, DATA_DSCP, DATA_ECN, DEFAULT_TTL,
-                          IMM_OPCODES, IP_FLAGS_DF, IP_ID, OP_CNP, RETH_OPCODES, ROCE_UDP_PORT,
-                          scapy_frame)
+from fabric.wire.ether import mac_bytes, mac_str
+from fabric.wire.ib import AETH_OPS, IMM_OPS, RETH_OPS, Op
+from fabric.wire.roce import (CNP_DSCP, CNP_ECN, DATA_DSCP, DATA_ECN, DEFAULT_TTL, IP_FLAGS_DF,
+                              IP_ID, ROCE_UDP_PORT, scapy_frame)
 
-__all__ = ["HDR_LEN", "FrameTemplate", "RoceFields", "parse", "mac_bytes", "bench_build"]
+__all__ = ["HDR_LEN", "FrameTemplate", "RoceFields", "parse", "bench_build"]
 
 HDR_LEN = 14 + 20 + 8 + 12  #: Ethernet + IPv4 + UDP + BTH
 _PADS = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
@@ -44,22 +45,6 @@ _U16 = struct.Struct("!H")
 _BTH_W = struct.Struct("!BB")
 _BTH_PSN = struct.Struct("!I")
 _PS_CONST = 10  # pseudo-header bytes before the IPv4 total length: 8 x 0xFF, 0x45, TOS(1s)
-
-
-def mac_bytes(mac: str | bytes) -> bytes:
-    """6 MAC bytes from 'aa:bb:cc:dd:ee:ff' or bytes."""
-    if isinstance(mac, (bytes, bytearray)):
-        if len(mac) != 6:
-            raise ValueError(f"mac: need 6 bytes, got {bytes(mac)!r}")
-        return bytes(mac)
-    b = bytes.fromhex(mac.replace(":", "").replace("-", ""))
-    if len(b) != 6:
-        raise ValueError(f"mac: not a MAC address: {mac!r}")
-    return b
-
-
-def _mac_str(b: bytes) -> str:
-    return ":".join(f"{x:02x}" for x in b)
 
 
 class FrameTemplate:
@@ -109,7 +94,7 @@ class FrameTemplate:
             ext += _U32.pack(imm)
         if aeth is not None:
             ext += _U32.pack((aeth[0] << 24) | aeth[1])
-        if opcode == OP_CNP:
+        if opcode == Op.CNP:
             pad = 0
             if not payload:
                 payload = _CNP_PAYLOAD
@@ -145,13 +130,13 @@ class FrameTemplate:
     def build_cnp(self) -> bytes:
         """A CNP to this template's QP (the sender's QP): opcode 0x81, BECN, 16 reserved
         bytes, DSCP 48 (ch.11) whatever the template's data DSCP."""
-        return self.build(OP_CNP, 0, becn=True, dscp=CNP_DSCP, ecn=CNP_ECN)
+        return self.build(Op.CNP, 0, becn=True, dscp=CNP_DSCP, ecn=CNP_ECN)
 
     def scapy(self, opcode: int, psn: int, **kw):
         """The same frame built by Scapy (`fabric.wire.roce.scapy_frame`), for tests and pcaps."""
         kw.setdefault("dscp", self.dscp)
         kw.setdefault("ecn", self.ecn)
-        return scapy_frame(_mac_str(self.src_mac), _mac_str(self.dst_mac), self.src_ip,
+        return scapy_frame(mac_str(self.src_mac), mac_str(self.dst_mac), self.src_ip,
                            self.dst_ip, self.sport, opcode, self.dqpn, psn, pkey=self.pkey,
                            ttl=self.ttl, **kw)
 
@@ -195,11 +180,6 @@ class RoceFields:
         return None if self.syndrome is None else (self.syndrome, self.msn)
 
 
-_RETH_OPS = RETH_OPCODES
-_IMM_OPS = IMM_OPCODES
-_AETH_OPS = AETH_OPCODES | {0x51}  # RD ACK too, as Scapy
-
-
 def parse(frame: bytes | bytearray | memoryview, verify_icrc: bool = False) -> RoceFields | None:
     """Decode an Ethernet [802.1Q] / IPv4 / UDP 4791 / BTH frame; None if it is not one
     (or is truncated). With verify_icrc, `icrc_ok` tells whether the ICRC is right."""
@@ -229,19 +209,19 @@ def parse(frame: bytes | bytearray | memoryview, verify_icrc: bool = False) -> R
     off = b + 12
     va = rkey = dlen = imm = syndrome = msn = None
     try:
-        if opcode in _RETH_OPS:
+        if opcode in RETH_OPS:
             va, rkey, dlen = _RETH.unpack_from(mv, off)
             off += 16
-        if opcode in _IMM_OPS:
+        if opcode in IMM_OPS:
             imm = _U32.unpack_from(mv, off)[0]
             off += 4
-        if opcode in _AETH_OPS:
+        if opcode in AETH_OPS:
             w = _U32.unpack_from(mv, off)[0]
             syndrome, msn = w >> 24, w & 0xFFFFFF
             off += 4
     except struct.error:
         return None
-    pend = end - 4 - (0 if opcode == OP_CNP else padcount)
+    pend = end - 4 - (0 if opcode == Op.CNP else padcount)
     if pend < off:
         return None
     tos = mv[l3 + 1]
@@ -273,10 +253,10 @@ def bench_build(n: int = 20000, payload_size: int = 4096) -> tuple[float, float]
     reth = (0x7F0000001000, 0x1234, payload_size)
     t0 = time.perf_counter()
     for i in range(n):
-        t.build(0x0A, i, True, reth, None, None, payload)
+        t.build(Op.WRITE_ONLY, i, True, reth, None, None, payload)
     t1 = time.perf_counter()
     m = max(1, min(n, 200))
     for i in range(m):
-        bytes(t.scapy(0x0A, i, ackreq=True, reth=reth, payload=payload))
+        bytes(t.scapy(Op.WRITE_ONLY, i, ackreq=True, reth=reth, payload=payload))
     t2 = time.perf_counter()
     return n / (t1 - t0), m / (t2 - t1)

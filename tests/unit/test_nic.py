@@ -3,17 +3,19 @@ and one NIC pair wired back to back in memory (no sockets, no root)."""
 
 import json
 import random
-from multiprocessing import resource_tracker
+from multiprocessing import resource_tracker, shared_memory
 
 import pytest
 
 import topologies
+from fabric.qos.pfc import pause_frame
 from fabric.timedil import TimeDilation
-from traffic.nic import NicConfig, Nic, frame_of, pace, pkt_of
-from traffic.nic_client import access_from_json, wc_from_json, wc_to_json
-from fabric.wire.roce import OP_CNP
+from fabric.wire.ib import Op, RocePkt
 from fabric.wire.templates import FrameTemplate, parse
-from traffic.verbs import Access, Op, RocePkt, WC, WCOpcode, WCStatus
+from traffic.nic_client import access_from_json, wc_from_json, wc_to_json
+from traffic.nic_config import NicConfig
+from traffic.nic_datapath import Nic, frame_of, pace, pkt_of
+from traffic.verbs import Access, WC, WCOpcode, WCStatus
 
 BASE = dict(gpu="h1g1", ifname="nic1", ip="10.0.1.11", mac="02:00:00:00:01:01",
             gateway_mac="02:00:00:00:05:00", control="/tmp/x.sock")
@@ -69,7 +71,7 @@ def test_descriptor_to_frame_is_scapys_and_parses_back(pkt, kw):
 
 def test_cnp_is_dscp_48_with_becn():
     f = parse(T.build_cnp())
-    assert (f.opcode, f.dscp, f.becn, f.dqpn) == (OP_CNP, 48, True, 0x123456)
+    assert (f.opcode, f.dscp, f.becn, f.dqpn) == (Op.CNP, 48, True, 0x123456)
 
 
 @pytest.mark.parametrize("next_t,now,nbytes,rate,slack,expect", [
@@ -125,7 +127,6 @@ def _pair(dcqcn="paper"):
 
 
 def _qp(nic, size, fill):
-    from multiprocessing import shared_memory
     pd = nic.alloc_pd()
     shm = shared_memory.SharedMemory(create=True, size=size)
     shm.buf[:size] = fill
@@ -174,7 +175,7 @@ def test_back_to_back_write_places_bytes_paces_and_answers_ce_with_one_cnp():
             b.on_frame(memoryview(m), now)
         assert bytes(sb.buf[:size]) == data
         out = [parse(f) for f in b.raw.frames]
-        assert [f.opcode for f in out] == [OP_CNP, Op.ACK]
+        assert [f.opcode for f in out] == [Op.CNP, Op.ACK]
         assert out[0].dscp == 48 and out[1].dscp == 24
         for f in b.raw.frames:
             a.on_frame(memoryview(bytearray(f)), now)
@@ -195,7 +196,6 @@ def test_back_to_back_write_places_bytes_paces_and_answers_ce_with_one_cnp():
 
 def test_pfc_pause_stops_data_until_it_expires():
     fab, a, b = _pair(dcqcn="off")
-    from fabric.qos.pfc import pause_frame
     size = 8192
     sa, ma, ca, qa = _qp(a, size, bytes(size))
     try:

@@ -1,4 +1,5 @@
-"""RC transport (traffic/rc.py): segmentation, PSN wrap, responder table, go-back-N, spraying."""
+"""RC transport (traffic/rc.py, rc_segment, requester, responder; PSN and AETH of
+fabric/wire/ib.py): segmentation, PSN wrap, responder table, go-back-N, spraying."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from typing import Callable
 
 import pytest
 
-from traffic.rc import (NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, AckKind, Op, RcConfig,
-                        RcEndpoint, RocePkt, decode_syndrome, encode_ack, encode_nak,
-                        packet_count, psn_add, psn_diff, psn_lt, segment_at, segments)
+from fabric.wire.ib import (NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, AckKind, Op, RocePkt,
+                            decode_syndrome, encode_ack, encode_nak, psn_add, psn_diff, psn_lt)
+from traffic.rc import RcEndpoint
+from traffic.rc_config import RcConfig
+from traffic.rc_segment import packet_count, segment_at, segments
 from traffic.verbs import WR, Access, Context, QPState, WCOpcode, WCStatus, WROpcode
 
 MTU = 4096

@@ -1,14 +1,15 @@
-"""RoCEv2 Scapy layers (traffic/roce.py): exact bytes, ICRC against independent vectors."""
+"""RoCEv2 Scapy layers (fabric/wire/roce.py; opcodes of fabric/wire/ib.py): exact bytes, ICRC against independent vectors."""
 
 import pytest
-from scapy.contrib.roce import AETH, BTH, CNPPadding
+from scapy.contrib.roce import AETH, BTH, CNP_OPCODE, CNPPadding
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from fabric.wire import roce
+from fabric.wire.ib import AETH_OPS, IMM_OPS, RETH_OPS, Op
 from fabric.wire.roce import (ImmDt, RETH, icrc_of, icrc_reference, scapy_cnp, scapy_frame,
-                          udp_sport)
+                              udp_sport)
 
 MACS = ("02:00:00:00:01:01", "02:00:00:00:02:01")
 IPS = ("10.0.1.11", "10.0.1.12")
@@ -57,7 +58,7 @@ def test_scapy_recomputes_captured_cnp_icrc():
 
 def test_write_only_exact_bytes():
     """Every header byte of a WRITE ONLY (book ch.12 Figure 12-7), by hand."""
-    b = bytes(frame(roce.OP_WRITE_ONLY, ackreq=True, reth=(0x7F0000001000, 0xCAFE, 5),
+    b = bytes(frame(Op.WRITE_ONLY, ackreq=True, reth=(0x7F0000001000, 0xCAFE, 5),
                     payload=b"hello"))
     expect = (
         "020000000201" "020000000101" "0800"                    # Ethernet
@@ -75,16 +76,16 @@ def test_write_only_exact_bytes():
 
 
 @pytest.mark.parametrize("opcode,kw,layers", [
-    (roce.OP_WRITE_FIRST, {"reth": (1, 2, 8192), "payload": b"x" * 8}, [RETH, Raw]),
-    (roce.OP_WRITE_MIDDLE, {"payload": b"x" * 8}, [Raw]),
-    (roce.OP_WRITE_LAST, {"payload": b"x" * 8}, [Raw]),
-    (roce.OP_WRITE_LAST_IMM, {"imm": 0xDEADBEEF, "payload": b"x" * 8}, [ImmDt, Raw]),
-    (roce.OP_WRITE_ONLY, {"reth": (1, 2, 8), "payload": b"x" * 8}, [RETH, Raw]),
-    (roce.OP_WRITE_ONLY_IMM, {"reth": (1, 2, 8), "imm": 7, "payload": b"x" * 8},
+    (Op.WRITE_FIRST, {"reth": (1, 2, 8192), "payload": b"x" * 8}, [RETH, Raw]),
+    (Op.WRITE_MIDDLE, {"payload": b"x" * 8}, [Raw]),
+    (Op.WRITE_LAST, {"payload": b"x" * 8}, [Raw]),
+    (Op.WRITE_LAST_IMM, {"imm": 0xDEADBEEF, "payload": b"x" * 8}, [ImmDt, Raw]),
+    (Op.WRITE_ONLY, {"reth": (1, 2, 8), "payload": b"x" * 8}, [RETH, Raw]),
+    (Op.WRITE_ONLY_IMM, {"reth": (1, 2, 8), "imm": 7, "payload": b"x" * 8},
      [RETH, ImmDt, Raw]),
-    (roce.OP_READ_REQUEST, {"reth": (0x1000, 0x42, 65536)}, [RETH]),
-    (roce.OP_ACK, {"aeth": (0x1F, 3)}, [AETH]),
-    (roce.OP_CNP, {"becn": True, "dscp": 48}, [CNPPadding]),
+    (Op.READ_REQUEST, {"reth": (0x1000, 0x42, 65536)}, [RETH]),
+    (Op.ACK, {"aeth": (0x1F, 3)}, [AETH]),
+    (Op.CNP, {"becn": True, "dscp": 48}, [CNPPadding]),
 ])
 def test_dissect_by_opcode_and_icrc(opcode, kw, layers):
     b = bytes(frame(opcode, **kw))
@@ -104,14 +105,14 @@ def test_dissect_by_opcode_and_icrc(opcode, kw, layers):
 
 
 def test_icrc_changes_with_extension_header():
-    a = bytes(frame(roce.OP_WRITE_ONLY, reth=(1, 2, 4), payload=b"abcd"))
-    b = bytes(frame(roce.OP_WRITE_ONLY, reth=(1, 3, 4), payload=b"abcd"))
+    a = bytes(frame(Op.WRITE_ONLY, reth=(1, 2, 4), payload=b"abcd"))
+    b = bytes(frame(Op.WRITE_ONLY, reth=(1, 3, 4), payload=b"abcd"))
     assert a[:-8] != b[:-8] and icrc_of(a) != icrc_of(b)
     assert icrc_of(b) == icrc_reference(b)
 
 
 def test_ip_udp_choices():
-    pkt = Ether(bytes(frame(roce.OP_WRITE_MIDDLE, payload=b"abcd")))
+    pkt = Ether(bytes(frame(Op.WRITE_MIDDLE, payload=b"abcd")))
     assert pkt[IP].tos == (24 << 2) | 0b10
     assert pkt[IP].flags == "DF" and pkt[IP].id == 0 and pkt[IP].ttl == 64
     assert pkt[UDP].sport == 0xC0DE and pkt[UDP].dport == 4791 and pkt[UDP].chksum == 0
@@ -131,7 +132,7 @@ def test_cnp_format():
 
 @pytest.mark.parametrize("n,pad", [(0, 0), (1, 3), (2, 2), (3, 1), (4, 0), (4097, 3)])
 def test_padcount(n, pad):
-    b = bytes(frame(roce.OP_WRITE_MIDDLE, payload=b"\x01" * n))
+    b = bytes(frame(Op.WRITE_MIDDLE, payload=b"\x01" * n))
     assert Ether(b)[BTH].padcount == pad
     assert len(b) == 54 + n + pad + 4
     assert b[54 + n:54 + n + pad] == bytes(pad)
@@ -157,3 +158,25 @@ def test_scapy_frame_rejects(field, kw):
     args.update(kw)
     with pytest.raises(ValueError, match=field):
         scapy_frame(**args)
+
+
+def test_opcode_table_sets_are_iba_table_38():
+    """The sets derived from fabric.wire.ib.Op, against IBA Table 38 by value."""
+    assert sorted(RETH_OPS) == [0x06, 0x0A, 0x0B, 0x0C]
+    assert sorted(IMM_OPS) == [0x03, 0x05, 0x09, 0x0B]
+    assert sorted(AETH_OPS) == [0x11, 0x51]
+    assert Op.CNP == CNP_OPCODE == 0x81
+
+
+@pytest.mark.parametrize("op", sorted(RETH_OPS | IMM_OPS))
+def test_scapy_binds_every_extension_header_of_the_table(op):
+    """Scapy dissects exactly the headers the opcode table lists after the BTH."""
+    kw = {"reth": (1, 2, 4)} if "R" in op.headers else {}
+    if "I" in op.headers:
+        kw["imm"] = 5
+    layer, got = Ether(bytes(frame(op, payload=b"abcd", **kw)))[BTH].payload, []
+    while layer:
+        got.append(type(layer))
+        layer = layer.payload
+    want = [h for h, flag in ((RETH, "R"), (ImmDt, "I")) if flag in op.headers] + [Raw]
+    assert got == want

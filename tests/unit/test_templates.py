@@ -1,19 +1,20 @@
-"""Byte templates (traffic/templates.py): byte-identical to Scapy for every opcode, parser."""
+"""Byte templates (fabric/wire/templates.py): byte-identical to Scapy for every opcode, parser."""
 
 import pytest
 
 from fabric.wire import roce
+from fabric.wire.ib import Op
 from fabric.wire.roce import icrc_of, icrc_reference, udp_sport
-from fabric.wire.templates import FrameTemplate, HDR_LEN, bench_build, mac_bytes, parse
+from fabric.wire.templates import FrameTemplate, HDR_LEN, bench_build, parse
 
 SIZES = [0, 1, 2, 3, 4, 5, 1023, 4096]
 DATA_CASES = [  # opcode, reth, imm
-    (roce.OP_WRITE_FIRST, (0x7F0000001000, 0x1234, 3 * 4096), None),
-    (roce.OP_WRITE_MIDDLE, None, None),
-    (roce.OP_WRITE_LAST, None, None),
-    (roce.OP_WRITE_ONLY, (0x10, 0xABCDEF01, 4096), None),
-    (roce.OP_WRITE_ONLY_IMM, (0xFFFFFFFFFFFFFFF0, 0x1, 1), 0xDEADBEEF),
-    (roce.OP_WRITE_LAST_IMM, None, 0x01020304),
+    (Op.WRITE_FIRST, (0x7F0000001000, 0x1234, 3 * 4096), None),
+    (Op.WRITE_MIDDLE, None, None),
+    (Op.WRITE_LAST, None, None),
+    (Op.WRITE_ONLY, (0x10, 0xABCDEF01, 4096), None),
+    (Op.WRITE_ONLY_IMM, (0xFFFFFFFFFFFFFFF0, 0x1, 1), 0xDEADBEEF),
+    (Op.WRITE_LAST_IMM, None, 0x01020304),
 ]
 
 
@@ -51,8 +52,8 @@ def test_data_frames_match_scapy_and_parse(tmpl, opcode, reth, imm, size):
 @pytest.mark.parametrize("syndrome,msn", [(0x1F, 0), (0x00, 0xABCDEF), (0x60, 7), (0x62, 1),
                                           (0x21, 0xFFFFFF)])
 def test_ack_nak_match_scapy(tmpl, syndrome, msn):
-    got = tmpl.build(roce.OP_ACK, 0xABC, aeth=(syndrome, msn))
-    assert got == bytes(tmpl.scapy(roce.OP_ACK, 0xABC, aeth=(syndrome, msn)))
+    got = tmpl.build(Op.ACK, 0xABC, aeth=(syndrome, msn))
+    assert got == bytes(tmpl.scapy(Op.ACK, 0xABC, aeth=(syndrome, msn)))
     f = parse(got, verify_icrc=True)
     assert f.icrc_ok and f.aeth == (syndrome, msn) and f.reth is None and len(f.payload) == 0
 
@@ -70,8 +71,8 @@ def test_cnp_matches_scapy(tmpl):
 @pytest.mark.parametrize("ecn,becn,dscp", [(0b11, False, None), (0b00, True, None),
                                            (0b10, False, 26)])
 def test_overrides_match_scapy(tmpl, ecn, becn, dscp):
-    got = tmpl.build(roce.OP_WRITE_MIDDLE, 9, payload=b"abc", ecn=ecn, becn=becn, dscp=dscp)
-    want = bytes(tmpl.scapy(roce.OP_WRITE_MIDDLE, 9, payload=b"abc", ecn=ecn, becn=becn,
+    got = tmpl.build(Op.WRITE_MIDDLE, 9, payload=b"abc", ecn=ecn, becn=becn, dscp=dscp)
+    want = bytes(tmpl.scapy(Op.WRITE_MIDDLE, 9, payload=b"abc", ecn=ecn, becn=becn,
                             dscp=24 if dscp is None else dscp))
     assert got == want
     f = parse(got, verify_icrc=True)
@@ -80,7 +81,7 @@ def test_overrides_match_scapy(tmpl, ecn, becn, dscp):
 
 def test_ce_marking_keeps_icrc_valid(tmpl):
     """A switch rewrites ECN to CE and the checksum/TTL: the ICRC masks those fields."""
-    f = bytearray(tmpl.build(roce.OP_WRITE_MIDDLE, 1, payload=b"x" * 64))
+    f = bytearray(tmpl.build(Op.WRITE_MIDDLE, 1, payload=b"x" * 64))
     f[15] |= 0b11
     f[22] -= 1
     f[24:26] = b"\x00\x00"
@@ -89,14 +90,14 @@ def test_ce_marking_keeps_icrc_valid(tmpl):
 
 
 def test_parse_detects_corruption(tmpl):
-    f = bytearray(tmpl.build(roce.OP_WRITE_ONLY, 1, reth=(1, 2, 3), payload=b"abc"))
+    f = bytearray(tmpl.build(Op.WRITE_ONLY, 1, reth=(1, 2, 3), payload=b"abc"))
     f[60] ^= 0x01  # inside the RETH
     assert parse(f, verify_icrc=True).icrc_ok is False
     assert parse(f).icrc_ok is None
 
 
 def test_parse_ignores_ethernet_padding_and_vlan(tmpl):
-    f = tmpl.build(roce.OP_WRITE_MIDDLE, 1)
+    f = tmpl.build(Op.WRITE_MIDDLE, 1)
     assert len(f) == 58
     padded = f + bytes(2)  # a NIC pads to the 60-byte minimum
     p = parse(padded, verify_icrc=True)
@@ -115,7 +116,7 @@ def test_parse_rejects_non_roce(frame):
 
 
 def test_parse_rejects_other_udp_and_truncated(tmpl):
-    f = bytearray(tmpl.build(roce.OP_WRITE_ONLY, 1, reth=(1, 2, 3), payload=b"abcd"))
+    f = bytearray(tmpl.build(Op.WRITE_ONLY, 1, reth=(1, 2, 3), payload=b"abcd"))
     other = bytearray(f)
     other[36:38] = (53).to_bytes(2, "big")
     assert parse(other) is None
@@ -131,12 +132,6 @@ def test_template_rejects(kw, field):
     args.update(kw)
     with pytest.raises(ValueError, match=field):
         FrameTemplate(**args)
-
-
-def test_mac_bytes():
-    assert mac_bytes("02:00:00:00:00:0a") == b"\x02\x00\x00\x00\x00\x0a"
-    with pytest.raises(ValueError, match="mac"):
-        mac_bytes("02:00")
 
 
 def test_bench_build_runs():

@@ -1,0 +1,235 @@
+"""The data path of the emulated RDMA NIC: frames in, frames out, paced.
+
+Book ch.9 (Figures 9-5/9-6: the NIC turns a work request into BTH/RETH frames, the
+receiving NIC places the payload and completes), ch.11 (Figure 11-3: ECN-marked data
+makes the receiving NIC send a CNP with DSCP 48; the sending NIC lowers its rate,
+DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
+
+* Wire: an AF_PACKET raw socket on the NIC interface (PACKET_IGNORE_OUTGOING, as the
+  switch agent). The kernel also sees every RoCE frame: a UDP socket bound to
+  (nic_ip, 4791) exists so it never answers with ICMP port-unreachable. It is not
+  read: its receive buffer is the minimum, the kernel drops the copies silently, and
+  the NIC pays no system call per frame for them.
+* Frames: each QP's fabric.wire.templates.FrameTemplate builds its data frames (DSCP
+  24, ECT), the ACK/NAKs of its responder and its CNPs (DSCP 48); `frame_of` and
+  `pkt_of` map them to and from the transport's descriptors.
+* DCQCN (traffic.dcqcn, model time via fabric.timedil): a NotificationPoint answers
+  CE-marked data with at most one CNP per QP per cnp_interval; a ReactionPoint per QP
+  sets its rate. `pace` spaces each QP's frames by size / rate and the port's by size /
+  link lab rate.
+* PFC: received 802.1Qbb frames (fabric.qos.pfc.EgressPause) stop data on the
+  configured priority (NicConfig.pfc_priority).
+* One lock guards all NIC state; the loop holds it for one iteration at a time.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+
+from fabric.qos.pfc import EgressPause
+from fabric.rawsock import PACKET_IGNORE_OUTGOING, SOL_PACKET
+from fabric.wire.ib import Op, RocePkt
+from fabric.wire.roce import ECN_CE, ROCE_UDP_PORT
+from fabric.wire.templates import FrameTemplate, RoceFields, parse
+from traffic.nic_config import NicConfig
+from traffic.nic_verbs import NicVerbs
+
+__all__ = ["Nic", "frame_of", "pkt_of", "pace", "ETH_P_ALL"]
+
+ETH_P_ALL = 0x0003
+
+
+def frame_of(t: FrameTemplate, p: RocePkt) -> bytes:
+    """The wire frame of a transport descriptor, built from the QP's template."""
+    reth = (p.va, p.rkey, p.dlen) if p.va is not None else None
+    aeth = (p.syndrome, p.msn or 0) if p.syndrome is not None else None
+    return t.build(p.opcode, p.psn, p.ackreq, reth, p.imm, aeth, p.payload, becn=p.becn)
+
+
+def pkt_of(f: RoceFields) -> RocePkt:
+    """The transport descriptor of a parsed frame (the payload stays a view of it)."""
+    return RocePkt(f.opcode, f.dqpn, f.psn, f.ackreq, f.becn, f.fecn, f.pkey, f.va, f.rkey,
+                   f.dlen, f.syndrome, f.msn, f.imm, f.payload, f.src_ip, f.dst_ip)
+
+
+def pace(next_t: float, now: float, nbytes: int, rate_bps: float, slack: float) -> float:
+    """Earliest start of the next frame after one of `nbytes` sent at `now` by a sender
+    allowed to start at `next_t`: spaced by its serialisation at `rate_bps`; a sender
+    more than `slack` behind restarts from now instead of bursting to catch up."""
+    base = next_t if next_t >= now - slack else now
+    return max(base, now - slack) + nbytes * 8 / rate_bps
+
+
+class Nic(NicVerbs):
+    """The NIC: its verbs device plus the data path loop, its sockets and counters."""
+
+    def __init__(self, cfg: NicConfig, open_sockets: bool = True) -> None:
+        """Create the device; with open_sockets, bind the raw and UDP sockets."""
+        super().__init__(cfg)
+        self.rr = 0
+        self.pause = EgressPause(cfg.model_bps, self.td)
+        self.link_lab_bps = self.td.lab_rate(cfg.model_bps)
+        self.slack = max(0.001, 2 * 9216 * 8 / self.link_lab_bps)
+        self.port_next = 0.0
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.waiters = 0
+        self.running = True
+        self.c.update({"rx_frames": 0, "rx_bytes": 0, "tx_frames": 0, "tx_bytes": 0,
+                       "tx_errors": 0, "rx_other": 0, "rx_unknown_qp": 0, "pfc_rx": 0})
+        self.raw = self.udp = None
+        self._buf = bytearray(16384)
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        if open_sockets:
+            self._open()
+
+    def _open(self) -> None:
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        # no PACKET_QDISC_BYPASS: it would hide our frames from captures of this interface
+        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            s.setsockopt(socket.SOL_SOCKET, opt, 8 << 20)
+        s.bind((self.cfg.ifname, ETH_P_ALL))
+        s.setblocking(False)
+        self.raw = s
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # kernel minimum: copies dropped
+        u.bind((self.cfg.ip, ROCE_UDP_PORT))
+        self.udp = u
+
+    def wake(self) -> None:
+        """Make the data-path loop re-evaluate now."""
+        try:
+            self.wake_w.send(b"x")
+        except BlockingIOError:
+            pass
+
+    def send(self, frame: bytes) -> bool:
+        """Put one frame on the wire."""
+        try:
+            self.raw.send(frame)
+        except OSError:
+            self.c["tx_errors"] += 1
+            return False
+        self.c["tx_frames"] += 1
+        self.c["tx_bytes"] += len(frame)
+        return True
+
+    def on_frame(self, mv: memoryview, now: float) -> None:
+        """One received frame: PFC, CNP, data or ACK/NAK for one of our QPs."""
+        c = self.c
+        c["rx_frames"] += 1
+        c["rx_bytes"] += len(mv)
+        if mv[12] == 0x88 and mv[13] == 0x08:
+            if self.pause.on_frame(bytes(mv[:60]), now):
+                c["pfc_rx"] += 1
+            return
+        f = parse(mv)
+        if f is None or f.dst_ip != self.cfg.ip:
+            c["rx_other"] += 1
+            return
+        q = self.qps.get(f.dqpn)
+        if q is None or q.tmpl is None:
+            c["rx_unknown_qp"] += 1
+            return
+        if f.opcode == Op.CNP:
+            q.cnp_rx += 1
+            if q.rp is not None:
+                q.rp.on_cnp(self.td.model_time(now))
+            return
+        if f.ecn == ECN_CE and f.opcode != Op.ACK:
+            q.ce_rx += 1
+            if self.np is not None and self.np.on_ce(q.qpn, self.td.model_time(now)):
+                if self.send(q.tmpl.build_cnp()):
+                    q.cnp_tx += 1
+        for r in q.ep.on_packet(pkt_of(f), now):
+            self.send(frame_of(q.tmpl, r))
+        q.blocked = False
+
+    def transmit(self, now: float) -> None:
+        """Send data frames while the port and some QP's pacer allow (round robin)."""
+        while now >= self.port_next - self.slack and self.order:
+            if self.pause.paused_mask(now) >> self.cfg.pfc_priority & 1:
+                return
+            n = len(self.order)
+            for i in range(n):
+                q = self.order[(self.rr + i) % n]
+                if q.blocked or now < q.next_t:
+                    continue
+                pkt = q.ep.next_packet(now)
+                if pkt is None:
+                    q.blocked = True
+                    continue
+                frame = frame_of(q.tmpl, pkt)
+                self.send(frame)
+                size = len(frame)
+                q.tx_frames += 1
+                q.tx_wire_bytes += size
+                rate = self.link_lab_bps
+                if q.rp is not None:
+                    m = self.td.model_time(now)
+                    q.rp.on_bytes_sent(size, m)
+                    rate = min(rate, self.td.lab_rate(q.rp.rc))
+                q.next_t = pace(q.next_t, now, size, rate, self.slack)
+                self.port_next = pace(self.port_next, now, size, self.link_lab_bps, self.slack)
+                self.rr = (self.rr + i + 1) % n
+                break
+            else:
+                return
+
+    def step(self, now: float) -> float:
+        """One loop iteration: receive, timers, transmit; returns seconds to sleep."""
+        if self.raw is not None:
+            buf = self._buf
+            for _ in range(256):
+                try:
+                    n = self.raw.recv_into(buf)
+                except (BlockingIOError, InterruptedError):
+                    break
+                self.on_frame(memoryview(buf)[:n], now)
+        for q in self.order:
+            d = q.ep.deadline
+            if d is not None and now >= d:
+                q.ep.on_timer(now)
+                q.blocked = False
+        self.transmit(now)
+        if self.waiters:
+            self.cond.notify_all()
+        wake = now + 0.05
+        paused = self.pause.paused_mask(now) >> self.cfg.pfc_priority & 1
+        for q in self.order:
+            if not paused and not q.blocked and not q.ep.requester.idle():
+                wake = min(wake, max(q.next_t, self.port_next - self.slack))
+            if q.ep.deadline is not None:
+                wake = min(wake, q.ep.deadline)
+        if self.pause.mask:
+            wake = min(wake, self.pause.next_expiry)
+        return max(0.0, wake - now)
+
+    def run(self) -> None:
+        """The data-path loop, until stopped."""
+        rl = [self.raw, self.wake_r]
+        while self.running:
+            with self.lock:
+                timeout = self.step(time.monotonic())
+            if timeout > 0:
+                r, _, _ = select.select(rl, [], [], timeout)
+                if self.wake_r in r:
+                    try:
+                        self.wake_r.recv(4096)
+                    except BlockingIOError:
+                        pass
+
+    def counters(self) -> dict:
+        """NIC-wide and per-QP counters (rates in model bit/s)."""
+        now = time.monotonic()
+        return {"gpu": self.cfg.gpu, "ip": self.cfg.ip, "t_lab": now, "tdf": self.cfg.tdf,
+                "link_model_bps": self.cfg.model_bps, **self.c,
+                "pfc": self.pause.counters(now),
+                "np": {"ce_seen": self.np.ce_seen, "cnps": self.np.cnps} if self.np else None,
+                "qps": {str(q): v.snapshot(self.td) for q, v in self.qps.items()}}

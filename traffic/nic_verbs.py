@@ -1,0 +1,206 @@
+"""The verbs side of the emulated RDMA NIC: its objects and the QP life cycle.
+
+Book ch.9 (Figures 9-2 "Memory Allocation and Registration", 9-3 "Create Queue Pairs",
+9-4 "RDMA Connection Initiation", 9-5 "Work Request Message"): what the worker asks of
+its NIC over the control socket (traffic.nic_ctl) — protection domains, memory regions
+over the worker's shared memory, completion queues, RC QPs taken INIT -> RTR -> RTS as
+the CM exchange agrees, work requests posted and received. Each QP gets its transport
+(traffic.rc), its frame template towards the peer QP (fabric.wire.templates) and, with
+DCQCN on, a reaction point (traffic.dcqcn, book ch.11). The local ACK timeout is a
+model duration, converted to lab time with fabric.timedil.
+
+`NicVerbs` is the device without a wire; `traffic.nic_datapath.Nic` adds the data path.
+Callers hold the NIC lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabric.timedil import TimeDilation
+from fabric.wire.roce import udp_sport
+from fabric.wire.templates import FrameTemplate
+from traffic.dcqcn import DcqcnProfile, NotificationPoint, ReactionPoint
+from traffic.nic_client import access_from_json, attach_untracked
+from traffic.nic_config import NicConfig
+from traffic.rc import RcEndpoint
+from traffic.rc_config import RcConfig
+from traffic.verbs import WR, Context, VerbsError, WROpcode
+
+__all__ = ["NicQp", "NicVerbs"]
+
+log = logging.getLogger("traffic.nic")
+
+
+def _get(table: dict, key: int, what: str) -> Any:
+    if key not in table:
+        raise VerbsError(f"{what} {key:#x}")
+    return table[key]
+
+
+@dataclass(eq=False)
+class NicQp:
+    """One QP as the NIC drives it: transport, template, DCQCN, pacing, counters."""
+
+    ep: RcEndpoint
+    start_psn: int
+    write_only: bool
+    tmpl: FrameTemplate | None = None
+    rp: ReactionPoint | None = None
+    next_t: float = 0.0
+    blocked: bool = False
+    peer: dict | None = None      # what the peer exposed (remote_ip, remote_qpn, rkey, ...)
+    expose: Any = None            # our MR offered to the peer
+    tx_frames: int = 0
+    tx_wire_bytes: int = 0
+    ce_rx: int = 0
+    cnp_tx: int = 0
+    cnp_rx: int = 0
+    connected: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+
+    @property
+    def qpn(self) -> int:
+        """The QP number."""
+        return self.ep.qp.qpn
+
+    def snapshot(self, td: TimeDilation) -> dict:
+        """Counters for the control socket."""
+        rq, rs = self.ep.requester.counters, self.ep.responder.counters
+        return {"state": self.ep.qp.state.value, "peer": self.peer,
+                "tx_bytes": rq.bytes, "tx_packets": rq.packets, "retransmits": rq.retransmitted,
+                "timeouts": rq.timeouts, "acks_rx": rq.acks, "naks_rx": rq.naks,
+                "completions": rq.completions, "tx_frames": self.tx_frames,
+                "tx_wire_bytes": self.tx_wire_bytes, **{f"rx_{k}": v for k, v in
+                                                        dataclasses.asdict(rs).items()},
+                "ce_rx": self.ce_rx, "cnps_sent": self.cnp_tx, "cnps_rx": self.cnp_rx,
+                "rate_model_bps": self.rp.rc if self.rp else None,
+                "dcqcn": self.rp.snapshot() if self.rp else None}
+
+
+class NicVerbs:
+    """The NIC's verbs objects and QPs, and the calls that create and drive them."""
+
+    def __init__(self, cfg: NicConfig) -> None:
+        """Create the device (keys, QPNs and start PSNs from a generator seeded by cfg.seed)."""
+        self.cfg = cfg
+        self.td = TimeDilation(cfg.tdf)
+        self.rng = random.Random(cfg.seed)
+        self.ctx = Context(self.rng)
+        self.pds: dict[int, Any] = {}
+        self.cqs: dict[int, Any] = {}
+        self.qps: dict[int, NicQp] = {}
+        self.shms: dict[int, Any] = {}  # lkey -> SharedMemory
+        self.order: list[NicQp] = []    # connected QPs, in the data path's round robin
+        self.profile = None if cfg.dcqcn == "off" else DcqcnProfile.by_name(cfg.dcqcn)
+        self.np = NotificationPoint(self.profile) if self.profile else None
+        self.c = {"closed_qps_tx_bytes": 0}  # payload sent by QPs destroyed since
+
+    def wake(self) -> None:
+        """Tell the data path there is new work (a device without one has nothing to do)."""
+
+    def alloc_pd(self) -> int:
+        """ibv_alloc_pd."""
+        pd = self.ctx.alloc_pd()
+        self.pds[pd.handle] = pd
+        return pd.handle
+
+    def reg_mr(self, pd: int, shm: str, length: int, access: Any) -> dict:
+        """ibv_reg_mr over the worker's shared memory `shm`."""
+        sm = attach_untracked(shm)
+        if sm.size < length:
+            sm.close()
+            raise VerbsError(f"length: shared memory {shm} has {sm.size} bytes, asked {length}")
+        mr = self._pd(pd).reg_mr(sm.buf[:length], access_from_json(access), shm_name=shm)
+        self.shms[mr.lkey] = sm
+        return {"lkey": mr.lkey, "rkey": mr.rkey, "addr": mr.addr, "length": mr.length}
+
+    def dereg_mr(self, lkey: int) -> None:
+        """ibv_dereg_mr."""
+        mr = self.ctx.mrs_by_lkey.get(lkey)
+        if mr is None:
+            raise VerbsError(f"lkey: no MR {lkey:#x}")
+        self.ctx.dereg_mr(mr)
+        sm = self.shms.pop(lkey)
+        try:
+            sm.close()
+        except BufferError:
+            log.warning("MR %#x: shared memory still referenced", lkey)
+
+    def create_cq(self, depth: int = 4096) -> int:
+        """ibv_create_cq; returns a handle."""
+        h = len(self.cqs) + 1
+        self.cqs[h] = self.ctx.create_cq(depth)
+        return h
+
+    def create_qp(self, pd: int, send_cq: int, recv_cq: int, max_send_wr: int = 1024,
+                  write_only: bool = False, pkey: int = 0xFFFF) -> int:
+        """ibv_create_qp (RC) and modify to INIT; returns the QP number."""
+        qp = self._pd(pd).create_qp(self._cq(send_cq), self._cq(recv_cq), max_send_wr)
+        qp.modify_to_init(pkey)
+        c = self.cfg
+        rc = RcConfig(mtu=c.mtu, write_only=write_only, window=c.window,
+                      ackreq_every=c.ackreq_every, reorder_window=max(1024, c.window))
+        q = NicQp(RcEndpoint(qp, rc), self.rng.getrandbits(24), write_only)
+        self.qps[qp.qpn] = q
+        return qp.qpn
+
+    def destroy_qp(self, qpn: int) -> None:
+        """ibv_destroy_qp."""
+        q = self.qps.pop(self._qp(qpn).qpn)
+        self.c["closed_qps_tx_bytes"] += q.ep.requester.counters.bytes
+        q.ep.qp.to_error()
+        if q in self.order:
+            self.order.remove(q)
+        if self.np:
+            self.np.forget(qpn)
+
+    def to_rtr(self, q: NicQp, peer_qpn: int, peer_psn: int, peer_ip: str, mtu: int) -> None:
+        """INIT -> RTR once the CM exchange agreed on QPNs and PSNs; the frame template
+        (needed for ACKs already) and the DCQCN reaction point."""
+        c, qp = self.cfg, q.ep.qp
+        qp.modify_to_rtr(peer_qpn, peer_psn, min(mtu, c.mtu), peer_ip, c.ip)
+        q.tmpl = FrameTemplate(c.mac, c.next_hop_mac(peer_ip), c.ip, peer_ip,
+                               udp_sport(qp.qpn, peer_qpn), peer_qpn, pkey=qp.pkey)
+        if self.profile is not None:
+            q.rp = ReactionPoint(c.model_bps, self.profile)
+        self.order.append(q)
+
+    def to_rts(self, q: NicQp) -> None:
+        """RTR -> RTS: start PSN, local ACK timeout (model, converted to lab), retries."""
+        q.ep.qp.modify_to_rts(q.start_psn, self.td.lab_time(self.cfg.timeout_s),
+                              self.cfg.retry_cnt)
+        q.blocked = False
+        self.wake()
+
+    def post_send(self, qpn: int, wrs: list[dict]) -> None:
+        """ibv_post_send of RDMA WRITE [with immediate] work requests."""
+        q = self._qp(qpn)
+        for w in wrs:
+            imm = w.get("imm")
+            q.ep.qp.post_send(WR(int(w["wr_id"]), WROpcode.WRITE if imm is None
+                                 else WROpcode.WRITE_WITH_IMM, int(w["local_addr"]),
+                                 int(w["length"]), int(w["lkey"]), int(w["remote_addr"]),
+                                 int(w["rkey"]), bool(w.get("signaled", True)), imm))
+        q.blocked = False
+        self.wake()
+
+    def post_recv(self, qpn: int, wr_ids: list[int]) -> None:
+        """ibv_post_recv (for WRITE with immediate)."""
+        q = self._qp(qpn)
+        for i in wr_ids:
+            q.ep.qp.post_recv(int(i))
+
+    def _pd(self, h: int) -> Any:
+        return _get(self.pds, h, "pd: no protection domain")
+
+    def _cq(self, h: int) -> Any:
+        return _get(self.cqs, h, "cq: no completion queue")
+
+    def _qp(self, qpn: int) -> NicQp:
+        return _get(self.qps, qpn, "qpn: no QP")

@@ -1,0 +1,55 @@
+"""Segmentation of an RDMA WRITE message into RC packets (IBA 9.4.3).
+
+Book ch.12: Figures 12-1..12-3 (a message as WRITE FIRST, MIDDLE..., LAST; the RETH
+only in the first packet) and Figure 12-7 (packet spraying: every packet a WRITE ONLY
+with its own RETH, so each lands on its own). Lazy and pure: packet i of a message is
+computed, never a list of all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from fabric.wire.ib import Op
+
+__all__ = ["Segment", "packet_count", "segment_at", "segments"]
+
+
+@dataclass(slots=True, frozen=True)
+class Segment:
+    """One packet of a message: opcode, offset and size of its payload in the message."""
+
+    opcode: Op
+    offset: int
+    size: int
+
+
+def packet_count(length: int, mtu: int) -> int:
+    """Packets needed for a `length`-byte message at `mtu` (a zero-byte write is one packet)."""
+    return max(1, -(-length // mtu))
+
+
+def segment_at(i: int, length: int, mtu: int, write_only: bool = False, imm: bool = False) -> Segment:
+    """Packet i of a message: FIRST/MIDDLE/LAST/ONLY, or all WRITE ONLY in write-only mode."""
+    n = packet_count(length, mtu)
+    if not 0 <= i < n:
+        raise IndexError(f"i: packet {i} of a {n}-packet message")
+    off = i * mtu
+    size = min(mtu, length - off)
+    last = i == n - 1
+    if n == 1 or write_only:
+        op = Op.WRITE_ONLY_IMM if imm and last else Op.WRITE_ONLY
+    elif i == 0:
+        op = Op.WRITE_FIRST
+    elif last:
+        op = Op.WRITE_LAST_IMM if imm else Op.WRITE_LAST
+    else:
+        op = Op.WRITE_MIDDLE
+    return Segment(op, off, size)
+
+
+def segments(length: int, mtu: int, write_only: bool = False, imm: bool = False) -> Iterator[Segment]:
+    """All packets of a message, lazily (a 64 MB write needs no 64 MB of anything)."""
+    for i in range(packet_count(length, mtu)):
+        yield segment_at(i, length, mtu, write_only, imm)
