@@ -3,6 +3,7 @@
 import random
 import socket
 import struct
+from hashlib import blake2b
 
 import pytest
 
@@ -55,6 +56,40 @@ def test_resolve_drop_reasons():
     assert fib.resolve(ip("10.0.1.99"), b"k") == "no_neighbor"
     empty = Fib([], {}, {})
     assert empty.resolve(ip("10.0.1.12"), b"k") == "no_route"
+
+
+SPORTS = range(49152, 49168)  # 16 RoCE flows 10.0.1.11 -> 10.0.2.14:4791
+
+
+def blake2b_keyed_32(key: bytes, seed: int) -> int:
+    """The documented hash, written again here: keyed BLAKE2b, 4-byte digest, key = the
+    seed as 4 big-endian bytes, digest read big-endian."""
+    return int.from_bytes(blake2b(key, digest_size=4, key=seed.to_bytes(4, "big")).digest(), "big")
+
+
+def rocev2_key(sport: int) -> bytes:
+    return ip("10.0.1.11") + ip("10.0.2.14") + b"\x11" + struct.pack("!HH", sport, 4791)
+
+
+@pytest.mark.parametrize("seed, n, want", [
+    # next-hop index of each of the 16 flows, computed with blake2b_keyed_32 % n
+    (7, 2, [1, 1, 1, 0, 1, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0]),
+    (1, 2, [1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 0, 0, 1, 0, 1, 1]),
+    (99, 4, [0, 0, 0, 1, 0, 1, 2, 0, 1, 0, 1, 0, 3, 2, 3, 3]),
+])
+def test_ecmp_hash_is_exactly_the_documented_one(seed, n, want):
+    assert ecmp_hash(rocev2_key(49152), 7) == 0x64432BA3
+    keys = [flow_key(frame(sport=p)) for p in SPORTS]
+    assert keys == [rocev2_key(p) for p in SPORTS]
+    assert [ecmp_hash(k, seed) % n for k in keys] == want
+    assert [blake2b_keyed_32(k, seed) % n for k in keys] == want
+
+
+def test_seeded_fib_spreads_the_flows_exactly():
+    fib = make_fib(seed=7)  # 10.0.2.0/24 -> (eth5, eth6): index 0 = eth5, 1 = eth6
+    got = [fib.resolve(ip("10.0.2.14"), flow_key(frame(sport=p))).ifname for p in SPORTS]
+    assert got == ["eth6" if i else "eth5" for i in [1, 1, 1, 0, 1, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0]]
+    assert got.count("eth5") == 8 and got.count("eth6") == 8
 
 
 def test_ecmp_deterministic_per_flow():
