@@ -185,6 +185,9 @@ def test_psn_wrap_message_straddles_2_24() -> None:
 
 
 def test_go_back_n_after_one_drop() -> None:
+    """All 20 packets leave in one burst (window 256); PSN 5 is lost, so the responder
+    NAKs once at PSN 6 and discards 6..19; the requester goes back to 5 and sends
+    5..19 again: exactly 15 retransmissions, no timeout."""
     pr = Pair(20 * MTU)
     pr.write(1, 0, 20 * MTU)
     dropped = []
@@ -195,22 +198,37 @@ def test_go_back_n_after_one_drop() -> None:
             return True
         return False
     pr.run(drop)
-    assert dropped and pr.dst == pr.src
-    c = pr.ea.requester.counters
-    assert c.retransmitted > 0 and c.naks >= 1 and c.timeouts == 0
-    assert pr.eb.responder.counters.nak_seq == 1  # one NAK per gap, not one per packet
+    assert dropped == [psn_add(0x000ABC, 5)] and pr.dst == pr.src
+    c, r = pr.ea.requester.counters, pr.eb.responder.counters
+    assert (c.retransmitted, c.packets, c.naks, c.timeouts) == (15, 20 + 15, 1, 0)
+    assert r.nak_seq == 1  # one NAK per gap, not one per packet
+    assert (r.out_of_order, r.duplicates, r.bytes_placed) == (14, 0, 20 * MTU)
     assert pr.a.send_cq.poll()[0].status is WCStatus.SUCCESS
 
 
 def test_random_loss_1pct_completes_byte_exact() -> None:
+    """Seeded loss, so the run is exact: 6 data packets and no ACK/NAK are lost (PSN
+    offsets 18, 73, 199, 216, 222 and a resent 251); 216 and 222 leave in the same burst,
+    so one NAK and its go-back-N recover both: 5 NAKs, no timeout."""
     loss = random.Random(42)
+    lost: list[RocePkt] = []
+
+    def drop(p: RocePkt) -> bool:
+        if loss.random() < 0.01:
+            lost.append(p)
+            return True
+        return False
     pr = Pair(1 << 20, cfg=RcConfig(window=64))
     for i in range(8):
         pr.write(i, i << 17, 1 << 17)
-    pr.run(lambda p: loss.random() < 0.01)
+    pr.run(drop)
     assert pr.dst == pr.src
     assert [w.status for w in pr.a.send_cq.poll(20)] == [WCStatus.SUCCESS] * 8
-    assert pr.ea.requester.counters.retransmitted > 0
+    c, r = pr.ea.requester.counters, pr.eb.responder.counters
+    assert [p.opcode == Op.ACK for p in lost] == [False] * 6
+    assert (c.retransmitted, c.naks, c.timeouts) == (102, 6 - 1, 0)
+    assert c.packets == (1 << 20) // MTU + c.retransmitted
+    assert r.packets == c.packets - len(lost) and r.nak_seq == c.naks
 
 
 def test_lost_acks_recovered_by_timeout() -> None:
@@ -224,8 +242,11 @@ def test_lost_acks_recovered_by_timeout() -> None:
             return True
         return False
     pr.run(drop)
-    assert pr.ea.requester.counters.timeouts == 1
-    assert pr.eb.responder.counters.duplicates > 0 and pr.dst == pr.src
+    c, r = pr.ea.requester.counters, pr.eb.responder.counters
+    # the only AckReq (end of message) lost: one timeout, the 4 packets again, all duplicates
+    assert (c.timeouts, c.retransmitted, r.duplicates) == (1, 4, 4) and pr.dst == pr.src
+    # re-ACKed at the first duplicate and at the duplicate carrying the AckReq
+    assert (r.acks, c.acks) == (1 + 2, 2)
 
 
 def test_write_only_shuffled_delivery_lands_byte_exact() -> None:
@@ -233,9 +254,20 @@ def test_write_only_shuffled_delivery_lands_byte_exact() -> None:
     pr = Pair(64 * MTU + 17, cfg)
     pr.write(1, 0, 32 * MTU, imm=0xAB)
     pr.write(2, 32 * MTU, 32 * MTU + 17, imm=0xCD)
+    arrived: list[int] = []
+    on_packet = pr.eb.on_packet
+
+    def spy(p: RocePkt, now: float) -> list[RocePkt]:
+        if p.opcode != Op.ACK:
+            arrived.append(psn_diff(p.psn, 0x000ABC))
+        return on_packet(p, now)
+    pr.eb.on_packet = spy  # type: ignore[method-assign]
     pr.run(shuffle=random.Random(3))
     assert pr.dst == pr.src
-    assert pr.eb.responder.counters.out_of_order > 0
+    # out of order = arrived while an earlier PSN was still missing
+    ahead = [i for i, psn in enumerate(arrived) if any(q not in arrived[:i] for q in range(psn))]
+    assert sorted(arrived) == list(range(65))  # 65 packets, one window: no loss, no resend
+    assert pr.eb.responder.counters.out_of_order == len(ahead) == 60
     assert pr.eb.responder.counters.nak_seq == 0
     assert [w.imm for w in pr.b.recv_cq.poll(5)] == [0xAB, 0xCD]
 
