@@ -133,7 +133,8 @@ def switch_pipeline(n: int = 200_000) -> int:
 
     from switch_agent.agent import Agent
     from switch_agent.config import AgentConfig, PortConfig
-    from switch_agent.forward import FibRoute, mac_bytes
+    from fabric.wire.ether import mac_bytes
+    from switch_agent.forward import FibRoute
     from fabric.qos.config import InterfaceQos, QosConfig
     from traffic.rawgen import build_frame
 

@@ -17,6 +17,8 @@ import struct
 from hashlib import blake2b
 from dataclasses import dataclass
 
+from fabric.wire.ether import mac_bytes
+
 
 @dataclass(frozen=True)
 class NextHop:
@@ -30,11 +32,6 @@ class NextHop:
     def header(self) -> bytes:
         """The 12 bytes that replace the Ethernet addresses."""
         return self.dst_mac + self.src_mac
-
-
-def mac_bytes(mac: str) -> bytes:
-    """'02:00:00:00:01:01' -> 6 bytes."""
-    return bytes.fromhex(mac.replace(":", ""))
 
 
 def ecmp_hash(key: bytes, seed: int) -> int:
