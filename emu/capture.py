@@ -57,6 +57,9 @@ class Captures:
     bound_kb: int = DEFAULT_BOUND_KB
     procs: dict[tuple[str, str], subprocess.Popen] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.directory = Path(self.directory).resolve()  # dumpcap runs in a namespace
+
     def path(self, node: str, ifname: str) -> Path:
         """The pcap file of one interface."""
         return self.directory / f"{node}-{ifname}.pcap"

@@ -14,11 +14,10 @@ import json
 import logging
 import os
 import re
+import secrets
 import signal
 import time
 from pathlib import Path
-
-from pyroute2 import netns as pr_netns
 
 log = logging.getLogger("emu.nsutil")
 
@@ -31,6 +30,15 @@ CLONE_NEWNET = 0x40000000
 def ns_name(tag: str, node: str) -> str:
     """The namespace name of a node in run `tag`."""
     return f"emu-{tag}-{node}"
+
+
+def new_tag() -> str:
+    """A fresh 4-hex-digit run tag not used by a present namespace or run."""
+    used = {NS_PATTERN.match(n).group(1) for n in emu_namespaces()} | set(run_states())
+    while True:
+        t = secrets.token_hex(2)
+        if t not in used:
+            return t
 
 
 def emu_namespaces(tag: str | None = None) -> list[str]:
@@ -47,6 +55,8 @@ def emu_namespaces(tag: str | None = None) -> list[str]:
 
 def attach(name: str, pid: int) -> None:
     """Give the network namespace of `pid` a name (bind mount under /run/netns)."""
+    from pyroute2 import netns as pr_netns  # slow to import: only when a run builds
+
     NETNS_DIR.mkdir(parents=True, exist_ok=True)
     pr_netns.attach(name, pid)
 
@@ -55,6 +65,8 @@ def remove(name: str) -> None:
     """Unmount and remove a named namespace (only emu's, by pattern)."""
     if not NS_PATTERN.match(name):
         raise ValueError(f"refusing to remove non-emu namespace {name!r}")
+    from pyroute2 import netns as pr_netns  # slow to import: only when something is removed
+
     try:
         pr_netns.remove(name)
     except FileNotFoundError:

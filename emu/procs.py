@@ -1,0 +1,53 @@
+"""Product processes inside the namespaces (switch agents, NICs, LLDP speakers, load
+generators): started as `python -m MODULE` from the checkout, awaited on their control
+socket, stopped by pid (never by name, docs/CONVENTIONS.md).
+
+A child's cwd is the checkout, not the caller's: every path handed to one must be
+absolute.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+
+#: the checkout: every product process runs with it as cwd
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_module(node, module: str, args: list[str | Path], **popen_kw):
+    """Start `python -m module ARGS` inside a Mininet node's namespace; paths in `args`
+    are given as `Path`s and must be absolute (ValueError otherwise)."""
+    for a in args:
+        if isinstance(a, Path) and not a.is_absolute():
+            raise ValueError(f"{module}: relative path {str(a)!r} handed to a child process "
+                             f"(its cwd is {REPO})")
+    return node.popen([sys.executable, "-m", module, *map(str, args)], cwd=str(REPO),
+                      **popen_kw)
+
+
+def stop_procs(procs: list) -> None:
+    """SIGTERM each process still running and wait for it."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            p.wait()
+
+
+def wait_ready(what: str, proc, ping, deadline: float, timeout: float, errors=(),
+               hint: str = "") -> None:
+    """Poll `ping()` until it answers ok; RuntimeError if `proc` exits first (`hint`
+    appended), TimeoutError after `deadline` (`timeout` only names it)."""
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}{hint}")
+        try:
+            if ping().get("ok"):
+                return
+        except (FileNotFoundError, ConnectionRefusedError, socket.timeout, *errors):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not ready after {timeout:.0f} s")
+        time.sleep(0.05)

@@ -1,0 +1,152 @@
+"""The network plan of every namespace, exact values, without root (emu.netplan), and
+the pyroute2 requests made from it (emu.netlink's pure normalisers)."""
+
+import pytest
+
+import topologies
+from emu.netlink import route_request, rule_request
+from emu.netplan import (Bridge, Interface, Neighbour, NextHop, RouteEntry, Rule, plan_fabric,
+                         plan_node)
+
+RAIL2X4 = topologies.load("rail2x4")
+PLAN = plan_fabric(RAIL2X4)
+BASE_SYSCTLS = (("net.ipv4.ip_forward", 0), ("net.ipv6.conf.all.disable_ipv6", 1),
+                ("net.ipv6.conf.default.disable_ipv6", 1))
+
+
+def test_every_node_has_a_plan():
+    assert set(PLAN) == set(RAIL2X4.nodes)
+    assert all(p.node == name for name, p in PLAN.items())
+
+
+def test_h1_interfaces_and_addresses():
+    assert PLAN["h1"].interfaces == (
+        Interface("lo"),
+        Interface("nic1", 9216, True, ("10.0.1.11/24",)),
+        Interface("nic2", 9216, True, ("10.0.2.11/24",)),
+        Interface("fe0", 1500, False, ("192.168.10.101/24",)),
+    )
+    assert PLAN["h1"].bridges == ()
+
+
+def test_h1_sysctls():
+    host = {f"net.ipv4.conf.{k}.{n}": v for k in ("all", "default")
+            for n, v in (("arp_ignore", 1), ("arp_announce", 2), ("rp_filter", 0),
+                         ("accept_local", 1))}
+    assert PLAN["h1"].sysctls[:3] == BASE_SYSCTLS
+    assert dict(PLAN["h1"].sysctls[3:]) == host
+
+
+def test_h1_policy_rules_one_table_per_nic_before_local():
+    assert PLAN["h1"].rules == (
+        Rule(0, 255, delete=True),
+        Rule(2000, 255),
+        Rule(1001, 101, src="10.0.1.11", iifname="lo"),
+        Rule(1002, 102, src="10.0.2.11", iifname="lo"),
+    )
+
+
+def test_h1_routes_per_nic_table():
+    assert PLAN["h1"].routes == (
+        RouteEntry("10.0.1.0/24", (NextHop(None, "nic1"),), 101, "10.0.1.11", 253),
+        RouteEntry("0.0.0.0/0", (NextHop("10.0.1.1", "nic1"),), 101),
+        RouteEntry("10.0.2.0/24", (NextHop(None, "nic2"),), 102, "10.0.2.11", 253),
+        RouteEntry("0.0.0.0/0", (NextHop("10.0.2.1", "nic2"),), 102),
+    )
+
+
+def test_h1_neighbours_gateway_and_rail_peers():
+    assert PLAN["h1"].neighbours == (
+        Neighbour("nic1", "10.0.1.1", "02:00:00:00:05:00"),
+        Neighbour("nic1", "10.0.1.12", "02:00:00:00:02:01"),
+        Neighbour("nic1", "10.0.1.13", "02:00:00:00:03:01"),
+        Neighbour("nic1", "10.0.1.14", "02:00:00:00:04:01"),
+        Neighbour("nic2", "10.0.2.1", "02:00:00:00:06:00"),
+        Neighbour("nic2", "10.0.2.12", "02:00:00:00:02:02"),
+        Neighbour("nic2", "10.0.2.13", "02:00:00:00:03:02"),
+        Neighbour("nic2", "10.0.2.14", "02:00:00:00:04:02"),
+    )
+
+
+def test_rail1_svi_bridge_ports_and_sysctls():
+    p = PLAN["rail1"]
+    assert p.bridges == (Bridge("vlan101", "02:00:00:00:05:00", 9216, "10.0.1.1/24"),)
+    assert p.interfaces == (
+        Interface("lo"),
+        *(Interface(f"eth{i}", 9216, True) for i in range(1, 5)),
+        Interface("eth5", 9216, True, ("172.16.1.0/31",)),
+        Interface("eth6", 9216, True, ("172.16.2.0/31",)),
+    )
+    assert p.sysctls == BASE_SYSCTLS + (
+        ("net.ipv4.conf.all.rp_filter", 0), ("net.ipv4.conf.all.send_redirects", 0),
+        ("net.ipv4.conf.default.rp_filter", 0), ("net.ipv4.conf.default.send_redirects", 0))
+    assert p.rules == ()
+
+
+def test_rail1_ecmp_route_over_both_spines():
+    assert PLAN["rail1"].routes == (
+        RouteEntry("10.0.2.0/24", (NextHop("172.16.1.1", "eth5"), NextHop("172.16.2.1", "eth6"))),
+    )
+
+
+def test_rail1_neighbours_hosts_on_the_svi_spines_on_their_links():
+    assert PLAN["rail1"].neighbours == (
+        Neighbour("vlan101", "10.0.1.11", "02:00:00:00:01:01"),
+        Neighbour("vlan101", "10.0.1.12", "02:00:00:00:02:01"),
+        Neighbour("vlan101", "10.0.1.13", "02:00:00:00:03:01"),
+        Neighbour("vlan101", "10.0.1.14", "02:00:00:00:04:01"),
+        Neighbour("eth5", "172.16.1.1", "02:00:00:00:07:01"),
+        Neighbour("eth6", "172.16.2.1", "02:00:00:00:08:01"),
+    )
+
+
+def test_spine2_routes_each_rail_over_its_link():
+    p = PLAN["spine2"]
+    assert p.routes == (RouteEntry("10.0.1.0/24", (NextHop("172.16.2.0", "eth1"),)),
+                        RouteEntry("10.0.2.0/24", (NextHop("172.16.2.2", "eth2"),)))
+    assert p.neighbours == (Neighbour("eth1", "172.16.2.0", "02:00:00:00:05:06"),
+                            Neighbour("eth2", "172.16.2.2", "02:00:00:00:06:06"))
+    assert p.bridges == ()
+
+
+def test_frontend_bridge_namespace_is_plain():
+    p = PLAN["fe"]
+    assert p.sysctls == BASE_SYSCTLS
+    assert p.interfaces == (Interface("lo"),
+                            *(Interface(f"eth{i}", 1500, False) for i in range(1, 5)))
+    assert (p.bridges, p.rules, p.routes, p.neighbours) == ((), (), (), ())
+
+
+def test_rail_only_has_no_routes_and_dual_rail_two_svis():
+    ronly = topologies.load("railonly2x4")
+    assert all(plan_node(ronly, s.name).routes == () for s in ronly.switches())
+    dual = topologies.load("dualrail4x3")
+    two = [plan_node(dual, s.name) for s in dual.switches() if len(s.svis) == 2]
+    assert two and all(len(p.bridges) == 2 for p in two)
+
+
+IFINDEX = {"eth5": 5, "eth6": 6, "nic1": 2}.__getitem__
+
+
+@pytest.mark.parametrize("route, expected", [
+    (RouteEntry("10.0.2.0/24", (NextHop("172.16.1.1", "eth5"), NextHop("172.16.2.1", "eth6"))),
+     {"dst": "10.0.2.0/24", "multipath": [{"gateway": "172.16.1.1", "oif": 5},
+                                          {"gateway": "172.16.2.1", "oif": 6}]}),
+    (RouteEntry("10.0.1.0/24", (NextHop("172.16.2.0", "eth5"),)),
+     {"dst": "10.0.1.0/24", "gateway": "172.16.2.0", "oif": 5}),
+    (RouteEntry("10.0.1.0/24", (NextHop(None, "nic1"),), 101, "10.0.1.11", 253),
+     {"dst": "10.0.1.0/24", "oif": 2, "table": 101, "prefsrc": "10.0.1.11", "scope": 253}),
+    (RouteEntry("0.0.0.0/0", (NextHop("10.0.1.1", "nic1"),), 101),
+     {"dst": "0.0.0.0/0", "gateway": "10.0.1.1", "oif": 2, "table": 101}),
+])
+def test_route_requests(route, expected):
+    assert route_request(route, IFINDEX) == expected
+
+
+@pytest.mark.parametrize("rule, expected", [
+    (Rule(0, 255, delete=True), {"priority": 0, "table": 255}),
+    (Rule(1001, 101, src="10.0.1.11", iifname="lo"),
+     {"priority": 1001, "table": 101, "src": "10.0.1.11", "src_len": 32, "iifname": "lo"}),
+])
+def test_rule_requests(rule, expected):
+    assert rule_request(rule) == expected
