@@ -2,7 +2,7 @@
 
 import pytest
 
-from traffic.workloads.bookexample import describe, run
+from traffic.workloads.bookexample import EXPECTED, check, describe, run
 
 
 def test_book_numbers():
@@ -16,3 +16,10 @@ def test_book_numbers():
 
 def test_learning_rate_is_used():
     assert run(lr=0.1)["W53"] == pytest.approx(0.95)
+
+
+def test_the_workload_checks_the_book_numbers():
+    r = run()
+    assert EXPECTED == {"loss": 0.25, "W53": 0.995} and check(r)
+    assert not check(run(lr=0.1))  # W53 = 0.95 is not the book's step
+    assert not check({**r, "loss": 0.26})

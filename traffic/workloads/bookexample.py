@@ -1,4 +1,4 @@
-"""The book's first worked example (seed 000, Figures 2-2..2-4; FABRIC_FACTS "Model
+"""The book's first worked example (seed 000, Figures 2-2..2-4; docs/FABRIC_FACTS.md "Model
 arithmetic"), trained one step with PyTorch autograd.
 
 Inputs X1 = 1, X2 = 0. Hidden H3: weights 0.5, 0.5, bias 0 -> ReLU(0.5) = 0.5;
@@ -9,6 +9,10 @@ hard-coded but the network and its inputs: the numbers come out of autograd and 
 """
 
 from __future__ import annotations
+
+#: the book's numbers after one step at the default learning rate 0.01 (Fig 2-4)
+EXPECTED = {"loss": 0.25, "W53": 0.995}
+TOLERANCE = 1e-6
 
 
 def run(lr: float = 0.01) -> dict:
@@ -35,6 +39,11 @@ def run(lr: float = 0.01) -> dict:
     return {"H3": h[0, 0].item(), "H4": h[0, 1].item(), "output": y.item(),
             "loss": loss.item(), "dL_dW53": grad_w53, "W53": out.weight[0, 0].item(),
             "learning_rate": lr}
+
+
+def check(r: dict) -> bool:
+    """True if a `run()` at the default learning rate gave the book's loss and W53."""
+    return all(abs(r[k] - v) < TOLERANCE for k, v in EXPECTED.items())
 
 
 def describe(r: dict) -> str:
