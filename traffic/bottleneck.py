@@ -1,7 +1,7 @@
 """N DCQCN senders sharing one switch egress port: a packet-level model in model time.
 
 Book ch.11 (Figure 11-3: the switch marks CE, the receiving NIC returns CNPs, the
-sending NIC slows down; Example 11-3's WRED thresholds) and DCQCN_PARAMS.md ("Checks
+sending NIC slows down; Example 11-3's WRED thresholds) and docs/DCQCN_PARAMS.md ("Checks
 that theory gives us: N long flows into one port converge to C/N each").
 
 The emulated fabric runs this loop with real frames, at a lab speed a Python agent can

@@ -3,7 +3,7 @@
 Book ch.11 ("Data Center Quantized Congestion Notification", Figure 11-3 the receiving
 NIC generates CNPs and the sender NIC delays transmit, Figure 11-7 the ECN/PFC timeline
 t1..t8); algorithm of Zhu et al., "Congestion Control for Large-Scale RDMA Deployments",
-SIGCOMM 2015, with the parameters and update rules of design/DCQCN_PARAMS.md.
+SIGCOMM 2015, with the parameters and update rules of docs/DCQCN_PARAMS.md.
 
 Everything is in MODEL units: times in model seconds, rates in bit/s. The caller passes
 `now` (model seconds) to every call; the RNIC converts the pacing interval to lab time
@@ -32,7 +32,7 @@ TIME_EPS = 1e-12
 
 @dataclass(frozen=True)
 class DcqcnProfile:
-    """DCQCN parameters (DCQCN_PARAMS.md); times in model seconds, rates in bit/s."""
+    """DCQCN parameters (docs/DCQCN_PARAMS.md); times in model seconds, rates in bit/s."""
 
     name: str = "paper"
     g: float = 1 / 256                      #: alpha gain

@@ -1,5 +1,5 @@
 """DCQCN's convergence on one bottleneck (traffic.bottleneck runs the product's reaction
-point, notification point and WRED code): DCQCN_PARAMS.md "N long flows into one port
+point, notification point and WRED code): docs/DCQCN_PARAMS.md "N long flows into one port
 converge to C/N each"."""
 
 import pytest
