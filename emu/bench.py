@@ -9,12 +9,24 @@ of namespaces, with iperf3 TCP at MTU 9000 and 1500. Packets/s are payload bytes
 from __future__ import annotations
 
 import json
+import math
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import topologies
+from collectives.launch import run_job
 from emu.net import FabricNet
-from fabric.qos.config import QosConfig
+from emu.procs import run_module
+from fabric.qos.config import InterfaceQos, QosConfig
+from fabric.wire.ether import mac_bytes
+from fabric.wire.templates import bench_build
+from switch_agent.agent import Agent
+from switch_agent.config import AgentConfig, PortConfig
+from switch_agent.forward import FibRoute
+from traffic.rawgen import build_frame
+from traffic.workloads import rdma
 
 TCP_OVERHEAD = 20 + 20 + 12  # IPv4 + TCP + timestamps option
 
@@ -72,10 +84,6 @@ def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
     crosses rail -> spine -> rail; at half rate no uplink is oversubscribed whatever ECMP
     picks, so any loss is the machine falling behind); senders honour PFC; prints
     delivered / offered per TDF."""
-    import sys
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parent.parent)
     print(f"bench tdf: {topo}, every GPU sends {ROCE_FRAME}-byte frames at {load:g} x its line "
           f"rate to the next host's GPU on another rail, {duration:g} s per TDF")
     print(f"{'TDF':>6} {'lab link':>9} {'offered Mbps':>13} {'delivered Mbps':>15} "
@@ -93,13 +101,13 @@ def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
                 d = fab.gpus[f"{nxt}g{other}"]
                 model = fab.link_of(g.host, g.nic).model_bps
                 rate = load * fnet.td.lab_rate(model)
-                procs.append(fnet.host(g.host).popen(
-                    [sys.executable, "-m", "traffic.rawgen", "--iface", g.nic, "--src-ip", g.ip,
+                procs.append(run_module(fnet.host(g.host), "traffic.rawgen", [
+                     "--iface", g.nic, "--src-ip", g.ip,
                      "--dst-ip", d.ip, "--dst-mac", g.gateway_mac, "--size", str(ROCE_FRAME),
                      "--rate", str(rate), "--duration", str(duration + 2), "--dscp", "24",
                      "--ecn", "2", "--dport", "4791", "--honor-pfc", "--tdf", str(tdf),
                      "--model-rate", str(model)],
-                    cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE))
             time.sleep(1.0)
             a = {s.name: fnet.counters(s.name) for s in fab.switches()}
             time.sleep(duration)
@@ -129,15 +137,6 @@ class _NullSock:
 def switch_pipeline(n: int = 200_000) -> int:
     """Per-packet cost of the agent's pipeline, QoS on (book) vs plain forwarding, for
     switched (intra-rail) and routed (cross-rail) RoCE-sized frames, in one process."""
-    import math
-
-    from switch_agent.agent import Agent
-    from switch_agent.config import AgentConfig, PortConfig
-    from fabric.wire.ether import mac_bytes
-    from switch_agent.forward import FibRoute
-    from fabric.qos.config import InterfaceQos, QosConfig
-    from traffic.rawgen import build_frame
-
     router, h1, h2, spine = ("02:00:00:00:05:00", "02:00:00:00:01:01", "02:00:00:00:02:01",
                              "02:00:00:00:07:01")
     ports = (PortConfig("eth1", router, 200e9, math.inf, 0.0, 101, "h1:nic1"),
@@ -185,9 +184,6 @@ def switch_pipeline(n: int = 200_000) -> int:
 def rnic(size: int = 32 << 20, tdf: float | None = None) -> int:
     """Single-QP RDMA WRITE goodput through the emulated NICs (h1g1 -> rail1 -> h2g1) as a
     fraction of the lab link rate, and frame build rate of the byte templates vs Scapy."""
-    from fabric.wire.templates import bench_build
-    from traffic.workloads import rdma
-
     tpl, scp = bench_build()
     print(f"bench rnic: frame build (4096-byte WRITE ONLY with RETH and ICRC): template "
           f"{tpl:,.0f} frames/s, Scapy {scp:,.0f} frames/s, template/Scapy {tpl / scp:.0f}x",
@@ -212,11 +208,6 @@ def allreduce(sizes: str = "1MB,16MB,64MB", iters: int = 2) -> int:
     """Ring AllReduce busbw on rail2x4 (8 PyTorch workers, backend "emu", book QoS) as a
     fraction of the model link rate, and the same job through torch's gloo over the
     frontend's kernel TCP, in the same run (book ch.14; nccl-tests' busbw)."""
-    import tempfile
-    from pathlib import Path
-
-    from collectives.launch import run_job
-
     fab = topologies.load("rail2x4")
     link = fab.link_of("h1", fab.gpus["h1g1"].nic).model_bps
     rows = {}

@@ -8,11 +8,18 @@ import logging
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import topologies
-from fabric.timedil import DEFAULT_TDF, TimeDilation, format_rate
+from emu import bench, nsutil
+from emu.mncli import open_cli
+from emu.report import report
+from emu.run import build, collect, workload
+from emu.run.plan import make_plan
+from emu.run.report import print_report
+from emu.run.terminal import Terminal
+from fabric.timedil import DEFAULT_TDF
+from switch_agent import control
 
 log = logging.getLogger("emu")
 
@@ -158,34 +165,11 @@ def cmd_show(args) -> int:
     return 0
 
 
-def _run_dir(args, fab) -> Path:
-    if args.out:
-        d = Path(args.out)
-    else:
-        d = Path("runs") / f"{fab.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
 def cmd_run(args) -> int:
-    """`emu run TOPO`."""
-    from emu import capture, reach
-    from emu.metrics import Sampler
-    from emu.net import FabricNet
-    from fabric.timedil import parse_duration
-
+    """`emu run TOPO`: plan -> build -> workload -> collect -> report (emu.run)."""
     fab = topologies.load(args.topology, spines=args.spines, tdf=args.tdf)
     try:
-        targets = capture.select(fab, args.pcap)
-        qos = load_qos_arg(args.qos)
-        workload = _workload_args(args, fab)
-        if workload is not None and args.workload in TORCH_WORKLOADS and targets:
-            for h in sorted({g.host for g in fab.gpus.values()})[:2]:  # the rendezvous
-                if (h, "fe0") not in targets:
-                    targets.append((h, "fe0"))
-        interval = parse_duration(args.interval)
-        if not interval > 0:
-            raise ValueError(f"--interval: must be > 0, got {args.interval!r}")
+        plan = make_plan(args, fab)
     except ValueError as exc:
         print(f"emu: {exc}", file=sys.stderr)
         return 2
@@ -193,233 +177,20 @@ def cmd_run(args) -> int:
         print("emu run needs root (network namespaces, raw sockets): try `sudo python -m emu "
               f"run {args.topology}`", file=sys.stderr)
         return 2
-    say = (lambda *a, **k: None) if args.quiet else print
-    td = TimeDilation(fab.tdf)
-    run_dir = _run_dir(args, fab)
-    (run_dir / "topology.json").write_text(json.dumps(fab.to_dict(), indent=1))
-    say(fab.describe())
-    say(f"\nTime dilation: TDF {fab.tdf:g} — a {format_rate(2e11)} model link runs at "
-        f"{format_rate(td.lab_rate(2e11))} in the lab; 1 µs model = "
-        f"{td.lab_time(1e-6) * 1e3:g} ms lab.")
-    t0 = time.monotonic()
-    say(f"\nBuilding {fab.name} ({len(fab.nodes)} namespaces, {len(fab.links)} links)...",
-        flush=True)
-    results = []
-    if qos is not None:
-        (run_dir / "qos.json").write_text(json.dumps(qos.to_dict(), indent=1))
-        for w in qos.validate([p.ifname for sw in fab.switches() for p in fab.node_ports(sw.name)]):
-            print(f"emu: QoS warning: {w}", file=sys.stderr)
-    say(f"Switch QoS: {'off (plain forwarding)' if qos is None else qos.name}")
-    with FabricNet(fab, run_dir=run_dir, shaping=not args.no_shaping, qos=qos) as fnet:
-        t_build = time.monotonic() - t0
-        say(f"  up in {t_build:.1f} s, run tag {fnet.tag} (namespaces emu-{fnet.tag}-*)",
-            flush=True)
-        if qos is not None:
-            missing = fnet.wait_pfc()
-            say("  LLDP/DCBX: PFC " + ("active on every fabric port" if not missing else
-                                       f"NOT negotiated on {missing}"), flush=True)
-        caps = capture.Captures(run_dir / "pcaps", bound_kb=int(args.pcap_limit * 1000))
-        caps.start(fnet, targets)
-        sampler = Sampler(run_dir / "metrics.csv", td, interval,
-                          {s.name: (lambda n=s.name: fnet.counters(n)) for s in fab.switches()},
-                          {s.name: "switch" for s in fab.switches()})
-        sampler.start()
-        n = len(fab.gpus)
-        say(f"Checking reachability of all {n * (n - 1)} ordered GPU NIC pairs...", flush=True)
-        with phase(args, "pinging every GPU pair through the fabric"):
-            results = reach.check_all(fnet)
-        wl = None
-        t_work = time.monotonic()
-        if workload is not None:
-            say(f"Running workload {args.workload} ...", flush=True)
-            with phase(args, f"{args.workload}: running over the fabric (TDF {fab.tdf:g})"):
-                wl = _run_workload(fnet, args, workload, sampler)
-            print(wl["text"], flush=True)
-        t_work = time.monotonic() - t_work
-        all_counters = sampler.stop()
-        (run_dir / "last_counters.json").write_text(json.dumps(all_counters))
-        counters = {k: v for k, v in all_counters.items() if "ports" in v}
+    term = Terminal(args.quiet)
+    build.announce(plan, term)
+    with build.build(plan, term) as live:
+        outcome = workload.run_all(plan, live, term)
+        all_counters = collect.stop_sampling(plan, live)
         if args.cli:
-            from mininet.log import setLogLevel
-
-            from emu.mncli import EmuCLI
-
-            setLogLevel("output")  # the CLI prints through Mininet's 'output' level
-            say("\nMininet CLI: try `h1g1 ping h4g2`, `counters rail1`, `fabric`, `exit`.")
-            EmuCLI(fnet)
-        pcaps = caps.stop()
-    ok = [r for r in results if r.ok]
-    bad = [r for r in results if not reach.as_expected(fab, r)]
-    by_design = [r for r in results if reach.expected_hops(fab, r.src, r.dst) is None]
-    wrong_path = [r for r in ok if r in bad]
-    summary = {
-        "topology": fab.name, "tdf": fab.tdf, "build_s": round(t_build, 2),
-        "pairs": len(results), "reachable": len(ok), "wrong_path": len(wrong_path),
-        "min_rtt_ms": {"intra_rail": _min_rtt(fab, ok, same=True),
-                       "cross_rail": _min_rtt(fab, ok, same=False)},
-        "switches": {sw: {"rx_packets": sum(p["rx_packets"] for p in c["ports"].values()),
-                          "tx_packets": sum(p["tx_packets"] for p in c["ports"].values()),
-                          "drops": sum(sum(p["drops"].values()) for p in c["ports"].values())}
-                     for sw, c in counters.items()},
-        "pcaps": pcaps,
-        "unreachable_by_design": len(by_design),
-        "verdict": "pass" if results and not bad and (wl is None or wl["ok"]) else "fail",
-        "version": 1, "qos": qos.name if qos is not None else "off",
-        "workload_lab_s": round(t_work, 3), "workload_model_s": td.model_time(t_work),
-        "metrics_rows": sampler.rows,
-    }
-    from emu.report import class_totals, nic_totals, table_text
-
-    summary["classes"] = class_totals(counters)
-    summary["nics"] = nic_totals(all_counters)
-    if wl is not None:
-        summary["workload"] = {k: v for k, v in wl["result"].items()
-                               if k not in ("rate_samples", "steps")}
-        if wl["result"].get("steps"):
-            summary["steps"] = wl["result"]["steps"]
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(f"\nSummary: {len(ok)}/{len(results)} GPU pairs reachable; "
-          f"{len(ok) - len(wrong_path)} took the expected path "
-          f"(intra-rail 0 routed hops, cross-rail 3: rail->spine->rail).")
-    if by_design:
-        print(f"  {len(by_design)} cross-rail pairs have no fabric path by design (rail-only, "
-              f"ch.13: their data crosses NVLink first); "
-              f"{sum(1 for r in by_design if not r.ok)} of them were indeed unreachable.")
-    from emu import plots
-
-    made = plots.make_all(run_dir)
-    print(table_text(summary, color=sys.stdout.isatty()).rstrip("\n").rsplit("\n", 1)[0])
-    if made:
-        print(f"  plots: {', '.join(p.name for p in made)} in {run_dir / 'plots'}")
-    for r in [r for r in bad if not r.ok][:10]:
-        print(f"  UNREACHABLE {r.src} -> {r.dst}")
-    for r in [r for r in bad if r.ok and r in by_design][:10]:
-        print(f"  REACHABLE THOUGH RAIL-ONLY {r.src} -> {r.dst}")
-    for r in [r for r in wrong_path if r not in by_design][:10]:
-        print(f"  UNEXPECTED PATH {r.src} -> {r.dst}: {r.hops} routed hops")
-    truncated = [name for name, p in pcaps.items() if p["truncated"]]
-    if pcaps:
-        print(f"  {len(pcaps)} captures in {run_dir / 'pcaps'} (timestamps are lab time; "
-              f"model time = lab / {fab.tdf:g})"
-              + (f"; truncated at the size bound: {', '.join(truncated)}" if truncated else ""))
-    print(f"Verdict: {summary['verdict'].upper()}.  Run directory: {run_dir}")
-    return 0 if summary["verdict"] == "pass" else 1
-
-
-def phase(args, text: str):
-    """A rich spinner for a long phase on a terminal; nothing when quiet or not a TTY
-    (the phase's own plain line was printed already, so CI logs stay readable)."""
-    import contextlib
-
-    if args.quiet or not sys.stdout.isatty():
-        return contextlib.nullcontext()
-    from rich.console import Console
-
-    return Console().status(text)
-
-
-TORCH_WORKLOADS = {"allreduce": "collectives.workloads.allreduce",
-                   "train": "collectives.workloads.train",
-                   "pipeline": "collectives.workloads.pipeline",
-                   "tensor": "collectives.workloads.tensor", "script": None}
-
-
-def _workload_args(args, fab) -> dict | None:
-    """Validate --workload options before anything is built (ValueError names the bad one)."""
-    from fabric.timedil import parse_size
-
-    if args.script is not None:
-        if args.workload is not None:
-            raise ValueError(f"--script and --workload {args.workload}: pick one")
-        if not args.script or not Path(args.script[0]).is_file():
-            raise ValueError(f"--script: no such file {(args.script or [''])[0]!r}")
-        args.workload = "script"
-    if args.workload is None:
-        return None
-    if args.workload == "bookexample":
-        return {"gpus": [], "size": 0}
-    if args.workload in TORCH_WORKLOADS:
-        from collectives.launch import plan
-
-        slots = plan(fab)  # ValueError unless every host has as many GPUs
-        if args.workload == "pipeline" and (len({s.host for s in slots}) < 2
-                                            or len(slots) // len({s.host for s in slots}) < 2):
-            raise ValueError("pipeline: needs 2 hosts with 2 GPUs each (the book's 0a, 1a, "
-                             "0b, 1b)")
-        bad = [d for d in args.dtype.split(",") if d not in ("float32", "float64", "int32", "int64")]
-        if bad:
-            raise ValueError(f"--dtype: {bad[0]!r} is not float32, float64, int32 or int64")
-        if args.iters is not None and args.iters < 1:
-            raise ValueError(f"--iters: must be >= 1, got {args.iters}")
-        sizes = [parse_size(x) for x in (args.size or "64MB").split(",") if x.strip()]
-        if not sizes or not all(0 < x < 1 << 31 for x in sizes):
-            raise ValueError(f"--size: 1 B .. 2 GiB per rank, got {args.size!r}")
-        return {"gpus": list(fab.gpus), "sizes": sizes, "size": max(sizes)}
-    if args.workload == "write":
-        named = [("--src", args.src), ("--dst", args.dst)]
-    else:
-        named = [("--to", args.to)] + [("--from", g) for g in args.froms.split(",") if g]
-    for opt, g in named:
-        if g not in fab.gpus:
-            raise ValueError(f"{opt}: no GPU {g!r} in {fab.name} (e.g. {next(iter(fab.gpus))})")
-    size = parse_size(args.size or "16MB")
-    if not 0 < size < 1 << 31:
-        raise ValueError(f"--size: must be 1 B .. 2 GiB, got {args.size!r}")
-    return {"gpus": [g for _, g in named], "size": size}
-
-
-def _run_workload(fnet, args, w: dict, sampler=None) -> dict:
-    """Start the NICs of the GPUs involved and run the workload; result and verdict."""
-    from traffic import nic_client
-    from traffic.workloads import rdma
-
-    if args.workload == "bookexample":
-        from traffic.workloads import bookexample
-
-        r = bookexample.run()
-        ok = abs(r["loss"] - 0.25) < 1e-6 and abs(r["W53"] - 0.995) < 1e-6
-        return {"result": r, "ok": ok, "text": bookexample.describe(r)}
-
-    socks = fnet.start_nics(dcqcn=args.dcqcn, gpus=sorted(set(w["gpus"])))
-    if fnet.run_dir is not None:  # the effective congestion-control configuration
-        import dataclasses
-
-        from traffic.dcqcn import DcqcnProfile
-
-        prof = (dataclasses.asdict(DcqcnProfile.by_name(args.dcqcn)) if args.dcqcn != "off"
-                else {"name": "off"})
-        (fnet.run_dir / "dcqcn.json").write_text(json.dumps(prof, indent=1))
-    if sampler is not None:  # sample the NICs' QPs too (rate, CNPs)
-        for gpu, sock in socks.items():
-            sampler.kinds[gpu] = "nic"
-            sampler.sources[gpu] = (lambda p=sock: nic_client.request(p, {"cmd": "counters"}))
-    if args.workload in TORCH_WORKLOADS:
-        from collectives.jobresult import run_torch_workload
-
-        return run_torch_workload(fnet, args, w, socks)
-    if args.workload == "write":
-        r = rdma.write(fnet.fabric, socks, args.src, args.dst, w["size"],
-                       write_only=args.write_only)
-        ok = r["status"] == "SUCCESS" and r["byte_exact"]
-    else:
-        r = rdma.incast(fnet.fabric, socks, w["gpus"][0], w["gpus"][1:], w["size"])
-        ok = set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values())
-    return {"result": r, "ok": ok, "text": rdma.describe(r)}
-
-
-def load_qos_arg(text: str):
-    """`--qos` value -> QosConfig, or None for off."""
-    if text in ("off", "none"):
-        return None
-    from fabric.qos.load import load_qos
-
-    return load_qos(text)
+            open_cli(live.fnet, term.say)
+        pcaps = live.captures.stop()
+    summary = collect.summarise(plan, live, outcome, all_counters, pcaps)
+    return print_report(plan, summary, outcome, pcaps)
 
 
 def cmd_report(args) -> int:
     """`emu report RUNDIR`."""
-    from emu.report import report
-
     try:
         report(Path(args.run_dir))
     except (FileNotFoundError, ValueError) as exc:
@@ -430,9 +201,6 @@ def cmd_report(args) -> int:
 
 def cmd_show_switch(args) -> int:
     """`emu show-switch RUN SWITCH TEXT`."""
-    from emu import nsutil
-    from switch_agent import control
-
     tag = args.run
     if tag == "-":
         live = [t for t, st in nsutil.run_states().items() if nsutil.alive(st.get("pid", 0))]
@@ -454,16 +222,8 @@ def cmd_show_switch(args) -> int:
     return 0
 
 
-def _min_rtt(fab, results, same: bool):
-    vals = [r.rtt_ms for r in results if r.rtt_ms is not None
-            and (fab.gpus[r.src].rail == fab.gpus[r.dst].rail) == same]
-    return min(vals) if vals else None
-
-
 def cmd_clean(args) -> int:
     """`emu clean`."""
-    from emu import nsutil
-
     if os.geteuid() != 0:
         print("emu clean needs root to remove namespaces: try `sudo python -m emu clean`",
               file=sys.stderr)
@@ -481,8 +241,6 @@ def cmd_clean(args) -> int:
 
 def cmd_bench(args) -> int:
     """`emu bench ...`."""
-    from emu import bench
-
     if args.what == "switch":
         return bench.switch_pipeline()
     if os.geteuid() != 0:

@@ -13,7 +13,7 @@ Extra commands: ``fabric`` (the wiring plan), ``counters SWITCH`` (live agent co
 from __future__ import annotations
 
 from mininet.cli import CLI
-from mininet.log import error, output
+from mininet.log import error, output, setLogLevel
 
 SOURCE_FLAGS = {"ping": "-I", "traceroute": "-s", "iperf3": "-B", "iperf": "-B"}
 
@@ -77,3 +77,10 @@ class EmuCLI(CLI):
         for port, c in snap["ports"].items():
             output(f"{port:<6} {c['peer']:<12} {c['rx_packets']:>9} {c['rx_bytes']:>12} "
                    f"{c['tx_packets']:>9} {c['tx_bytes']:>12}  {c['drops'] or ''}\n")
+
+
+def open_cli(fabric_net, say=print) -> None:
+    """Run the CLI on a live fabric until `exit` (Mininet prints at its 'output' level)."""
+    setLogLevel("output")
+    say("\nMininet CLI: try `h1g1 ping h4g2`, `counters rail1`, `fabric`, `exit`.")
+    EmuCLI(fabric_net)

@@ -20,14 +20,20 @@ import logging
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from emu.metrics import read_rows  # noqa: E402
+from emu.metrics import read_rows
 
 log = logging.getLogger("emu.plots")
+
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend, imported on first use (it takes most of a
+    second: `python -m emu --help` and runs without plots do not pay for it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _save(fig, ax, path: Path, title: str, ylabel: str | None = None, legend: bool = False) -> bool:
@@ -40,7 +46,7 @@ def _save(fig, ax, path: Path, title: str, ylabel: str | None = None, legend: bo
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
+    _pyplot().close(fig)
     return True
 
 
@@ -58,7 +64,7 @@ def queue_depth(rows, qos: dict | None, path: Path, top: int = 4) -> bool:
     if not s or max(v for pts in s.values() for _, v in pts) <= 0:
         return False
     busiest = sorted(s, key=lambda k: -max(v for _, v in s[k]))[:top]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = _pyplot().subplots(figsize=(9, 4.5))
     for k in busiest:
         t, v = zip(*s[k])
         ax.plot([x * 1e3 for x in t], [y / 1e3 for y in v], label=f"{k[0]}:{k[1]} q{k[2]}")
@@ -83,7 +89,7 @@ def qp_rates(rows, path: Path) -> bool:
     if not s:
         return False
     cnps = _series(rows, "cnps_rx")
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = _pyplot().subplots(figsize=(9, 4.5))
     for k, pts in s.items():
         t, v = zip(*pts)
         (line,) = ax.plot([x * 1e3 for x in t], [y / 1e9 for y in v], label=f"{k[0]} {k[1]}")
@@ -107,7 +113,7 @@ def pause_timeline(rows, topology: dict, path: Path) -> bool:
         peer[(lk["b"]["node"], lk["b"]["ifname"])] = lk["a"]["node"]
     labels = sorted({f"{n} pauses {peer.get((n, p), '?')} ({p})" for _, n, p in sent})
     y = {lab: i for i, lab in enumerate(labels)}
-    fig, ax = plt.subplots(figsize=(9, 1 + 0.4 * len(labels)))
+    fig, ax = _pyplot().subplots(figsize=(9, 1 + 0.4 * len(labels)))
     for t, n, p in sent:
         ax.scatter(t * 1e3, y[f"{n} pauses {peer.get((n, p), '?')} ({p})"], marker="|", s=200,
                    color="tab:red")
@@ -137,7 +143,7 @@ def utilisation(rows, topology: dict, path: Path) -> bool:
         for t, v in s[k]:  # switches are sampled one after the other: bin by round
             grid[i][min(nbins - 1, round((t - t0) / (t1 - t0) * (nbins - 1)))] = min(v / rate[k], 1.0)
     times = (t0, t1)
-    fig, ax = plt.subplots(figsize=(9, 1 + 0.25 * len(ports)))
+    fig, ax = _pyplot().subplots(figsize=(9, 1 + 0.25 * len(ports)))
     im = ax.imshow(grid, aspect="auto", interpolation="nearest", vmin=0, vmax=1, cmap="viridis",
                    extent=(times[0] * 1e3, times[1] * 1e3, len(ports) - 0.5, -0.5))
     ax.set_yticks(range(len(ports)), [f"{n}:{p}" for n, p in ports], fontsize=7)
@@ -152,14 +158,14 @@ def step_timeline(steps: list[dict], path: Path) -> bool:
     ranks = sorted({s["rank"] for s in steps})
     phases = sorted({s.get("phase", "") for s in steps})
     colors = {ph: f"C{i}" for i, ph in enumerate(phases)}
-    fig, ax = plt.subplots(figsize=(9, 1 + 0.4 * len(ranks)))
+    fig, ax = _pyplot().subplots(figsize=(9, 1 + 0.4 * len(ranks)))
     for s in steps:
         ax.barh(ranks.index(s["rank"]), (s["t_end_s"] - s["t_start_s"]) * 1e3,
                 left=s["t_start_s"] * 1e3, color=colors[s.get("phase", "")], edgecolor="white")
         ax.text((s["t_start_s"] + s["t_end_s"]) / 2 * 1e3, ranks.index(s["rank"]),
                 str(s["step"]), ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    handles = [_pyplot().Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
     ax.legend(handles, list(colors), fontsize=8)
     return _save(fig, ax, path, "Collective steps per rank (bar label: step)")
 

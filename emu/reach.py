@@ -94,3 +94,34 @@ def check_all(fnet, count: int = 3, timeout_s: float = 20.0, pairs=None) -> list
             text, _ = p.communicate()
         out.append(parse_ping(src, dst, text.decode(errors="replace")))
     return out
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """The reachability results of a run, sorted by what they mean."""
+
+    results: tuple[PairResult, ...]
+    ok: tuple[PairResult, ...]  # got replies
+    bad: tuple[PairResult, ...]  # not as the design expects (emu.reach.as_expected)
+    by_design: tuple[PairResult, ...]  # pairs the design gives no fabric path
+    wrong_path: tuple[PairResult, ...]  # replied, but over an unexpected path
+
+    @property
+    def passed(self) -> bool:
+        """Pairs were checked and every one was as expected."""
+        return bool(self.results) and not self.bad
+
+
+def judge(fabric: Fabric, results: list[PairResult]) -> Verdicts:
+    """Sort ping results against the fabric's design."""
+    ok = tuple(r for r in results if r.ok)
+    bad = tuple(r for r in results if not as_expected(fabric, r))
+    by_design = tuple(r for r in results if expected_hops(fabric, r.src, r.dst) is None)
+    return Verdicts(tuple(results), ok, bad, by_design, tuple(r for r in ok if r in bad))
+
+
+def min_rtt_ms(fabric: Fabric, results, same_rail: bool) -> float | None:
+    """The smallest RTT among pairs on one rail (same_rail) or across rails."""
+    vals = [r.rtt_ms for r in results if r.rtt_ms is not None
+            and (fabric.gpus[r.src].rail == fabric.gpus[r.dst].rail) == same_rail]
+    return min(vals) if vals else None

@@ -18,6 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from emu import plots
+
 SCHEMA_VERSION = 1
 REQUIRED = {"version": int, "topology": str, "tdf": (int, float), "verdict": str,
             "switches": dict}
@@ -106,8 +108,6 @@ def table_text(summary: dict, run_dir: Path | None = None, width: int = 100,
 
 def report(run_dir: Path, out=sys.stdout) -> dict:
     """Regenerate plots and print the summary table of a run directory (no root)."""
-    from emu import plots
-
     run_dir = Path(run_dir)
     path = run_dir / "summary.json"
     if not path.is_file():

@@ -65,3 +65,51 @@ def test_pcap_selection():
     assert select(fab, "rail1:eth5,h1:nic1") == [("rail1", "eth5"), ("h1", "nic1")]
     with pytest.raises(ValueError, match="rail9:eth1"):
         select(fab, "rail9:eth1")
+
+
+def plan_of(*argv):
+    import topologies
+    from emu.run.plan import make_plan
+
+    args = build_parser().parse_args(["run", "rail2x4", *argv])
+    return make_plan(args, topologies.load("rail2x4"))
+
+
+def test_run_dir_is_absolute_relative_to_the_callers_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    p = plan_of("--out", "mine")
+    assert p.shown_dir == Path("mine") and p.run_dir == tmp_path / "mine"
+    p = plan_of()
+    assert p.run_dir.is_absolute() and p.run_dir.parent == tmp_path / "runs"
+    assert p.run_dir.name.startswith("rail2x4-") and not p.run_dir.exists()  # made at build
+
+
+def test_run_plan_checks_options_before_anything_is_built():
+    p = plan_of("--workload", "allreduce", "--size", "1MB,2MB")
+    assert p.workload["sizes"] == [1_000_000, 2_000_000] and ("h1", "fe0") in p.targets
+    assert p.qos.name and p.interval == pytest.approx(50e-6)
+    assert plan_of("--qos", "off").qos is None
+    for argv, opt in ((["--interval", "0us"], "--interval"), (["--pcap", "rail9:eth1"], "rail9"),
+                      (["--workload", "write", "--src", "h9g9"], "--src"),
+                      (["--workload", "allreduce", "--dtype", "bf16"], "--dtype")):
+        with pytest.raises(ValueError, match=opt):
+            plan_of(*argv)
+
+
+def test_bad_run_option_exits_2_before_root_is_asked():
+    r = run("run", "rail2x4", "--workload", "write", "--dst", "h9g1")
+    assert r.returncode == 2 and "--dst: no GPU 'h9g1'" in r.stderr
+
+
+def test_processes_get_absolute_paths_only():
+    from emu.procs import run_module
+
+    class Node:
+        def popen(self, argv, **kw):
+            return argv, kw
+
+    argv, kw = run_module(Node(), "traffic.nic", [Path("/run/emu/x/nic.json"), "--log", "x"])
+    assert argv[1:] == ["-m", "traffic.nic", "/run/emu/x/nic.json", "--log", "x"]
+    assert Path(kw["cwd"]).is_absolute()
+    with pytest.raises(ValueError, match="relative path 'runs/x/agent-rail1.log'"):
+        run_module(Node(), "switch_agent", [Path("runs/x/agent-rail1.log")])

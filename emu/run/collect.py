@@ -1,0 +1,60 @@
+"""Step 4 of `emu run`: stop sampling and keep every agent's and NIC's last counters
+(last_counters.json), then, after teardown, the run's summary.json (emu.report's
+schema: verdict, reachability, totals per switch and class, NIC totals, the workload's
+result and completion time in lab and model time).
+"""
+
+from __future__ import annotations
+
+import json
+
+from emu import reach
+from emu.report import SCHEMA_VERSION, class_totals, nic_totals
+from emu.run.build import Live
+from emu.run.plan import RunPlan
+from emu.run.workload import Outcome
+
+
+def stop_sampling(plan: RunPlan, live: Live) -> dict:
+    """Stop the sampler; write and return the last counters of every agent and NIC."""
+    all_counters = live.sampler.stop()
+    (plan.run_dir / "last_counters.json").write_text(json.dumps(all_counters))
+    return all_counters
+
+
+def switch_totals(counters: dict) -> dict[str, dict]:
+    """Packets in and out and drops per switch, summed over its ports."""
+    return {sw: {"rx_packets": sum(p["rx_packets"] for p in c["ports"].values()),
+                 "tx_packets": sum(p["tx_packets"] for p in c["ports"].values()),
+                 "drops": sum(sum(p["drops"].values()) for p in c["ports"].values())}
+            for sw, c in counters.items()}
+
+
+def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
+              pcaps: dict) -> dict:
+    """summary.json of the run (written, and returned)."""
+    fab, v, wl = plan.fabric, out.reach, out.workload
+    counters = {k: c for k, c in all_counters.items() if "ports" in c}
+    summary = {
+        "topology": fab.name, "tdf": fab.tdf, "build_s": round(live.build_s, 2),
+        "pairs": len(v.results), "reachable": len(v.ok), "wrong_path": len(v.wrong_path),
+        "min_rtt_ms": {"intra_rail": reach.min_rtt_ms(fab, v.ok, same_rail=True),
+                       "cross_rail": reach.min_rtt_ms(fab, v.ok, same_rail=False)},
+        "switches": switch_totals(counters),
+        "pcaps": pcaps,
+        "unreachable_by_design": len(v.by_design),
+        "verdict": "pass" if v.passed and (wl is None or wl["ok"]) else "fail",
+        "version": SCHEMA_VERSION, "qos": plan.qos.name if plan.qos is not None else "off",
+        "workload_lab_s": round(out.workload_lab_s, 3),
+        "workload_model_s": plan.td.model_time(out.workload_lab_s),
+        "metrics_rows": live.sampler.rows,
+        "classes": class_totals(counters),
+        "nics": nic_totals(all_counters),
+    }
+    if wl is not None:
+        summary["workload"] = {k: x for k, x in wl["result"].items()
+                               if k not in ("rate_samples", "steps")}
+        if wl["result"].get("steps"):
+            summary["steps"] = wl["result"]["steps"]
+    (plan.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary

@@ -1,0 +1,70 @@
+"""Step 1 of `emu run`: every option checked and resolved before anything is built
+(a bad value fails here, naming the option; docs/CONVENTIONS.md).
+
+The run directory is resolved to an absolute path here, once: agents, NICs, workers
+and dumpcap run with other working directories, and every path they get derives from
+it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from emu import capture
+from emu.run import options
+from fabric.qos.config import QosConfig
+from fabric.qos.load import load_qos
+from fabric.timedil import TimeDilation, parse_duration
+from topologies.model import Fabric
+
+
+@dataclass
+class RunPlan:
+    """What one `emu run` will do, validated."""
+
+    args: argparse.Namespace
+    fabric: Fabric
+    qos: QosConfig | None  # None = plain forwarding
+    targets: list[tuple[str, str]]  # (node, ifname) to capture
+    workload: dict | None  # validated workload options (emu.run.options.validate)
+    interval: float  # metrics sampling interval, model seconds
+    shown_dir: Path  # the run directory as the user named it (printed)
+    run_dir: Path  # the same, absolute (every file and child process uses this one)
+
+    @property
+    def td(self) -> TimeDilation:
+        """The run's time dilation."""
+        return TimeDilation(self.fabric.tdf)
+
+
+def load_qos_arg(text: str) -> QosConfig | None:
+    """`--qos` value -> QosConfig, or None for off."""
+    if text in ("off", "none"):
+        return None
+    return load_qos(text)
+
+
+def run_dir_arg(out: str | None, fabric: Fabric) -> Path:
+    """`--out`, or runs/<topology>-<time> under the current directory."""
+    if out:
+        return Path(out)
+    return Path("runs") / f"{fabric.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
+    """Check every `emu run` option against the fabric; ValueError names the bad one."""
+    targets = capture.select(fabric, args.pcap)
+    qos = load_qos_arg(args.qos)
+    wl = options.validate(args, fabric)
+    if wl is not None and args.workload in options.TORCH_WORKLOADS and targets:
+        for h in sorted({g.host for g in fabric.gpus.values()})[:2]:  # the rendezvous
+            if (h, "fe0") not in targets:
+                targets.append((h, "fe0"))
+    interval = parse_duration(args.interval)
+    if not interval > 0:
+        raise ValueError(f"--interval: must be > 0, got {args.interval!r}")
+    shown = run_dir_arg(args.out, fabric)
+    return RunPlan(args, fabric, qos, targets, wl, interval, shown, shown.resolve())

@@ -1,0 +1,43 @@
+"""Step 5 of `emu run`: what the terminal shows at the end — reachability, the plots
+made (emu.plots), the table per switch and class (emu.report), what went wrong, the
+captures, the verdict and the run directory; the exit status (0 = pass)."""
+
+from __future__ import annotations
+
+import sys
+
+from emu import plots
+from emu.report import table_text
+from emu.run.plan import RunPlan
+from emu.run.workload import Outcome
+
+SHOWN = 10  # listed failures per kind
+
+
+def print_report(plan: RunPlan, summary: dict, out: Outcome, pcaps: dict) -> int:
+    """Print the end of the run; returns the exit status."""
+    v, shown = out.reach, plan.shown_dir
+    print(f"\nSummary: {len(v.ok)}/{len(v.results)} GPU pairs reachable; "
+          f"{len(v.ok) - len(v.wrong_path)} took the expected path "
+          f"(intra-rail 0 routed hops, cross-rail 3: rail->spine->rail).")
+    if v.by_design:
+        print(f"  {len(v.by_design)} cross-rail pairs have no fabric path by design (rail-only, "
+              f"ch.13: their data crosses NVLink first); "
+              f"{sum(1 for r in v.by_design if not r.ok)} of them were indeed unreachable.")
+    made = plots.make_all(plan.run_dir)
+    print(table_text(summary, color=sys.stdout.isatty()).rstrip("\n").rsplit("\n", 1)[0])
+    if made:
+        print(f"  plots: {', '.join(p.name for p in made)} in {shown / 'plots'}")
+    for r in [r for r in v.bad if not r.ok][:SHOWN]:
+        print(f"  UNREACHABLE {r.src} -> {r.dst}")
+    for r in [r for r in v.bad if r.ok and r in v.by_design][:SHOWN]:
+        print(f"  REACHABLE THOUGH RAIL-ONLY {r.src} -> {r.dst}")
+    for r in [r for r in v.wrong_path if r not in v.by_design][:SHOWN]:
+        print(f"  UNEXPECTED PATH {r.src} -> {r.dst}: {r.hops} routed hops")
+    truncated = [name for name, p in pcaps.items() if p["truncated"]]
+    if pcaps:
+        print(f"  {len(pcaps)} captures in {shown / 'pcaps'} (timestamps are lab time; "
+              f"model time = lab / {plan.fabric.tdf:g})"
+              + (f"; truncated at the size bound: {', '.join(truncated)}" if truncated else ""))
+    print(f"Verdict: {summary['verdict'].upper()}.  Run directory: {shown}")
+    return 0 if summary["verdict"] == "pass" else 1

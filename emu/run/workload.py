@@ -1,0 +1,77 @@
+"""Step 3 of `emu run`: every GPU NIC pair pinged (emu.reach), then the workload run
+over the fabric: RDMA WRITE / incast through the emulated NICs (traffic.workloads.rdma,
+book ch.9/12), a PyTorch job with one worker per GPU (collectives, ch.14), or the
+book's worked example (ch.2, no fabric). Each returns {"result", "ok", "text"}; the
+workload module owns its check. The options were checked by emu.run.options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+
+from collectives.jobresult import run_torch_workload
+from emu import reach
+from emu.reach import Verdicts
+from emu.run.build import Live
+from emu.run.options import TORCH_WORKLOADS
+from emu.run.plan import RunPlan
+from emu.run.terminal import Terminal
+from traffic import nic_client
+from traffic.dcqcn import DcqcnProfile
+from traffic.workloads import bookexample, rdma
+
+
+def run(fnet, args: argparse.Namespace, w: dict, sampler=None) -> dict:
+    """Start the NICs of the GPUs involved and run the workload; result and verdict."""
+    if args.workload == "bookexample":
+        r = bookexample.run()
+        return {"result": r, "ok": bookexample.check(r), "text": bookexample.describe(r)}
+    socks = fnet.start_nics(dcqcn=args.dcqcn, gpus=sorted(set(w["gpus"])))
+    if fnet.run_dir is not None:  # the effective congestion-control configuration
+        prof = (dataclasses.asdict(DcqcnProfile.by_name(args.dcqcn)) if args.dcqcn != "off"
+                else {"name": "off"})
+        (fnet.run_dir / "dcqcn.json").write_text(json.dumps(prof, indent=1))
+    if sampler is not None:  # sample the NICs' QPs too (rate, CNPs)
+        for gpu, sock in socks.items():
+            sampler.kinds[gpu] = "nic"
+            sampler.sources[gpu] = (lambda p=sock: nic_client.request(p, {"cmd": "counters"}))
+    if args.workload in TORCH_WORKLOADS:
+        return run_torch_workload(fnet, args, w, socks)
+    if args.workload == "write":
+        r = rdma.write(fnet.fabric, socks, args.src, args.dst, w["size"],
+                       write_only=args.write_only)
+        ok = r["status"] == "SUCCESS" and r["byte_exact"]
+    else:
+        r = rdma.incast(fnet.fabric, socks, w["gpus"][0], w["gpus"][1:], w["size"])
+        ok = set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values())
+    return {"result": r, "ok": ok, "text": rdma.describe(r)}
+
+
+@dataclass
+class Outcome:
+    """What the fabric did: the reachability verdicts and the workload's result."""
+
+    reach: Verdicts
+    workload: dict | None  # {"result", "ok", "text"}, None without a workload
+    workload_lab_s: float
+
+
+def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
+    """Ping every GPU NIC pair, then run the workload (if any) over the fabric."""
+    args, fab = plan.args, plan.fabric
+    n = len(fab.gpus)
+    term.say(f"Checking reachability of all {n * (n - 1)} ordered GPU NIC pairs...", flush=True)
+    with term.phase("pinging every GPU pair through the fabric"):
+        results = reach.check_all(live.fnet)
+    wl = None
+    t_work = time.monotonic()
+    if plan.workload is not None:
+        term.say(f"Running workload {args.workload} ...", flush=True)
+        with term.phase(f"{args.workload}: running over the fabric (TDF {fab.tdf:g})"):
+            wl = run(live.fnet, args, plan.workload, live.sampler)
+        print(wl["text"], flush=True)
+    return Outcome(reach.judge(fab, results), wl, time.monotonic() - t_work)
