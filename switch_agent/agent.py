@@ -34,7 +34,8 @@ from fabric.qos.wred import WredVerdict
 from fabric.timedil import TimeDilation
 from switch_agent.config import AgentConfig
 from switch_agent.dcbx import Dcbx
-from switch_agent.forward import Fib, decrement_ttl, flow_key, icmp_time_exceeded, mac_bytes
+from fabric.wire.ether import mac_bytes
+from switch_agent.forward import Fib, decrement_ttl, flow_key, icmp_time_exceeded
 from switch_agent.port import Port
 
 log = logging.getLogger("switch_agent")

@@ -21,7 +21,7 @@ from fabric.qos.pfc import EgressPause, IngressPfc, Pfc
 from fabric.qos.queuing import Queuing
 from fabric.timedil import TimeDilation
 from switch_agent.config import PortConfig
-from switch_agent.forward import mac_bytes
+from fabric.wire.ether import mac_bytes
 from switch_agent.queues import PortQueues
 from switch_agent.shaper import Shaper
 from switch_agent.watchdog import PfcWatchdog

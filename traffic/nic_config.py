@@ -18,16 +18,12 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabric.qos.config import Pfc
+from fabric.qos.classify import ROCE_PRIORITY
 from fabric.wire.ib import PATH_MTUS
 from traffic.nic_client import CM_PORT
 from traffic.rc_config import RcConfig
 
-__all__ = ["NicConfig", "ROCE_PRIORITY"]
-
-#: PFC priority of RoCE data: the no-drop priority of the QoS schema's default
-#: network-qos policy (book Example 11-4, `pause pfc-cos 3`).
-ROCE_PRIORITY = min(Pfc().no_drop)
+__all__ = ["NicConfig"]
 
 
 @dataclass(frozen=True)

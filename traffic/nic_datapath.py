@@ -32,7 +32,8 @@ import time
 from fabric.qos.pfc import EgressPause
 from fabric.rawsock import PACKET_IGNORE_OUTGOING, SOL_PACKET
 from fabric.wire.ib import Op, RocePkt
-from fabric.wire.roce import ECN_CE, ROCE_UDP_PORT
+from fabric.wire.dscp import ECN_CE
+from fabric.wire.roce import ROCE_UDP_PORT
 from fabric.wire.templates import FrameTemplate, RoceFields, parse
 from traffic.nic_config import NicConfig
 from traffic.nic_verbs import NicVerbs

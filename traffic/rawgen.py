@@ -21,10 +21,9 @@ import struct
 import sys
 import time
 
-from fabric.qos.classify import Classifier
+from fabric.qos.classify import ROCE_PRIORITY, Classifier
 from fabric.qos.pfc import EgressPause
 from fabric.timedil import DEFAULT_TDF, TimeDilation, parse_rate
-from traffic.nic_config import ROCE_PRIORITY
 
 
 def build_frame(src_mac: bytes, dst_mac: bytes, src_ip: str, dst_ip: str, size: int,

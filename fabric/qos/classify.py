@@ -27,14 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fabric.qos.fields import NUM_QUEUES, int_in, normalise
+from fabric.wire.dscp import DSCP_CNP, DSCP_ROCEV2, ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT
 
-DSCP_ROCEV2 = 24
-DSCP_CNP = 48
-
-ECN_NOT_ECT = 0b00
-ECN_ECT1 = 0b01
-ECN_ECT0 = 0b10
-ECN_CE = 0b11
+ROCE_PRIORITY = 3  #: qos-group, egress queue and no-drop PFC priority of RoCEv2 data (11-2)
+CNP_PRIORITY = 7  #: qos-group and strict-priority queue of CNPs (Examples 11-2, 11-3)
 
 
 @dataclass(frozen=True)
@@ -53,7 +49,8 @@ class TrafficClass:
         int_in("qos_group", self.qos_group, 0, NUM_QUEUES - 1)
 
 
-BOOK_CLASSES = (TrafficClass("ROCEv2", (DSCP_ROCEV2,), 3), TrafficClass("CNP", (DSCP_CNP,), 7))
+BOOK_CLASSES = (TrafficClass("ROCEv2", (DSCP_ROCEV2,), ROCE_PRIORITY),
+                TrafficClass("CNP", (DSCP_CNP,), CNP_PRIORITY))
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fabric.qos.classify import ROCE_PRIORITY
 from fabric.qos.fields import NUM_QUEUES, int_in, normalise, size
 from fabric.timedil import TimeDilation
 
@@ -54,7 +55,7 @@ class Pfc:
     priority (bytes, model = lab). Default xON < WRED min < WRED max < xOFF (ch.11)."""
 
     policy: str = "qos_network"
-    no_drop: frozenset[int] = frozenset({3})  # pause pfc-cos 3
+    no_drop: frozenset[int] = frozenset({ROCE_PRIORITY})  # pause pfc-cos 3
     xoff_bytes: int = 3_200_000  # > WRED max 3000 KB of the book profile
     xon_bytes: int = 100_000  # < WRED min 150 KB
     headroom_bytes: int = 200_000  # see headroom_needed

@@ -39,19 +39,17 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_bottom_up, bind_layers
 
+from fabric.wire.dscp import DSCP_CNP, DSCP_ROCEV2, ECN_ECT0
 from fabric.wire.ib import IMM_OPS, RETH_OPS, Op
 
-__all__ = ["RETH", "ImmDt", "AETH", "BTH", "CNPPadding", "ROCE_UDP_PORT", "DATA_DSCP",
-           "DATA_ECN", "CNP_DSCP", "CNP_ECN", "ECN_CE", "IP_ID", "IP_FLAGS_DF", "DEFAULT_TTL",
+__all__ = ["RETH", "ImmDt", "AETH", "BTH", "CNPPadding", "ROCE_UDP_PORT",
+           "DATA_ECN", "CNP_ECN", "IP_ID", "IP_FLAGS_DF", "DEFAULT_TTL",
            "pad_count", "udp_sport", "scapy_frame", "scapy_cnp", "icrc_reference", "icrc_of"]
 
 ROCE_UDP_PORT = 4791  #: RoCEv2 UDP destination port (IANA, annex A17)
 
-DATA_DSCP = 24  #: book ch.11: RoCEv2 data -> class ROCEv2 -> qos-group 3
-DATA_ECN = 0b10  #: ECT(0)
-CNP_DSCP = 48  #: book ch.11: CNP -> qos-group 7, strict priority
-CNP_ECN = 0b10  #: ECT(0), as ConnectX NICs send (see module docstring)
-ECN_CE = 0b11  #: Congestion Experienced
+DATA_ECN = ECN_ECT0  #: data frames leave ECN-capable
+CNP_ECN = ECN_ECT0  #: as ConnectX NICs send CNPs (see module docstring)
 IP_ID = 0  #: IPv4 identification of every RoCE frame
 IP_FLAGS_DF = 0x4000  #: flags/fragment word: DF set, offset 0
 DEFAULT_TTL = 64
@@ -117,7 +115,7 @@ def scapy_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int
                 dqpn: int, psn: int, pkey: int = 0xFFFF, ackreq: bool = False,
                 reth: tuple[int, int, int] | None = None, imm: int | None = None,
                 aeth: tuple[int, int] | None = None, payload: bytes = b"",
-                dscp: int = DATA_DSCP, ecn: int = DATA_ECN, becn: bool = False,
+                dscp: int = DSCP_ROCEV2, ecn: int = DATA_ECN, becn: bool = False,
                 ttl: int = DEFAULT_TTL) -> Packet:
     """One RoCEv2 frame as a Scapy packet: Ether/IPv4/UDP 4791/BTH[/RETH][/ImmDt][/AETH]/data.
 
@@ -154,7 +152,7 @@ def scapy_cnp(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, 
               pkey: int = 0xFFFF, ttl: int = DEFAULT_TTL) -> Packet:
     """A CNP to the sender's QP `dqpn`: opcode 0x81, BECN, 16 reserved bytes, DSCP 48."""
     return scapy_frame(src_mac, dst_mac, src_ip, dst_ip, sport, Op.CNP, dqpn, 0, pkey=pkey,
-                       becn=True, dscp=CNP_DSCP, ecn=CNP_ECN, ttl=ttl)
+                       becn=True, dscp=DSCP_CNP, ecn=CNP_ECN, ttl=ttl)
 
 
 def icrc_reference(frame: bytes) -> int:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 
 from fabric.wire.ether import mac_bytes, mac_str
 from fabric.wire.ib import AETH_OPS, IMM_OPS, RETH_OPS, Op
-from fabric.wire.roce import (CNP_DSCP, CNP_ECN, DATA_DSCP, DATA_ECN, DEFAULT_TTL, IP_FLAGS_DF,
-                              IP_ID, ROCE_UDP_PORT, scapy_frame)
+from fabric.wire.dscp import DSCP_CNP, DSCP_ROCEV2
+from fabric.wire.roce import (CNP_ECN, DATA_ECN, DEFAULT_TTL, IP_FLAGS_DF, IP_ID, ROCE_UDP_PORT,
+                              scapy_frame)
 
 __all__ = ["HDR_LEN", "FrameTemplate", "RoceFields", "parse", "bench_build"]
 
@@ -54,7 +55,7 @@ class FrameTemplate:
                  "ecn", "ttl", "_hdr", "_ps", "_crc0", "_sum0")
 
     def __init__(self, src_mac: str | bytes, dst_mac: str | bytes, src_ip: str, dst_ip: str,
-                 sport: int, dqpn: int, pkey: int = 0xFFFF, dscp: int = DATA_DSCP,
+                 sport: int, dqpn: int, pkey: int = 0xFFFF, dscp: int = DSCP_ROCEV2,
                  ecn: int = DATA_ECN, ttl: int = DEFAULT_TTL) -> None:
         for name, val, hi in (("sport", sport, 0xFFFF), ("dqpn", dqpn, 0xFFFFFF),
                               ("pkey", pkey, 0xFFFF), ("dscp", dscp, 63), ("ecn", ecn, 3),
@@ -130,7 +131,7 @@ class FrameTemplate:
     def build_cnp(self) -> bytes:
         """A CNP to this template's QP (the sender's QP): opcode 0x81, BECN, 16 reserved
         bytes, DSCP 48 (ch.11) whatever the template's data DSCP."""
-        return self.build(Op.CNP, 0, becn=True, dscp=CNP_DSCP, ecn=CNP_ECN)
+        return self.build(Op.CNP, 0, becn=True, dscp=DSCP_CNP, ecn=CNP_ECN)
 
     def scapy(self, opcode: int, psn: int, **kw):
         """The same frame built by Scapy (`fabric.wire.roce.scapy_frame`), for tests and pcaps."""

@@ -7,8 +7,8 @@ from hashlib import blake2b
 
 import pytest
 
-from switch_agent.forward import (Fib, FibRoute, decrement_ttl, ecmp_hash, flow_key, ipv4_checksum,
-                                  mac_bytes)
+from fabric.wire.ether import mac_bytes
+from switch_agent.forward import (Fib, FibRoute, decrement_ttl, ecmp_hash, flow_key, ipv4_checksum)
 from traffic.rawgen import build_frame
 
 A = bytes.fromhex("020000000101")
