@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import topologies
-from emu import bench, nsutil
+from emu import nsutil
 from emu.mncli import open_cli
 from emu.report import report
 from emu.run import build, collect, workload
@@ -241,6 +241,8 @@ def cmd_clean(args) -> int:
 
 def cmd_bench(args) -> int:
     """`emu bench ...`."""
+    from emu import bench  # deferred: Scapy and the switch pipeline (tests/unit/test_layers.py)
+
     if args.what == "switch":
         return bench.switch_pipeline()
     if os.geteuid() != 0:

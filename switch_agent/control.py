@@ -14,9 +14,12 @@ import json
 import logging
 import os
 import socket
+from typing import TYPE_CHECKING
 
 from switch_agent import show
-from switch_agent.agent import Agent
+
+if TYPE_CHECKING:  # the agent imports Scapy; clients of `request` need not
+    from switch_agent.agent import Agent
 
 log = logging.getLogger("switch_agent.control")
 
