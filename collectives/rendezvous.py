@@ -1,5 +1,5 @@
 """Job start: torchrun's variables and the unique-ID exchange (book ch.14 "Job start";
-004 "Fabric Setup"; FABRIC_FACTS "Job start and collectives").
+004 "Fabric Setup"; docs/FABRIC_FACTS.md "Job start and collectives").
 
 torchrun gives every worker NODE_RANK, LOCAL_RANK, RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT, with global rank = node_rank x nproc_per_node + local_rank. Rank 0 (Host-1

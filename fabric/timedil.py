@@ -1,6 +1,6 @@
 """Time dilation: the one place that converts model values to lab values.
 
-The emulated fabric runs *time-dilated* (ARCHITECTURE.md "Time: model world and lab
+The emulated fabric runs *time-dilated* (docs/ARCHITECTURE.md "Time: model world and lab
 world"; Gupta et al., NSDI 2006, "To Infinity and Beyond: Time-Warped Network
 Emulation"). Topologies state model values (200/400 Gbps links, microsecond timers);
 the lab runs every rate at model / TDF and stretches every duration by TDF, so byte

@@ -1,7 +1,7 @@
 """Fabric descriptions: presets, the rail{R}x{H} generator and the user YAML format.
 
 `load(name_or_path)` returns a validated `Fabric` without touching the system, so every
-check happens before any namespace exists (ARCHITECTURE.md "One run", step 1).
+check happens before any namespace exists (docs/ARCHITECTURE.md "One run", step 1).
 """
 
 from __future__ import annotations

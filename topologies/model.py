@@ -1,7 +1,7 @@
 """Declarative fabric description: nodes, ports, links, addresses (no root, no I/O).
 
 A `Fabric` is the *description* of a backend network (Mininet's Topo/realisation split,
-STYLE.md): the rail-optimized designs of the book (ch.12 Figure 12-4, ch.13 "Backend
+docs/CONVENTIONS.md): the rail-optimized designs of the book (ch.12 Figure 12-4, ch.13 "Backend
 Network Topologies") reduced to data. `emu.net` realises it in namespaces; `emu show`
 prints it; tests check it without root.
 

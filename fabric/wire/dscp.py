@@ -3,7 +3,7 @@
 The book's classes (Example 11-1): DSCP 24 is RoCEv2 data, DSCP 48 is CNP. ECN is the two
 low bits of the IPv4 TOS byte: 00 Not-ECT, 01 ECT(1), 10 ECT(0), 11 CE (Congestion
 Experienced). Which queue and PFC priority a code point maps to is configuration:
-`fabric.qos.classify` (docs/FABRIC_FACTS.md "QoS classes").
+`fabric.qos.classify` (docs/FABRIC_FACTS.md "Switch QoS for RoCEv2").
 """
 
 DSCP_ROCEV2 = 24  #: RoCEv2 data (class-map ROCEv2)

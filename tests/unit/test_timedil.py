@@ -19,7 +19,7 @@ def test_rates_and_times():
 
 def test_pause_quanta_book_example():
     td = TimeDilation(1000)
-    # ch.11: 0xFFFF quanta at 400 Gbps ~ 83.9 us; at 100G 335 us (DCQCN_PARAMS.md)
+    # ch.11: 0xFFFF quanta at 400 Gbps ~ 83.9 us; at 100G 335 us (docs/DCQCN_PARAMS.md)
     assert td.pause_model_s(0xFFFF, 400e9) == pytest.approx(83.8848e-6)
     assert td.pause_model_s(0xFFFF, 100e9) == pytest.approx(335.5392e-6)
     assert td.pause_lab_s(0xFFFF, 400e9) == pytest.approx(83.8848e-3)
