@@ -21,7 +21,9 @@ from emu.netplan import plan_node
 from emu.nics import NicProcesses, start_host_lldp
 from emu.nodes import AgentSwitch, build_mininet, mininet_classes
 from emu.procs import stop_procs, wait_ready
+from fabric.qos.classify import Classifier
 from fabric.timedil import TimeDilation
+from fabric.wire.dscp import DSCP_ROCEV2
 from switch_agent import control
 from switch_agent.config import AgentConfig, PortConfig
 from topologies.model import Fabric
@@ -142,6 +144,9 @@ class FabricNet:
         returns GPU -> control socket path. `options` are further NicConfig fields
         (e.g. timeout_s in model seconds, window). Stopped with the fabric."""
         assert self.nics is not None, "start the fabric first"
+        if self.qos is not None:  # the NIC pauses the priority its RoCE DSCP maps to
+            options.setdefault("pfc_priority", Classifier(
+                self.qos.classification).priority_of_dscp(DSCP_ROCEV2))
         return self.nics.start(gpus or list(self.fabric.gpus), dcqcn, mtu, timeout, **options)
 
     def stop_nics(self) -> None:

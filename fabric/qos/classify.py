@@ -105,6 +105,10 @@ class Classifier:
         """(egress queue, PFC priority) of a TOS byte."""
         return self.queue_by_tos[tos], self.priority_by_tos[tos]
 
+    def priority_of_dscp(self, dscp: int) -> int:
+        """The PFC priority frames of this DSCP travel (and are paused) on."""
+        return self.priority_by_tos[int_in("dscp", dscp, 0, 63) << 2]
+
 
 # -- ECN on the TOS byte ------------------------------------------------------------
 def ecn_bits(tos: int) -> int:

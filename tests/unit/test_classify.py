@@ -38,6 +38,21 @@ def test_custom_mapping_and_cnp_on_priority_6():
     assert c2.classify(48 << 2) == (7, 6)  # queue 7, PFC priority 6 (NVIDIA style)
 
 
+@pytest.mark.parametrize("classes, dscp, priority", [
+    (None, 24, 3), (None, 48, 7), (None, 0, 0),
+    ((TrafficClass("R", (24,), 4),), 24, 4),  # the NIC pauses what its DSCP maps to
+    ((TrafficClass("R", (26,), 3),), 24, 0),
+])
+def test_priority_of_dscp(classes, dscp, priority):
+    c = Classifier(Classification() if classes is None else Classification("C", classes, 0))
+    assert c.priority_of_dscp(dscp) == priority
+
+
+def test_priority_of_dscp_names_the_field():
+    with pytest.raises(ValueError, match="dscp"):
+        Classifier.book().priority_of_dscp(64)
+
+
 def test_first_class_wins_and_the_rest_is_default():
     overlap = Classification("O", (TrafficClass("A", (24, 25), 3), TrafficClass("B", (24,), 5)), 2)
     c = Classifier(overlap)
