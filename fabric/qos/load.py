@@ -1,7 +1,8 @@
 """Load a QoS configuration: a preset name, a YAML file, an NX-OS file or a dict.
 
 Presets live beside this module (`presets/book.yaml`, `presets/paper.yaml`); the schema is
-`fabric.qos.config`, the NX-OS dialect `fabric.qos.nxos` (docs/FABRIC_FACTS.md "QoS").
+`fabric.qos.config`, the NX-OS dialect `fabric.qos.nxos` (docs/FABRIC_FACTS.md
+"Switch QoS for RoCEv2").
 """
 
 from __future__ import annotations
