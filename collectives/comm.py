@@ -23,7 +23,7 @@ import threading
 import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 

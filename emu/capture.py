@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from topologies.model import FRONTEND, HOST, Fabric
+from topologies.model import FRONTEND, Fabric
 
 log = logging.getLogger("emu.capture")
 

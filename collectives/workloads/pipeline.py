@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             ok = util == BOOK and diff < 1e-5
             plan = schedule()
             gpus = [everyone[s][2] for s in range(STAGES)]
-            say(rank, f"Pipeline parallelism (book ch.8): layers on "
+            say(rank, "Pipeline parallelism (book ch.8): layers on "
                       + ", ".join(f"{NAMES[s]}={gpus[s]}" for s in range(STAGES))
                       + f", {MICRO} micro-batches, backend {a.backend}")
             say(rank, "  step  " + "".join(f"{nm:>8}" for nm in NAMES) + "  utilization")

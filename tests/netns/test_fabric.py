@@ -16,6 +16,8 @@ import topologies
 from emu import nsutil, reach
 from emu.net import FabricNet
 
+from .polling import wait_for
+
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,17 +91,6 @@ def test_egress_shaping_holds_lab_rate(fnet):
 def backlogged(counters: dict) -> dict | None:
     """The snapshot when rail1 eth2 holds at least two 9000-byte frames, else None."""
     return counters if counters["ports"]["eth2"]["queue_bytes"] >= 2 * 9000 else None
-
-
-def wait_for(probe, timeout: float, what: str, period: float = 0.05):
-    """Poll `probe()` until it returns something truthy (returned), at most `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(period)
 
 
 def _dead_pid():

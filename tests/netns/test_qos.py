@@ -8,7 +8,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ import topologies
 from emu.capture import Captures
 from emu.net import FabricNet
 from fabric.qos.config import InterfaceQos, QosConfig, Watchdog
+
+from .polling import wait_for
 
 pytestmark = pytest.mark.netns
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,17 +72,6 @@ def fnet():
 def reset(fnet):
     for s in fnet.fabric.switches():
         fnet.agent_request(s.name, {"cmd": "reset"})
-
-
-def wait_for(probe, timeout: float, what: str, period: float = 0.1):
-    """Poll `probe()` until it returns something truthy (returned), at most `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(period)
 
 
 def busy_ports(fnet) -> list[str]:

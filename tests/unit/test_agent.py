@@ -65,14 +65,16 @@ def test_cross_rail_is_routed_ttl_and_macs_rewritten():
 
 def test_same_flow_same_uplink_and_flows_spread():
     a = make_agent()
-    used = {}
     for sport in range(50000, 50400):
         f = bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "10.0.2.14", 200, sport=sport))
         for _ in range(2):
             a.on_frame(a.ports["eth1"], f, 0.0)
     run(a, 0.05)
     n5, n6 = a.ports["eth5"].tx_packets, a.ports["eth6"].tx_packets
-    assert n5 + n6 == 800 and n5 % 2 == 0 and 300 < n5 < 500
+    # 187 of the 400 flows hash to eth5 under this switch's seed (the hash itself is
+    # checked against an independent BLAKE2b in test_forward); both frames of a flow
+    # take the same uplink
+    assert (n5, n6) == (2 * 187, 2 * 213)
 
 
 def test_frames_for_the_switch_and_other_macs_are_not_forwarded():

@@ -135,7 +135,7 @@ def test_strict_queue_can_be_paused_too():
 def test_wred_marks_and_drops_on_queue_3():
     cfg = queuing(limit=40_000, wred3=Wred(10_000, 20_000, 50.0, 0, True))
     pq = PortQueues(cfg, rng=lambda: 0.99)  # dice never mark in the linear region
-    f_ect, f_not = ip_frame(1000, 0x62), ip_frame(1000, 0x60)
+    f_ect = ip_frame(1000, 0x62)
     verdicts = [pq.enqueue(3, f_ect, tos=0x62) for _ in range(45)]
     assert verdicts[:20] == [FORWARD] * 20  # depth < 20 000 with rand 0.99 > p
     assert verdicts[20:40] == [MARK] * 20  # at/above max: every ECT packet
