@@ -1,10 +1,6 @@
 """Priority-based Flow Control (IEEE 802.1Qbb), DSCP-based as in book ch.11 (pure).
 
-* Frame codec (ch.11 Step 3, Fig 11-4): MAC Control frame, destination
-  01:80:C2:00:00:01, Ethertype 0x8808, opcode 0x0101, class-enable vector (bit n =
-  priority n, priority 3 -> 0x0008), eight 16-bit pause quanta (1 quantum = 512 bit
-  times), padded to 60 bytes (64 with the FCS the kernel adds). Byte-identical to
-  Scapy's ``scapy.contrib.mac_control.MACControlClassBasedFlowControl``.
+* The frame itself (0x8808, opcode 0x0101) is `fabric.wire.pfc`.
 * ``IngressPfc``: buffer accounting per (ingress port, priority) (ch.11 Step 2,
   Figs 11-4..11-6). Bytes are held from admission until the frame leaves its egress
   queue. Above xOFF -> send a pause; while above xON the pause is refreshed before it
@@ -24,22 +20,13 @@ from __future__ import annotations
 
 import enum
 import math
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fabric.qos.classify import ROCE_PRIORITY
 from fabric.qos.fields import NUM_QUEUES, int_in, normalise, size
 from fabric.timedil import TimeDilation
-
-PFC_DST = bytes.fromhex("0180c2000001")
-ETHERTYPE_MAC_CONTROL = b"\x88\x08"
-OPCODE_PFC = b"\x01\x01"
-PFC_FRAME_LEN = 60  # without FCS
-MAX_QUANTA = 0xFFFF
-
-_QUANTA = struct.Struct("!8H")
-
+from fabric.wire.pfc import MAX_QUANTA, pause_frame, parse_pfc
 
 class Admission(enum.IntEnum):
     """What ingress PFC accounting does with one received frame."""
@@ -87,37 +74,6 @@ def headroom_needed(model_bps: float, one_way_delay_s: float, mtu: int) -> int:
     agents act on a pause when they read it. Rounded up to whole bytes (float noise below
     a millibyte ignored)."""
     return math.ceil(round(2 * one_way_delay_s * model_bps / 8, 3)) + 2 * mtu
-
-
-# -- frame codec ------------------------------------------------------------------
-def build_pfc_frame(src_mac: bytes, class_enable: int, quanta: Sequence[int]) -> bytes:
-    """The 60-byte PFC frame from `src_mac` with the given vector and 8 quanta."""
-    if not 0 <= class_enable <= 0xFF:
-        raise ValueError(f"class_enable: must be in 0..255, got {class_enable!r}")
-    if len(quanta) != 8 or any(not 0 <= q <= MAX_QUANTA for q in quanta):
-        raise ValueError(f"quanta: 8 values in 0..65535, got {quanta!r}")
-    body = (PFC_DST + bytes(src_mac) + ETHERTYPE_MAC_CONTROL + OPCODE_PFC
-            + class_enable.to_bytes(2, "big") + _QUANTA.pack(*quanta))
-    return body + bytes(PFC_FRAME_LEN - len(body))
-
-
-def pause_frame(src_mac: bytes, priority: int, quanta: int = MAX_QUANTA) -> bytes:
-    """PFC frame pausing one priority for `quanta` (0 = resume)."""
-    q = [0] * 8
-    q[priority] = quanta
-    return build_pfc_frame(src_mac, 1 << priority, q)
-
-
-def is_pfc(frame: bytes) -> bool:
-    """True for a MAC Control frame with the PFC opcode."""
-    return frame[12:14] == ETHERTYPE_MAC_CONTROL and frame[14:16] == OPCODE_PFC
-
-
-def parse_pfc(frame: bytes) -> tuple[int, tuple[int, ...]] | None:
-    """(class-enable vector, 8 quanta) of a PFC frame, or None if it is not one."""
-    if len(frame) < 34 or not is_pfc(frame):
-        return None
-    return frame[17], _QUANTA.unpack_from(frame, 18)
 
 
 class IngressPfc:

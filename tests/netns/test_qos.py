@@ -206,7 +206,7 @@ def test_watchdog_trips_on_a_host_that_never_stops_pausing():
     fab = topologies.load("rail1x2", spines=0, tdf=1000)  # 1 ms model = 1 s lab
     with FabricNet(fab, qos=qos) as f:
         assert f.wait_pfc() == {}
-        storm = ("import socket,time\nfrom fabric.qos.pfc import pause_frame\n"
+        storm = ("import socket,time\nfrom fabric.wire.pfc import pause_frame\n"
                  "from traffic.rawgen import iface_mac\n"
                  "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW); s.bind(('nic1',0))\n"
                  "f=pause_frame(iface_mac('nic1'),3,0xFFFF); t=time.monotonic()\n"

@@ -8,7 +8,7 @@ from switch_agent.agent import Agent
 from switch_agent.config import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute
 from fabric.wire.lldp import build_lldp_frame
-from fabric.qos.pfc import is_pfc, parse_pfc, pause_frame
+from fabric.wire.pfc import is_pfc, parse_pfc, pause_frame
 from fabric.qos.config import QosConfig
 from fabric.qos.interface import InterfaceQos, Watchdog
 from traffic.rawgen import build_frame

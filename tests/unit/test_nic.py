@@ -8,7 +8,7 @@ from multiprocessing import resource_tracker, shared_memory
 import pytest
 
 import topologies
-from fabric.qos.pfc import pause_frame
+from fabric.wire.pfc import pause_frame
 from fabric.timedil import TimeDilation
 from fabric.wire.ib import Op, RocePkt
 from fabric.wire.templates import FrameTemplate, parse

@@ -8,11 +8,10 @@ from scapy.layers.l2 import Ether
 
 from fabric.qos.config import QosConfig
 from fabric.qos.interface import InterfaceQos
-from fabric.qos.pfc import (
-    Admission, EgressPause, IngressPfc, Pfc, build_pfc_frame, headroom_needed, is_pfc, parse_pfc,
-    pause_frame)
+from fabric.qos.pfc import Admission, EgressPause, IngressPfc, Pfc, headroom_needed
 from fabric.qos.wred import WredVerdict
 from fabric.timedil import TimeDilation
+from fabric.wire.pfc import build_pfc_frame, is_pfc, parse_pfc, pause_frame
 
 ADMIT, XOFF, HEADROOM_DROP = Admission.ADMIT, Admission.XOFF, Admission.HEADROOM_DROP
 

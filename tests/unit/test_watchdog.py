@@ -5,7 +5,8 @@ import math
 import pytest
 
 from fabric.qos.interface import Watchdog
-from fabric.qos.pfc import EgressPause, build_pfc_frame
+from fabric.qos.pfc import EgressPause
+from fabric.wire.pfc import build_pfc_frame
 from fabric.qos.queuing import Queuing
 from fabric.timedil import TimeDilation
 from switch_agent.queues import PortQueues
