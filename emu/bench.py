@@ -1,6 +1,9 @@
 """`python -m emu bench ...`: measurements that print figures and ratios against a peer
 measured in the same run (never timed assertions in the test suite).
 
+bench fidelity: issue 11's workloads at TDF T and 4T through `emu run`, model results
+side by side and each run's fidelity verdict.
+
 bench forward: the switch agent's forwarding throughput between two hosts of one rail
 (h1 -- rail1 -- h2, intra-rail, unshaped) against a Linux bridge between the same kind
 of namespaces, with iperf3 TCP at MTU 9000 and 1500. Packets/s are payload bytes / MSS.
@@ -9,23 +12,19 @@ of namespaces, with iperf3 TCP at MTU 9000 and 1500. Packets/s are payload bytes
 from __future__ import annotations
 
 import json
-import math
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import topologies
 from collectives.launch import run_job
+from emu import calibrate, guard
 from emu.net import FabricNet
-from emu.procs import run_module
-from fabric.qos.config import InterfaceQos, QosConfig
-from fabric.wire.ether import mac_bytes
+from emu.procs import REPO, run_module
+from fabric.qos.config import QosConfig
 from fabric.wire.templates import bench_build
-from switch_agent.agent import Agent
-from switch_agent.config import AgentConfig, PortConfig
-from switch_agent.forward import FibRoute
-from traffic.rawgen import build_frame
 from traffic.workloads import rdma
 
 TCP_OVERHEAD = 20 + 20 + 12  # IPv4 + TCP + timestamps option
@@ -74,7 +73,7 @@ def forward(duration: float = 5.0) -> int:
     return 0
 
 
-ROCE_FRAME = 14 + 20 + 8 + 12 + 16 + 4096 + 4  # Eth/IPv4/UDP/BTH/RETH/4096 B/ICRC
+ROCE_FRAME = calibrate.ROCE_FRAME
 
 
 def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
@@ -127,49 +126,16 @@ def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
     return 0
 
 
-class _NullSock:
-    """Swallows frames: measures the pipeline, not the system calls."""
-
-    def send(self, frame: bytes) -> int:
-        return len(frame)
-
-
 def switch_pipeline(n: int = 200_000) -> int:
     """Per-packet cost of the agent's pipeline, QoS on (book) vs plain forwarding, for
-    switched (intra-rail) and routed (cross-rail) RoCE-sized frames, in one process."""
-    router, h1, h2, spine = ("02:00:00:00:05:00", "02:00:00:00:01:01", "02:00:00:00:02:01",
-                             "02:00:00:00:07:01")
-    ports = (PortConfig("eth1", router, 200e9, math.inf, 0.0, 101, "h1:nic1"),
-             PortConfig("eth2", router, 200e9, math.inf, 0.0, 101, "h2:nic1"),
-             PortConfig("eth5", "02:00:00:00:05:05", 400e9, math.inf, 0.0, None, "spine1:eth1"))
-    frames = {
-        "switched": bytes(build_frame(mac_bytes(h1), mac_bytes(h2), "10.0.1.11", "10.0.1.12",
-                                      ROCE_FRAME, dport=4791, dscp=24, ecn=2)),
-        "routed": bytes(build_frame(mac_bytes(h1), mac_bytes(router), "10.0.1.11", "10.0.2.14",
-                                    ROCE_FRAME, dport=4791, dscp=24, ecn=2)),
-    }
-    qos = QosConfig(default_interface=InterfaceQos(pfc_mode="on")).to_dict()
+    switched (intra-rail) and routed (cross-rail) RoCE-sized frames, in one process
+    (emu.calibrate, which `--tdf auto` runs too)."""
     res = {}
-    for mode, q in (("plain", None), ("qos", qos)):
-        cfg = AgentConfig("rail1", 5000.0, "/nonexistent", ports,
-                          svi={"vlan101": {h1: "eth1", h2: "eth2"}}, qos=q)
-        a = Agent(cfg, open_sockets=False)
-        for p in a.ports.values():
-            p.sock = _NullSock()
-        a.install_fib([FibRoute("10.0.1.0/24", ((None, "vlan101"),)),
-                       FibRoute("10.0.2.0/24", (("172.16.1.1", "eth5"),))],
-                      {("vlan101", "10.0.1.12"): h2, ("eth5", "172.16.1.1"): spine},
-                      {"10.0.1.1": "vlan101"})
-        a.next_lldp = math.inf
-        inp = a.ports["eth1"]
-        for kind, f in frames.items():
-            t0 = time.perf_counter()
-            for i in range(n):
-                a.on_frame(inp, f, 0.0)
-                if i & 15 == 15:
-                    a.service(0.0)
-            a.service(0.0)
-            res[(mode, kind)] = (time.perf_counter() - t0) / n
+    for mode in ("plain", "qos"):
+        a = calibrate.pipeline_agent(qos=mode == "qos")
+        for kind, f in calibrate.frames().items():
+            res[(mode, kind)] = calibrate.time_frames(a, f, n)
+    frames = calibrate.frames()
     print(f"bench switch: agent pipeline per frame ({ROCE_FRAME}-byte DSCP 24 ECT frames, "
           f"{n} each, rx->classify->PFC->WRED->queue->schedule->shape->tx, no system calls)")
     print(f"{'path':<9} {'plain us/pkt':>13} {'plain pps':>10} {'qos us/pkt':>11} "
@@ -241,3 +207,61 @@ def allreduce(sizes: str = "1MB,16MB,64MB", iters: int = 2) -> int:
               f"{e['busbw_lab_bps'] / g['busbw_lab_bps']:>9.4f} "
               f"{str(e['correct'] and g['correct']):>8}")
     return 0 if ok else 1
+
+
+#: (name, `emu run` arguments, T): issue 11's workloads at the TDF it aims to keep up at
+FIDELITY_CASES = (
+    ("rail2x4 AllReduce 16 MB", ["rail2x4", "--workload", "allreduce", "--size", "16MB",
+                                 "--iters", "2"], 2000.0),
+    ("rail8x4 AllReduce 4 MB (32 ranks)", ["rail8x4", "--workload", "allreduce", "--size",
+                                           "4MB", "--iters", "2"], 5000.0),
+    ("rail2x4 3:1 incast 16 MB", ["rail2x4", "--workload", "incast", "--size", "16MB"],
+     2000.0),
+)
+
+
+def model_results(summary: dict) -> dict[str, float]:
+    """The model-time figures of a run that should not depend on the TDF: AllReduce time
+    and busbw of the first size, incast per-sender steady rates."""
+    wl = summary.get("workload") or {}
+    rows = (wl.get("rank0") or {}).get("rows") or []
+    if rows:
+        return {"time_model_ms": rows[0]["seconds_model"] * 1e3,
+                "busbw_gbps": rows[0]["busbw_model_bps"] / 1e9}
+    rates = wl.get("steady_rate_model_bps") or {}
+    return {f"{g}_gbps": (r or 0.0) / 1e9 for g, r in rates.items()}
+
+
+def fidelity(factor: float = 4.0) -> int:
+    """The same workloads at TDF T and factor x T (`emu run` each, as a user would):
+    model results side by side with their ratio, and each run's fidelity verdict. A
+    result that the lab's speed does not change has ratio 1; issue 11 aims within 5 %."""
+    print(f"bench fidelity: each workload at TDF T and {factor:g}T, model results and the "
+          "guard's verdict (emu run, --pcap none)", flush=True)
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="emu-bench-fidelity-") as tmp:
+        for name, argv, t in FIDELITY_CASES:
+            runs = []
+            for tdf in (t, factor * t):
+                out = Path(tmp) / f"{argv[0]}-{argv[2]}-{tdf:g}"
+                print(f"  {name} at TDF {tdf:g} ...", flush=True)
+                r = subprocess.run([sys.executable, "-m", "emu", "run", *argv, "--tdf",
+                                    str(tdf), "--pcap", "none", "--quiet", "--out", str(out)],
+                                   cwd=str(REPO), capture_output=True, text=True)
+                path = out / "summary.json"
+                summary = json.loads(path.read_text()) if path.is_file() else {}
+                runs.append((tdf, r.returncode, summary))
+            print(f"\n{name}")
+            print(f"{'figure':<16} {'TDF ' + format(t, 'g'):>12} "
+                  f"{'TDF ' + format(factor * t, 'g'):>12} {'ratio':>7}")
+            a, b = (model_results(s) for _, _, s in runs)
+            for k in a:
+                ratio = a[k] / b[k] if b.get(k) else float("nan")
+                print(f"{k:<16} {a[k]:>12.3f} {b.get(k, float('nan')):>12.3f} {ratio:>7.3f}")
+            for tdf, code, s in runs:
+                line = guard.line(s) if s else None
+                print(f"  TDF {tdf:g}: exit {code}, verdict {s.get('verdict', '?')}; "
+                      f"{line or 'no summary.json'}")
+                ok &= code == 0
+    return 0 if ok else 1
+

@@ -14,7 +14,7 @@ import topologies
 from emu import nsutil
 from emu.mncli import open_cli
 from emu.report import report
-from emu.run import build, collect, workload
+from emu.run import autotdf, build, collect, workload
 from emu.run.plan import make_plan
 from emu.run.report import print_report
 from emu.run.terminal import Terminal
@@ -30,16 +30,43 @@ EPILOG = """examples:
   sudo python -m emu run rail2x4 --cli        # then: h1g1 ping h4g2
   sudo python -m emu clean
   sudo python -m emu bench forward
+
+exit status of `emu run`: 0 every check passed and the lab kept up with the model;
+1 a check failed; 2 bad options or not root; 3 fidelity lost (the lab fell behind the
+model: results are not trustworthy; the summary names the TDF to rerun with);
+130 interrupted.
 """
 
 
-def _topo_args(p: argparse.ArgumentParser) -> None:
+def tdf_arg(text: str) -> float | str:
+    """`--tdf` value: "auto" or a number > 0."""
+    if text == "auto":
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'auto' or a number, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return v
+
+
+def _topo_args(p: argparse.ArgumentParser, auto: bool = False) -> None:
     p.add_argument("topology", help="a preset (see `emu list`), rail{R}x{H}, or a YAML file")
     p.add_argument("--spines", type=int, default=None, metavar="N",
                    help="number of spines for generated rail fabrics (default 2)")
-    p.add_argument("--tdf", type=float, default=None,
-                   help="time-dilation factor: lab rate = model rate / TDF (default from the "
-                        "topology, else %g)" % DEFAULT_TDF)
+    if auto:
+        p.add_argument("--tdf", type=tdf_arg, default="auto",
+                       help="time-dilation factor: lab rate = model rate / TDF. auto "
+                            "(default): sized from the fabric, the workload's offered load "
+                            "and a 0.3 s calibration of this machine, never below the "
+                            "topology's TDF (its tdf:, else %g); a number is used as given. "
+                            "Either way the fidelity guard judges whether the lab kept up "
+                            "(exit 3 if not)" % DEFAULT_TDF)
+    else:
+        p.add_argument("--tdf", type=tdf_arg, default=None,
+                       help="time-dilation factor: lab rate = model rate / TDF (default from "
+                            "the topology, else %g)" % DEFAULT_TDF)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,8 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Build the fabric in network namespaces with a switch agent "
                                    "per switch, print it, check reachability of every GPU NIC "
                                    "pair, print a summary and tear everything down (also on "
-                                   "Ctrl-C). Needs root.")
-    _topo_args(p)
+                                   "Ctrl-C). Needs root. Exit status: 0 pass, 1 a check "
+                                   "failed, 2 bad options, 3 fidelity lost (the lab fell "
+                                   "behind the model; rerun with the TDF the summary names).")
+    _topo_args(p, auto=True)
     p.add_argument("--cli", action="store_true",
                    help="open the Mininet CLI before tearing down (try: h1g1 ping h4g2)")
     p.add_argument("--out", default=None, metavar="DIR",
@@ -137,8 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also runs whose emu process is still alive")
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
-    p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce"],
+    p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity"],
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
+                        "fidelity: the same workloads at TDF T and 4T, model results side "
+                        "by side with their ratio and each run's fidelity verdict; "
                         "switch: per-packet cost of the pipeline, QoS on vs off; rnic: "
                         "one-QP RDMA WRITE goodput and frame build rate vs Scapy; allreduce: "
                         "ring AllReduce busbw of 8 PyTorch workers (1, 16, 64 MB) vs gloo")
@@ -160,14 +191,16 @@ def cmd_list(_args) -> int:
 
 def cmd_show(args) -> int:
     """`emu show TOPO`."""
-    fab = topologies.load(args.topology, spines=args.spines, tdf=args.tdf)
+    tdf = None if args.tdf == "auto" else args.tdf
+    fab = topologies.load(args.topology, spines=args.spines, tdf=tdf)
     print(json.dumps(fab.to_dict(), indent=1) if args.json else fab.describe())
     return 0
 
 
 def cmd_run(args) -> int:
     """`emu run TOPO`: plan -> build -> workload -> collect -> report (emu.run)."""
-    fab = topologies.load(args.topology, spines=args.spines, tdf=args.tdf)
+    auto = args.tdf == "auto"
+    fab = topologies.load(args.topology, spines=args.spines, tdf=None if auto else args.tdf)
     try:
         plan = make_plan(args, fab)
     except ValueError as exc:
@@ -178,6 +211,11 @@ def cmd_run(args) -> int:
               f"run {args.topology}`", file=sys.stderr)
         return 2
     term = Terminal(args.quiet)
+    if auto:  # the topology's TDF is the floor (emu.run.autotdf)
+        choice = autotdf.auto(fab, args.workload, plan.workload)
+        term.say(choice.reason)
+        plan.tdf_choice = choice.to_dict()
+        plan.fabric = topologies.load(args.topology, spines=args.spines, tdf=choice.tdf)
     build.announce(plan, term)
     with build.build(plan, term) as live:
         outcome = workload.run_all(plan, live, term)
@@ -254,6 +292,8 @@ def cmd_bench(args) -> int:
         return bench.rnic()
     if args.what == "allreduce":
         return bench.allreduce()
+    if args.what == "fidelity":
+        return bench.fidelity()
     return bench.forward(duration=args.duration)
 
 

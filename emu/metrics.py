@@ -10,7 +10,12 @@ the run goes on, and opens in a spreadsheet, pandas or gnuplot alike.
 Metrics per port: tx_bps, rx_bps (model bit/s), drops (frames in the interval), and per
 queue: depth_bytes, ecn_marks, drops; per port and priority: pause_tx, pause_rx
 (frames in the interval), paused (0/1). Per QP (NICs): rate_bps (DCQCN current rate,
-model), cnps_rx, cnps_sent (in the interval), tx_bps (wire bytes).
+model), cnps_rx, cnps_sent (in the interval), tx_bps (wire bytes). Per process that
+reports its lag (agents and NICs, the fidelity guard: emu.guard), on port "": lag_p99_s
+and lag_max_s, model seconds, of the actions of the interval - the p99 from the
+difference of two cumulative histograms (fabric.fidelity: the upper edge of its
+bucket), the max exact when the process's maximum rose in the interval, else the upper
+edge of the highest bucket that grew (a bucket is 1/8 decade wide).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fabric.fidelity import BUCKET_EDGES, P99, percentile
 from fabric.timedil import TimeDilation
 
 log = logging.getLogger("emu.metrics")
@@ -86,6 +92,27 @@ def nic_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tup
     return out
 
 
+def fidelity_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float,
+                  node: str) -> list[tuple]:
+    """lag_p99_s and lag_max_s of one process's actions between two snapshots (none
+    when it does not report lag, or did nothing scheduled in the interval)."""
+    p, c = prev.get("fidelity"), cur.get("fidelity")
+    if not (isinstance(p, dict) and isinstance(c, dict)):
+        return []
+    delta = [b - a for a, b in zip(p.get("hist", ()), c.get("hist", ()))]
+    if len(delta) != len(c.get("hist", ())) or sum(delta) <= 0:
+        return []
+    t = td.model_time(cur["t_lab"] - t0_lab)
+    if c["max_lag_model_s"] > p["max_lag_model_s"]:
+        mx = c["max_lag_model_s"]
+    else:
+        top = max(i for i, n in enumerate(delta) if n > 0)
+        mx = (0.0 if top == 0 else c["max_lag_model_s"] if top > len(BUCKET_EDGES)
+              else min(BUCKET_EDGES[top - 1], c["max_lag_model_s"]))
+    return [(t, node, "", "", "lag_p99_s", percentile(delta, P99)),
+            (t, node, "", "", "lag_max_s", mx)]
+
+
 class Sampler:
     """Background sampling of every agent (and NIC) into metrics.csv."""
 
@@ -104,6 +131,8 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.t0 = time.monotonic()
+        #: called after every sampling round (e.g. emu.procstat.CpuTracker.sample)
+        self.hooks: list[Callable[[], None]] = []
 
     def start(self) -> None:
         """Start sampling (takes a first snapshot at once)."""
@@ -134,10 +163,16 @@ class Sampler:
             if prev is not None:
                 fn = switch_rows if self.kinds.get(name) == "switch" else nic_rows
                 rows = fn(prev, cur, self.td, self.t0)
+                rows += fidelity_rows(prev, cur, self.td, self.t0, name)
                 self._w.writerows(rows)
                 self.rows += len(rows)
             self.last[name] = cur
         self._fh.flush()
+        for hook in self.hooks:
+            try:
+                hook()
+            except OSError as exc:  # /proc of a process that is going away
+                log.debug("sampling hook: %s", exc)
 
     def stop(self) -> dict[str, dict]:
         """Stop, take a last sample; returns the last snapshot of every source."""

@@ -6,6 +6,8 @@ pictures. Each plot is skipped (and logged) when the run has no data for it.
 * per-QP rate (DCQCN) with CNP arrivals;
 * PFC pause timeline: one row per link direction (who paused whom, when);
 * link utilisation heatmap: fabric ports x time, fraction of the model link rate;
+* fidelity: each process's p99 lag per interval over model time (log scale), with the
+  guard's bound (emu.guard) as a line: where the lab fell behind the model;
 * collective step timeline (ch.14's ring steps): one row per rank, one bar per step,
   from ``summary.json["steps"]`` = [{"rank", "step", "phase", "t_start_s", "t_end_s"}]
   in model seconds (phase e.g. "reduce-scatter" / "all-gather"), written by collective
@@ -151,6 +153,27 @@ def utilisation(rows, topology: dict, path: Path) -> bool:
     return _save(fig, ax, path, "Link utilisation (tx, fraction of model rate)")
 
 
+def fidelity_lag(rows, bound_s: float | None, path: Path, top: int = 6) -> bool:
+    """p99 lag per interval of the processes with the largest lags, and the bound."""
+    s = {k: [(t, v) for t, v in pts if v > 0]
+         for k, pts in _series(rows, "lag_p99_s").items()}
+    s = {k: pts for k, pts in s.items() if pts}
+    if not s:
+        return False
+    worst = sorted(s, key=lambda k: -max(v for _, v in s[k]))[:top]
+    fig, ax = _pyplot().subplots(figsize=(9, 4.5))
+    for k in worst:
+        t, v = zip(*s[k])
+        ax.plot([x * 1e3 for x in t], [min(y, 1.0) * 1e6 for y in v], marker=".", label=k[0])
+    if bound_s:
+        ax.axhline(bound_s * 1e6, linestyle="--", color="grey", linewidth=1)
+        ax.text(0, bound_s * 1e6, " bound (one MTU on the fastest link)", va="bottom",
+                fontsize=8, color="grey")
+    ax.set_yscale("log")
+    return _save(fig, ax, path, "Lag behind the model schedule (p99 per interval)",
+                 "lag (us, model)", legend=True)
+
+
 def step_timeline(steps: list[dict], path: Path) -> bool:
     """Gantt chart of collective steps per rank (ch.14 ring AllReduce walk-through)."""
     if not steps:
@@ -187,6 +210,8 @@ def make_all(run_dir: Path) -> list[Path]:
                      ("qp_rates", lambda p: qp_rates(rows, p)),
                      ("pfc_pauses", lambda p: pause_timeline(rows, topo, p)),
                      ("utilisation", lambda p: utilisation(rows, topo, p)),
+                     ("fidelity_lag", lambda p: fidelity_lag(
+                         rows, (summary.get("fidelity") or {}).get("bound_model_us", 0) / 1e6, p)),
                      ("collective_steps", lambda p: step_timeline(summary.get("steps", []), p))):
         path = out_dir / f"{name}.png"
         if fn(path):

@@ -18,9 +18,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from emu import plots
+from emu import guard, plots
 
 SCHEMA_VERSION = 1
+#: "fidelity_lost": the lab fell behind the model (emu.guard), whatever the checks said
+VERDICTS = ("pass", "fail", "fidelity_lost")
 REQUIRED = {"version": int, "topology": str, "tdf": (int, float), "verdict": str,
             "switches": dict}
 
@@ -73,8 +75,19 @@ def validate_summary(d: dict) -> None:
             raise ValueError(f"summary: field {key!r} has type {type(d[key]).__name__}")
     if d["version"] != SCHEMA_VERSION:
         raise ValueError(f"summary: version {d['version']!r}, expected {SCHEMA_VERSION}")
-    if d["verdict"] not in ("pass", "fail"):
-        raise ValueError(f"summary: verdict must be pass or fail, got {d['verdict']!r}")
+    if d["verdict"] not in VERDICTS:
+        raise ValueError(f"summary: verdict must be one of {', '.join(VERDICTS)}, got "
+                         f"{d['verdict']!r}")
+
+
+def verdict_text(summary: dict) -> str:
+    """The verdict as the terminal says it: PASS, FAIL, FIDELITY LOST (rerun with ...)."""
+    text = summary["verdict"].replace("_", " ").upper()
+    if summary["verdict"] == "fidelity_lost":
+        sug = summary.get("suggested_tdf")
+        text += (f" (the lab fell behind the model at TDF {summary['tdf']:g}"
+                 + (f"; rerun with --tdf {sug:g}" if sug else "") + ")")
+    return text
 
 
 CLASS_NAMES = {"0": "default", "3": "RoCE (3)", "7": "CNP (7)"}
@@ -101,7 +114,10 @@ def table_text(summary: dict, run_dir: Path | None = None, width: int = 100,
         for g, c in nics.items():
             n.add_row(g, str(c["cnps_sent"]), str(c["cnps_rx"]), str(c["retransmits"]))
         con.print(n)
-    con.print(f"Verdict: {summary['verdict'].upper()}"
+    fid = guard.line(summary)
+    if fid:
+        con.print(fid, highlight=False, soft_wrap=True)
+    con.print(f"Verdict: {verdict_text(summary)}"
               + (f"   files: {run_dir}" if run_dir else ""))
     return con.export_text(styles=bool(color))
 

@@ -1,7 +1,8 @@
 """Step 2 of `emu run`: the run directory and topology.json, the fabric printed with
 its time dilation, then the fabric built (emu.net: namespaces, switch agents with the
 run's QoS, LLDP/DCBX), captures started (emu.capture) and the metrics sampler running
-(emu.metrics). Everything is torn down when the `build` context ends, on errors and
+(emu.metrics), which also walks the processes emu started for their CPU time and peak
+memory per kind (emu.procstat). Everything is torn down when the `build` context ends, on errors and
 Ctrl-C too.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from emu.capture import Captures
 from emu.metrics import Sampler
 from emu.net import FabricNet
+from emu.procstat import CpuTracker
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
 from fabric.timedil import format_rate
@@ -32,6 +35,19 @@ class Live:
     captures: Captures
     sampler: Sampler
     build_s: float  # lab seconds from "Building" to agents up
+    procs: CpuTracker  # CPU seconds and peak RSS per process kind
+
+
+def known_pids(fnet: FabricNet) -> dict[int, str]:
+    """pid -> kind of the switch agents and RDMA NICs this run started (emu.procstat)."""
+    out = {}
+    for sw in fnet.fabric.switches():
+        agent = getattr(fnet.net[sw.name], "agent", None) if fnet.net is not None else None
+        if agent is not None:
+            out[agent.pid] = "agents"
+    for p in (fnet.nics.procs if fnet.nics is not None else ()):
+        out[p.pid] = "nics"
+    return out
 
 
 def announce(plan: RunPlan, term: Terminal) -> None:
@@ -70,5 +86,8 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
         sampler = Sampler(plan.run_dir / "metrics.csv", plan.td, plan.interval,
                           {s.name: (lambda n=s.name: fnet.counters(n)) for s in fab.switches()},
                           {s.name: "switch" for s in fab.switches()})
+        procs = CpuTracker(os.getpid(), lambda: known_pids(fnet))
+        procs.start()
+        sampler.hooks.append(procs.sample)
         sampler.start()
-        yield Live(fnet, caps, sampler, build_s)
+        yield Live(fnet, caps, sampler, build_s, procs)

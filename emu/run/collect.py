@@ -1,16 +1,22 @@
 """Step 4 of `emu run`: stop sampling and keep every agent's and NIC's last counters
 (last_counters.json), then, after teardown, the run's summary.json (emu.report's
 schema: verdict, reachability, totals per switch and class, NIC totals, the workload's
-result and completion time in lab and model time).
+result and completion time in lab and model time, the fidelity guard's judgement
+(emu.guard) with the TDF and how it was chosen, CPU and peak memory per process kind).
+
+The verdict is "fidelity_lost" when the lab did not keep up with the model, whatever
+the checks say (their figures are model-time results of a lab that fell behind);
+"checks_passed" keeps what the checks said.
 """
 
 from __future__ import annotations
 
 import json
 
-from emu import reach
+from emu import guard, reach
 from emu.report import SCHEMA_VERSION, class_totals, nic_totals
 from emu.run.build import Live
+from emu.run.autotdf import machine_cores
 from emu.run.plan import RunPlan
 from emu.run.workload import Outcome
 
@@ -35,6 +41,11 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
     """summary.json of the run (written, and returned)."""
     fab, v, wl = plan.fabric, out.reach, out.workload
     counters = {k: c for k, c in all_counters.items() if "ports" in c}
+    checks = v.passed and (wl is None or wl["ok"])
+    cores = machine_cores()
+    cpu = {**live.procs.report(cores), "machine_cores": cores}
+    judged = guard.judge(fab, all_counters, cpu, cores)
+    lost = judged["fidelity"]["kept_up"] is False
     summary = {
         "topology": fab.name, "tdf": fab.tdf, "build_s": round(live.build_s, 2),
         "pairs": len(v.results), "reachable": len(v.ok), "wrong_path": len(v.wrong_path),
@@ -43,7 +54,10 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "switches": switch_totals(counters),
         "pcaps": pcaps,
         "unreachable_by_design": len(v.by_design),
-        "verdict": "pass" if v.passed and (wl is None or wl["ok"]) else "fail",
+        "verdict": "fidelity_lost" if lost else "pass" if checks else "fail",
+        "checks_passed": checks,
+        "fidelity": judged["fidelity"], "suggested_tdf": judged["suggested_tdf"],
+        "tdf_choice": plan.tdf_choice, "cpu": cpu,
         "version": SCHEMA_VERSION, "qos": plan.qos.name if plan.qos is not None else "off",
         "workload_lab_s": round(out.workload_lab_s, 3),
         "workload_model_s": plan.td.model_time(out.workload_lab_s),

@@ -33,6 +33,9 @@ class RunPlan:
     interval: float  # metrics sampling interval, model seconds
     shown_dir: Path  # the run directory as the user named it (printed)
     run_dir: Path  # the same, absolute (every file and child process uses this one)
+    #: how the TDF was chosen: {"mode": "auto", "tdf", "need", "reason"} (emu.run.autotdf)
+    #: or {"mode": "given", "tdf"}
+    tdf_choice: dict | None = None
 
     @property
     def td(self) -> TimeDilation:
@@ -67,4 +70,5 @@ def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
     if not interval > 0:
         raise ValueError(f"--interval: must be > 0, got {args.interval!r}")
     shown = run_dir_arg(args.out, fabric)
-    return RunPlan(args, fabric, qos, targets, wl, interval, shown, shown.resolve())
+    return RunPlan(args, fabric, qos, targets, wl, interval, shown, shown.resolve(),
+                   {"mode": "given", "tdf": fabric.tdf})

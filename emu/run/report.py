@@ -1,17 +1,19 @@
 """Step 5 of `emu run`: what the terminal shows at the end — reachability, the plots
 made (emu.plots), the table per switch and class (emu.report), what went wrong, the
-captures, the verdict and the run directory; the exit status (0 = pass)."""
+captures, the fidelity guard's line, the verdict and the run directory; the exit status
+(EXIT_PASS, EXIT_FAIL, EXIT_FIDELITY_LOST: `python -m emu run --help`)."""
 
 from __future__ import annotations
 
 import sys
 
 from emu import plots
-from emu.report import table_text
+from emu.report import table_text, verdict_text
 from emu.run.plan import RunPlan
 from emu.run.workload import Outcome
 
 SHOWN = 10  # listed failures per kind
+EXIT_PASS, EXIT_FAIL, EXIT_FIDELITY_LOST = 0, 1, 3  # 2: bad options (emu.cli)
 
 
 def print_report(plan: RunPlan, summary: dict, out: Outcome, pcaps: dict) -> int:
@@ -39,5 +41,8 @@ def print_report(plan: RunPlan, summary: dict, out: Outcome, pcaps: dict) -> int
         print(f"  {len(pcaps)} captures in {shown / 'pcaps'} (timestamps are lab time; "
               f"model time = lab / {plan.fabric.tdf:g})"
               + (f"; truncated at the size bound: {', '.join(truncated)}" if truncated else ""))
-    print(f"Verdict: {summary['verdict'].upper()}.  Run directory: {shown}")
-    return 0 if summary["verdict"] == "pass" else 1
+    if summary["verdict"] == "fidelity_lost" and not summary.get("checks_passed", True):
+        print("  the checks failed too (see above); with the lab behind, that may be why")
+    print(f"Verdict: {verdict_text(summary)}.  Run directory: {shown}")
+    return {"pass": EXIT_PASS, "fidelity_lost": EXIT_FIDELITY_LOST}.get(summary["verdict"],
+                                                                        EXIT_FAIL)

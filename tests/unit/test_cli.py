@@ -51,7 +51,26 @@ def test_bad_topology_is_a_clear_error():
 
 def test_parser_defaults():
     a = build_parser().parse_args(["run", "rail2x4"])
-    assert a.spines is None and a.tdf is None and not a.cli
+    assert a.spines is None and a.tdf == "auto" and not a.cli
+    assert build_parser().parse_args(["run", "rail2x4", "--tdf", "2000"]).tdf == 2000.0
+    assert build_parser().parse_args(["show", "rail2x4"]).tdf is None
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "fast"])
+def test_bad_tdf_is_a_usage_error(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["run", "rail2x4", "--tdf", bad])
+    assert e.value.code == 2 and "--tdf" in capsys.readouterr().err
+
+
+def test_help_names_the_exit_codes():
+    r = run("run", "--help")
+    assert "3 fidelity lost" in r.stdout and "auto" in r.stdout
+
+
+def test_a_given_tdf_is_used_as_given(capsys):
+    assert main(["show", "rail2x4", "--tdf", "1234"]) == 0
+    assert "TDF 1234" in capsys.readouterr().out
 
 
 def test_pcap_selection():

@@ -1,0 +1,99 @@
+"""The fidelity guard of a run (issue 11): every switch agent and RDMA NIC reports how
+far its scheduled actions lagged behind the model schedule (`counters["fidelity"]`, a
+fabric.fidelity.LagMeter snapshot plus the process's CPU seconds); this module judges
+them for summary.json, says it in one terminal line and names the TDF that would have
+kept up. Pure: counters in, dicts and text out.
+
+Processes that do not report (agents or NICs older than the guard) are listed as
+unmeasured; a run where none reports has `"kept_up": null`, which is said, not judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fabric.fidelity import lag_bound_model_s, suggest_tdf, verdict
+from topologies.model import Fabric
+
+KEY = "fidelity"  # the counters field
+
+
+def bound_model_s(fab: Fabric) -> float:
+    """The kept-up bound of a fabric: one MTU-sized frame's serialisation time on its
+    fastest fabric link (frontend links excluded), in model seconds.
+
+    Why the fastest link: a lag matters against the frame time of the link it delays,
+    and the fastest link has the shortest one (9216 B: 0.37 us at 200 Gbps, 0.18 us at
+    400 Gbps). A p99 lag below it is below every link's frame time, so 99 % of the
+    fabric's actions happened before the frame they held back could have left any wire:
+    the lab's lateness is finer than anything the model resolves on a link. A bound
+    from a slower link would let the spine uplinks - where ECMP collisions and PFC
+    pauses build up - fall a frame behind unnoticed.
+    """
+    rates = [lk.model_bps for lk in fab.links if lk.kind != "frontend"]
+    return lag_bound_model_s(fab.mtu, max(rates))
+
+
+def snapshots(counters: Mapping[str, Mapping]) -> tuple[dict[str, dict], list[str]]:
+    """(name -> fidelity snapshot of every process that reported one, names that
+    did not)."""
+    got, missing = {}, []
+    for name, c in counters.items():
+        snap = c.get(KEY) if isinstance(c, Mapping) else None
+        if isinstance(snap, Mapping) and "hist" in snap and "count" in snap:
+            got[name] = dict(snap)
+        else:
+            missing.append(name)
+    return got, sorted(missing)
+
+
+def judge(fab: Fabric, counters: Mapping[str, Mapping], cpu: Mapping | None = None,
+          cores: int = 1) -> dict:
+    """summary.json's "fidelity" object, plus "suggested_tdf" when the run did not
+    keep up: {"fidelity": {...}, "suggested_tdf": float | None}.
+
+    `cpu` is emu.procstat's report (its "cores_used", the cores the run's processes
+    kept busy on average, sizes the suggestion: fabric.fidelity.suggest_tdf)."""
+    bound = bound_model_s(fab)
+    per, missing = snapshots(counters)
+    if not per:
+        fid = {"kept_up": None, "bound_model_us": bound * 1e6, "measured": 0,
+               "unmeasured": missing,
+               "note": "no agent or NIC reported its lag (they predate the fidelity guard)"}
+        return {"fidelity": fid, "suggested_tdf": None}
+    v = verdict(per, bound)
+    fid = {**v.to_dict(), "measured": len(per), "unmeasured": missing,
+           "process_cpu_s": round(sum(s.get("cpu_s", 0.0) or 0.0 for s in per.values()), 2)}
+    suggested = None
+    if not v.kept_up:
+        used = (cpu or {}).get("cores_used", 0.0)
+        suggested = suggest_tdf(fab.tdf, used, cores)
+        fid["suggested_tdf"] = suggested
+    return {"fidelity": fid, "suggested_tdf": suggested}
+
+
+def _us(x: float) -> str:
+    return f"{x:.2g} us" if x < 10 else f"{x:,.0f} us"
+
+
+def line(summary: Mapping) -> str | None:
+    """The one terminal line about fidelity of a summary.json (None for runs from
+    before the guard)."""
+    fid = summary.get(KEY)
+    if not isinstance(fid, Mapping):
+        return None
+    unmeasured = fid.get("unmeasured") or []
+    if fid.get("kept_up") is None:
+        return (f"Fidelity: NOT MEASURED - {fid.get('note', 'no process reported its lag')}"
+                f" ({len(unmeasured)} processes without lag counters)")
+    tail = (f"; {len(unmeasured)} processes did not report ({', '.join(unmeasured[:3])}"
+            + (", ..." if len(unmeasured) > 3 else "") + ")" if unmeasured else "")
+    p99, bound, mx = fid["p99_lag_model_us"], fid["bound_model_us"], fid["max_lag_model_us"]
+    if fid["kept_up"]:
+        return (f"Fidelity: kept up (p99 lag {_us(p99)} model <= {_us(bound)} bound; max "
+                f"{_us(mx)} at {fid['worst'] or '-'}; {fid['actions']:,} actions){tail}")
+    sug = fid.get("suggested_tdf") or summary.get("suggested_tdf")
+    return (f"Fidelity: LOST - p99 lag {_us(p99)} model > {_us(bound)} bound (worst "
+            f"{fid['worst'] or '-'}, max {_us(mx)}; {fid['actions']:,} actions): the lab fell "
+            f"behind the model at TDF {summary.get('tdf', 0):g}, so model-time results are "
+            f"not trustworthy" + (f"; rerun with --tdf {sug:g}" if sug else "") + tail)
