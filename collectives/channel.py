@@ -16,10 +16,14 @@ the receiver still reads, with no barrier and no extra round trip in steady stat
   peer's landing slot; a READY is a zero-length WRITE WITH IMMEDIATE (bit 31 set).
 * `ShmChannel`: the two GPUs share a host ("NVLink"): the sender copies straight into
   the receiver's landing slot (shared memory the receiver created) and notifies it with
-  a datagram on the receiver's Unix socket; READY goes back the same way.
+  a datagram on the receiver's Unix socket; READY goes back the same way, and so does
+  OPEN, which tells the peer that the landing memory exists (so a sender that came
+  first waits for it instead of polling for the file).
 
 Completions and notifications are collected by the communicator's pollers
-(`collectives.comm`) into an `Events` board the channels wait on.
+(`collectives.comm`) into an `Events` board the channels wait on. Nothing polls: every
+wait blocks (a Condition, a socket receive, or a blocking `sendto` that the kernel holds
+while the peer's datagram queue is full).
 """
 
 from __future__ import annotations
@@ -36,7 +40,28 @@ from traffic.nic_client import MemoryRegion, NicClient, RemoteBuffer, attach_unt
 
 READY_BIT = 1 << 31
 SEQ_MASK = READY_BIT - 1
-NOTE = struct.Struct("!IBIQ")  # source rank, kind (0 data, 1 ready), message number, bytes
+NOTE = struct.Struct("!IBIQ")  # source rank, kind (see NOTE_KINDS), message number, bytes
+NOTE_KINDS = ("data", "ready", "open")  #: a note's kind byte indexes this
+
+
+def note_event(msg: bytes) -> tuple[tuple, Any]:
+    """The Events key and value of a shared-memory notification datagram."""
+    src, kind, seq, nbytes = NOTE.unpack(msg[:NOTE.size])
+    return (NOTE_KINDS[kind], src, seq), (nbytes if kind == 0 else True)
+
+
+def blocking_sender(timeout: float) -> socket.socket:
+    """An unbound Unix datagram socket for notifications whose `sendto` blocks in the
+    kernel while the receiver's queue is full (at most `timeout` s, then BlockingIOError).
+
+    Not Python's settimeout: that makes the fd non-blocking and retries EAGAIN after a
+    poll(), and poll() of an unconnected datagram socket does not look at the receiver's
+    queue, so a full queue turned into a busy loop for the whole timeout."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sec = int(timeout)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                 struct.pack("ll", sec, int((timeout - sec) * 1e6)))
+    return s
 
 
 class ChannelError(RuntimeError):
@@ -75,7 +100,7 @@ class Events:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ChannelError(f"timed out after {timeout:g} s waiting for {key}")
-                self._cv.wait(min(left, 1.0))
+                self._cv.wait(left)  # post() and fail() notify
             return self._got.pop(key)
 
 
@@ -152,7 +177,9 @@ class Channel:
 
 
 class ShmChannel(Channel):
-    """Two GPUs of one host: copy into the peer's landing shared memory ("NVLink")."""
+    """Two GPUs of one host: copy into the peer's landing shared memory ("NVLink").
+
+    `notify` sends the notes; it must block (`blocking_sender`), not have a timeout."""
 
     def __init__(self, me: int, peer: int, events: Events, slot: int, slots: int,
                  timeout: float, name: Callable[[int, int], str], notify: socket.socket,
@@ -164,39 +191,38 @@ class ShmChannel(Channel):
         self._notify, self._peer_addr = notify, address(peer)
         self._peer_shm: shared_memory.SharedMemory | None = None
         self._peer_name = name(peer, me)
+        self._note(2, 0, 0)  # OPEN: our landing memory exists
 
     def _remote(self) -> memoryview:
         if self._peer_shm is None:  # the peer creates it when it opens its side
-            deadline = time.monotonic() + self.timeout
-            while True:
+            try:
+                self._peer_shm = attach_untracked(self._peer_name)
+            except FileNotFoundError:
+                # Not yet: its OPEN follows the creation. An OPEN that found our socket
+                # unbound was sent before we bound it, so before this attempt: then the
+                # memory existed already and the attach above succeeded.
                 try:
-                    self._peer_shm = attach_untracked(self._peer_name)
-                    break
-                except FileNotFoundError:
-                    if time.monotonic() > deadline:
-                        raise ChannelError(f"rank {self.peer} never opened its side")
-                    time.sleep(0.01)
+                    self.events.wait(("open", self.peer, 0), self.timeout)
+                except ChannelError as exc:
+                    raise ChannelError(f"rank {self.peer} never opened its side ({exc})")
+                self._peer_shm = attach_untracked(self._peer_name)
         return self._peer_shm.buf
 
     def _note(self, kind: int, k: int, n: int) -> None:
         msg = NOTE.pack(self.me, kind, k & SEQ_MASK, n)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                self._notify.sendto(msg, self._peer_addr)
+        try:
+            self._notify.sendto(msg, self._peer_addr)  # blocks while its queue is full
+        except (BlockingIOError, TimeoutError) as exc:  # SO_SNDTIMEO ran out
+            raise ChannelError(f"rank {self.peer} took no notification for "
+                               f"{self.timeout:g} s") from exc
+        except (ConnectionRefusedError, FileNotFoundError):
+            # The peer bound its socket before it created the memory we wrote into,
+            # so a refusal means it has finished and closed. A READY for it is moot
+            # (it may legitimately exit before taking back its last slot); data is not.
+            # An OPEN may also precede the peer's socket: see _remote.
+            if kind in (1, 2):
                 return
-            except (BlockingIOError, TimeoutError):  # its queue is full: the peer is busy
-                if time.monotonic() > deadline:
-                    raise ChannelError(f"rank {self.peer} took no notification for "
-                                       f"{self.timeout:g} s")
-                time.sleep(0.001)
-            except (ConnectionRefusedError, FileNotFoundError):
-                # The peer bound its socket before it created the memory we wrote into,
-                # so a refusal means it has finished and closed. A READY for it is moot
-                # (it may legitimately exit before taking back its last slot); data is not.
-                if kind == 1:
-                    return
-                raise ChannelError(f"rank {self.peer} has gone (its notify socket is closed)")
+            raise ChannelError(f"rank {self.peer} has gone (its notify socket is closed)")
 
     def _put(self, k: int, part: memoryview) -> None:
         i = k % self.slots

@@ -27,8 +27,8 @@ from typing import Callable
 
 import torch
 
-from collectives.channel import (NOTE, READY_BIT, SEQ_MASK, Channel, ChannelError, Events,
-                                 RdmaChannel, ShmChannel)
+from collectives.channel import (READY_BIT, SEQ_MASK, Channel, ChannelError, Events,
+                                 RdmaChannel, ShmChannel, blocking_sender, note_event)
 from collectives.rendezvous import PeerInfo
 from fabric.timedil import TimeDilation
 from collectives.ring import (Member, all_gather_steps, broadcast_tree, chunk_bounds,
@@ -101,9 +101,9 @@ class Communicator:
         tag = uid[:6].hex()
         self._shm_name = lambda owner, sender: f"emu{tag}-g{group}-{owner}-{sender}"
         self._addr = lambda r: f"\0emu{tag}-g{group}-{r}"
-        self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # blocking receive
         self._notify.bind(self._addr(rank))
-        self._notify.settimeout(0.5)
+        self._notify_tx = blocking_sender(timeout)
         self._threads = [threading.Thread(target=self._notify_loop, daemon=True,
                                           name=f"emu-notify-{rank}")]
         self._threads[0].start()
@@ -115,16 +115,14 @@ class Communicator:
 
     # -- pollers ----------------------------------------------------------------------
     def _notify_loop(self) -> None:
-        while not self._closed.is_set():
+        while True:  # blocks in recv; close() shuts the socket down, recv then gives b""
             try:
                 msg = self._notify.recv(64)
-            except socket.timeout:
-                continue
             except OSError:
                 return
-            src, kind, seq, nbytes = NOTE.unpack(msg[:NOTE.size])
-            self.events.post(("data" if kind == 0 else "ready", src, seq),
-                             nbytes if kind == 0 else True)
+            if self._closed.is_set() or not msg:
+                return
+            self.events.post(*note_event(msg))
 
     def _cq_loop(self) -> None:
         try:
@@ -178,7 +176,7 @@ class Communicator:
                 args = (self.rank, p, self.events, self.slot, self.slots, self.timeout)
                 if self.peers[p].host == self.me.host:
                     self.channels[p] = ShmChannel(*args, name=self._shm_name,
-                                                  notify=self._notify, address=self._addr)
+                                                  notify=self._notify_tx, address=self._addr)
                 else:
                     self._open_nic()
                     ch = RdmaChannel(*args, nic=self.nic, pd=self.pd, cq=self.cq)
@@ -378,9 +376,14 @@ class Communicator:
         self._closed.set()
         for ch in self.channels.values():
             ch.close()
-        self._notify.close()
+        try:
+            self._notify.shutdown(socket.SHUT_RDWR)  # wakes the notify loop's recv
+        except OSError:
+            pass
         for t in self._threads:
             t.join(2.0)
+        self._notify.close()
+        self._notify_tx.close()
         for c in (self.nic, self._poll_nic):
             if c is not None:
                 c.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from collectives.launch import WORKER_THREADS_ENV
 from collectives.rendezvous import torchrun_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ def run_ranks(n, target, tmp_path, backend="emu", timeout=180, env_extra=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("EMU_")}
         env.update(torchrun_env(0, n, r, 1, "127.0.0.1", port))
         env.update({"EMU_HOST": "local", "EMU_RESULT_DIR": str(tmp_path), "EMU_BACKEND": backend,
-                    "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+                    **WORKER_THREADS_ENV, "PYTHONPATH": str(ROOT)})
         env.update(env_extra or {})
         procs.append(subprocess.Popen([sys.executable, "-m", "collectives.run"] + target,
                                       cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -14,7 +14,8 @@ import pytest
 import torch.distributed as dist
 
 import topologies
-from collectives.channel import NOTE, ChannelError, Events, ShmChannel
+from collectives.channel import (ChannelError, Events, ShmChannel, blocking_sender,
+                                 note_event)
 from collectives.rendezvous import (UID_BYTES, PeerInfo, RendezvousError, bootstrap,
                                     global_rank, torchrun_env)
 from collectives.ring import (Member, all_gather_steps, broadcast_tree, chunk_bounds,
@@ -158,22 +159,22 @@ def _shm_pair():
     for r, s in enumerate(socks):
         s.bind(addr(r))
         s.settimeout(0.2)
-    a = ShmChannel(0, 1, ev[0], 64, 2, 10.0, name=name, notify=socks[0], address=addr)
-    b = ShmChannel(1, 0, ev[1], 64, 2, 10.0, name=name, notify=socks[1], address=addr)
-    return ev, socks, a, b
+    tx = blocking_sender(10.0)
+    a = ShmChannel(0, 1, ev[0], 64, 2, 10.0, name=name, notify=tx, address=addr)
+    b = ShmChannel(1, 0, ev[1], 64, 2, 10.0, name=name, notify=tx, address=addr)
+    return ev, socks, a, b, tx
 
 
 def test_shm_channel_streams_more_than_its_slots_in_order():
-    ev, socks, a, b = _shm_pair()
+    ev, socks, a, b, tx = _shm_pair()
     stop = threading.Event()
 
     def pump(r):
         while not stop.is_set():
             try:
-                src, kind, seq, nb = NOTE.unpack(socks[r].recv(64))
+                ev[r].post(*note_event(socks[r].recv(64)))
             except socket.timeout:
                 continue
-            ev[r].post(("data" if kind == 0 else "ready", src, seq), nb if kind == 0 else True)
     pumps = [threading.Thread(target=pump, args=(r,), daemon=True) for r in range(2)]
     for t in pumps:
         t.start()
@@ -189,7 +190,7 @@ def test_shm_channel_streams_more_than_its_slots_in_order():
     assert bytes(got) == payload and a.tx_seq == 38 and b.rx_seq == 38
     for c in (a, b):
         c.close()
-    for s in socks:
+    for s in socks + [tx]:
         s.close()
 
 
@@ -197,11 +198,12 @@ def test_shm_ready_for_a_peer_that_has_finished_does_not_block():
     """The sender of a last message may finish and close before the receiver hands the
     slot back; that READY is moot and must not hold the receiver (it once waited the
     whole group timeout, hanging a 3-rank job at exit)."""
-    ev, socks, a, b = _shm_pair()
+    ev, socks, a, b, tx = _shm_pair()
     a.send(memoryview(b"x" * 10))
     b._remote()                           # b has written to rank 0 before (mapped its side)
-    src, kind, seq, nb = NOTE.unpack(socks[1].recv(64))
-    ev[1].post(("data", src, seq), nb)
+    assert note_event(socks[1].recv(64)) == (("open", 0, 0), True)  # a's landing exists
+    assert note_event(socks[1].recv(64)) == (("data", 0, 0), 10)
+    ev[1].post(("data", 0, 0), 10)
     a.close()
     socks[0].close()                      # rank 0 is done and gone
     got = bytearray(10)
@@ -212,6 +214,33 @@ def test_shm_ready_for_a_peer_that_has_finished_does_not_block():
         b.send(memoryview(b"y"))          # data for a vanished peer is an error, at once
     b.close()
     socks[1].close()
+    tx.close()
+
+
+def test_notification_to_a_full_queue_blocks_without_spinning():
+    """A receiver that takes no notes (its queue holds net.unix.max_dgram_qlen of them):
+    the sender blocks in the kernel until SO_SNDTIMEO, then fails. With Python's
+    settimeout instead, the same send spun in poll()/sendto for the whole timeout
+    (0.30 CPU-s of 0.30 s measured): poll() of an unconnected datagram socket does not
+    look at the receiver's queue. Bound: a tenth of the wait."""
+    tag = os.urandom(4).hex()
+    rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.bind(f"\0emutest{tag}-full")
+    tx = blocking_sender(0.3)
+    tx.setblocking(False)
+    queued = 0
+    with pytest.raises(BlockingIOError):
+        while True:
+            tx.sendto(b"n", f"\0emutest{tag}-full")
+            queued += 1
+    tx.setblocking(True)
+    c0, w0 = time.thread_time(), time.monotonic()
+    with pytest.raises(BlockingIOError):
+        tx.sendto(b"n", f"\0emutest{tag}-full")
+    cpu, wall = time.thread_time() - c0, time.monotonic() - w0
+    assert queued >= 1 and wall >= 0.25 and cpu < 0.03, (queued, wall, cpu)
+    rx.close()
+    tx.close()
 
 
 # -- the backend, every rank on one host ----------------------------------------------

@@ -42,3 +42,39 @@ def test_the_example_script_runs_unmodified_on_emu(tmp_path):
     out, _ = run_ranks(2, [str(ROOT / "examples" / "ddp_minimal.py")], tmp_path)
     assert "step 4: mean loss over 2 ranks" in out
     assert list(tmp_path.glob("emu-rank0-g*.json")), "went through the emu backend"
+
+
+IDLE_SCRIPT = r'''
+import json, os, resource, sys, time
+import torch, torch.distributed as dist
+def cpu():
+    ru = resource.getrusage(resource.RUSAGE_SELF)  # every thread of the rank
+    return ru.ru_utime + ru.ru_stime
+dist.init_process_group()
+r, n = dist.get_rank(), dist.get_world_size()
+dist.all_reduce(torch.ones(1024))  # opens the channels
+dist.barrier()
+c0, w0 = cpu(), time.monotonic()
+if r == n - 1:
+    time.sleep(float(sys.argv[1]))  # the slow peer
+dist.all_reduce(torch.ones(1024))
+c1, w1 = cpu(), time.monotonic()
+with open(os.path.join(os.environ["EMU_RESULT_DIR"], f"rank{r}.json"), "w") as f:
+    json.dump({"cpu_s": c1 - c0, "wall_s": w1 - w0}, f)
+dist.destroy_process_group()
+'''
+
+
+def test_ranks_waiting_for_a_slow_peer_use_no_cpu(tmp_path):
+    """Three ranks wait 2 s in an AllReduce for a fourth that sleeps: they must block
+    (socket receive, Condition), not poll. Bound: 5 % of the wait. The AllReduce of 4 KB
+    itself costs ~5 ms of CPU per rank (8 ranks measured 4-6 ms including the wait, with
+    every waiter blocked); a rank that spun would take its share of the 2 cores, ~50 %
+    of the wait with 4 ranks, and a 100 Hz sleep-poll ~1-2 %, plus the operation."""
+    wait = 2.0
+    script = tmp_path / "idle.py"
+    script.write_text(IDLE_SCRIPT)
+    _, res = run_ranks(4, [str(script), str(wait)], tmp_path)
+    for r, rec in enumerate(res[:-1]):
+        assert rec["wall_s"] >= wait, f"rank {r} did not wait for the slow one: {rec}"
+        assert rec["cpu_s"] < 0.05 * wait, f"rank {r} used CPU while waiting: {rec}"
