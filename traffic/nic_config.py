@@ -21,7 +21,7 @@ from typing import Any
 from fabric.qos.classify import ROCE_PRIORITY
 from fabric.wire.ib import PATH_MTUS
 from traffic.nic_client import CM_PORT
-from traffic.rc_config import RcConfig
+from traffic.rc_config import DEFAULT_WINDOW, RcConfig
 
 __all__ = ["NicConfig"]
 
@@ -44,7 +44,7 @@ class NicConfig:
     dcqcn: str = "paper"                      #: paper, nvidia or off
     timeout_s: float = 4.096e-6 * 2 ** 8      #: local ACK timeout, model s (IB exp. 8)
     retry_cnt: int = 7
-    window: int = 256                         #: packets in flight per QP
+    window: int = DEFAULT_WINDOW              #: packets in flight per QP (rc_config)
     ackreq_every: int = 16
     cm_port: int = CM_PORT
     seed: int | None = None

@@ -9,8 +9,10 @@ from typing import Callable
 
 import pytest
 
-from fabric.wire.ib import (NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, AckKind, Op, RocePkt,
-                            decode_syndrome, encode_ack, encode_nak, psn_add, psn_diff, psn_lt)
+from fabric.wire.ib import (NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, PSN_HALF, AckKind, Op,
+                            RocePkt, decode_syndrome, encode_ack, encode_nak, psn_add, psn_diff,
+                            psn_lt)
+from traffic.nic_config import NicConfig
 from traffic.rc import RcEndpoint
 from traffic.rc_config import RcConfig
 from traffic.rc_segment import packet_count, segment_at, segments
@@ -185,9 +187,9 @@ def test_psn_wrap_message_straddles_2_24() -> None:
 
 
 def test_go_back_n_after_one_drop() -> None:
-    """All 20 packets leave in one burst (window 256); PSN 5 is lost, so the responder
-    NAKs once at PSN 6 and discards 6..19; the requester goes back to 5 and sends
-    5..19 again: exactly 15 retransmissions, no timeout."""
+    """All 20 packets leave in one burst (no window below the PSN bound); PSN 5 is lost,
+    so the responder NAKs once at PSN 6 and discards 6..19; the requester goes back to 5
+    and sends 5..19 again: exactly 15 retransmissions, no timeout."""
     pr = Pair(20 * MTU)
     pr.write(1, 0, 20 * MTU)
     dropped = []
@@ -444,8 +446,11 @@ def test_config_errors_name_field() -> None:
 
 
 def test_requester_64mb_descriptors_are_zero_copy_slices() -> None:
+    """With the default window (the IBA PSN bound, as RNICs have no smaller one for
+    WRITEs) a 64 MB write leaves whole: 16384 packets in flight, none held back."""
     n = 64 << 20
-    pr = Pair(16, RcConfig(window=1 << 15))
+    pr = Pair(16, RcConfig())
+    assert RcConfig().window == NicConfig.__dataclass_fields__["window"].default == PSN_HALF - 1
     big = bytearray(n)
     mr = pr.a.pd.reg_mr(big, Access.LOCAL_WRITE)
     pr.a.post_send(WR(1, WROpcode.WRITE, mr.addr, n, mr.lkey, 0x1000, 0x55))
@@ -457,6 +462,7 @@ def test_requester_64mb_descriptors_are_zero_copy_slices() -> None:
         assert isinstance(p.payload, memoryview)
     assert ops == {Op.WRITE_FIRST: 1, Op.WRITE_MIDDLE: 16382, Op.WRITE_LAST: 1}
     assert total == n and pr.ea.requester.counters.bytes == n
+    assert pr.ea.requester.outstanding() == n // MTU == 16384
 
 
 def test_requester_ignores_garbage_acks() -> None:
