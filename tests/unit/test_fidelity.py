@@ -5,8 +5,9 @@ import math
 
 import pytest
 
-from fabric.fidelity import (BUCKET_EDGES, HIST_LEN, LagMeter, lag_bound_model_s, merge,
-                             nice_up, percentile, suggest_tdf, verdict)
+from fabric.fidelity import (BUCKET_EDGES, HIST_LEN, TIMER_SLACK_NS, LagMeter,
+                             lag_bound_model_s, merge, nice_up, percentile, suggest_tdf,
+                             tighten_timer_slack, verdict)
 from fabric.timedil import TimeDilation
 
 TD = TimeDilation(5000)
@@ -27,6 +28,21 @@ def test_lag_is_model_time():
     assert s["count"] == 2 and s["max_lag_model_s"] == pytest.approx(1e-6)
     assert s["worst"] == "eth1 tx" and sum(s["hist"]) == 2 and s["hist"][0] == 1
     assert len(s["hist"]) == HIST_LEN
+
+
+def test_reset_starts_a_new_window():
+    m = LagMeter(TD)
+    m.record(0.0, 1.0, "eth1 tx")
+    m.reset()
+    assert m.snapshot() == LagMeter(TD).snapshot()
+    assert m.record(0.0, 0.005) == pytest.approx(1e-6) and m.snapshot()["count"] == 1
+
+
+def test_timer_slack_is_tightened():
+    if not tighten_timer_slack():
+        pytest.skip("prctl(PR_SET_TIMERSLACK) not available here")
+    with open("/proc/self/timerslack_ns") as f:  # the main thread's, which runs pytest
+        assert int(f.read()) == TIMER_SLACK_NS
 
 
 class StallingClock:
