@@ -12,6 +12,10 @@ rx (AF_PACKET, one raw socket per port)
  -> WRED-ECN + enqueue into one of 8 egress queues (`queues`, `wred`)
  -> strict + DWRR scheduling, skipping paused priorities (`queues`, `watchdog`)
  -> shaper at the link's lab rate (`shaper`) -> delay line (propagation x TDF) -> tx.
+The fidelity guard (`fabric.fidelity.LagMeter`, `Agent.meter`) records how late, in model
+time, every frame left against its model schedule (the shaper slot and delay-line
+release it would have had had the loop never been late), every control frame against
+its due time, and every timer (PFC pause refresh, watchdog, LLDP) against its deadline.
 Frames for the switch itself (ARP, ping) are left to the namespace's kernel, which
 never forwards (net.ipv4.ip_forward = 0). LLDP/DCBX is `switch_agent.dcbx`; the poll
 loop (sockets, control requests, kernel changes) is `switch_agent.serve`.
@@ -27,6 +31,7 @@ import socket
 import time
 
 from fabric import rawsock
+from fabric.fidelity import LagMeter
 from fabric.qos.classify import Classification, Classifier
 from fabric.qos.config import QosConfig
 from fabric.qos.pfc import Admission
@@ -79,14 +84,16 @@ class Agent:
         self.rng = random.Random(cfg.test_drop_seed)
         self.drop_rate = cfg.test_drop_rate
         self.backlog: set[Port] = set()
+        self.clock = time.monotonic  # when frames actually leave (a fake clock in tests)
+        self.meter = LagMeter(self.td)  # the fidelity guard: lag of every scheduled action
         self.started = time.monotonic()
         self.running = True
         self.next_refresh = math.inf
         self.wd_period = min((p.watchdog.detect_s / 4 for p in self.ports.values()
                               if p.watchdog), default=math.inf)
-        self.next_wd = 0.0
+        self.next_wd = -math.inf  # at once (not a deadline: no lag recorded)
         self.lldp_period = cfg.lldp_interval_lab_s if self.qos else math.inf
-        self.next_lldp = 0.0  # announce at once
+        self.next_lldp = -math.inf  # announce at once
         self.dcbx = Dcbx(cfg.name, self.qos, len(self.ports)) if self.qos else None
         self.events: list[str] = []  # configuration / watchdog / LLDP events, newest last
         if self.qos is not None:
@@ -205,6 +212,8 @@ class Agent:
             if tag is not None:
                 self.release(tag, self.p_by_tos[tos], len(frame), now)
             return
+        if out.queues.packets == 1:  # the port was idle: this frame may leave from now
+            out.eligible_at = now
         self.backlog.add(out)
 
     def release(self, inp: Port, prio: int, nbytes: int, now: float) -> None:
@@ -221,6 +230,8 @@ class Agent:
             port.pfc_rx_frames += 1
             if self.qos is not None and port.pause.on_frame(frame, now):
                 self.backlog.add(port)  # the paused set changed: re-evaluate the scheduler
+                if now < port.eligible_at:  # a resume: queued frames may leave from now
+                    port.eligible_at = now
         elif et == ETH_LLDP and self.dcbx is not None:
             text = self.dcbx.receive(port, frame, now)
             if text:
@@ -237,7 +248,12 @@ class Agent:
             self.enqueue(self.ports[nh.ifname], 0, nh.header + ETH_IPV4 + packet, None, 0, now)
 
     def service(self, now: float) -> float | None:
-        """Move frames queue -> shaper -> delay line -> wire; return the next wake time."""
+        """Move frames queue -> shaper -> delay line -> wire; return the next wake time.
+
+        A frame booked at `now` starts at the shaper's slot, max(free_at, now); had the
+        loop been on time it would have started at max(free_at, eligible_at), the time
+        the port could first have sent it. The difference (a port left idle by a late
+        wake-up) makes its model-schedule release time earlier than its booked one."""
         wake = None
         done = []
         p_by_tos = self.p_by_tos
@@ -256,10 +272,19 @@ class Agent:
                     tag = item[2]
                     if tag is not None:
                         self.release(tag, p_by_tos[frame[15]], len(frame), now)
-                    p.inflight.append((sh.depart(len(frame), now) + p.delay, frame))
+                    free = sh.free_at
+                    due = sh.depart(len(frame), now) + p.delay
+                    if now > free and now > p.eligible_at:  # booked late: model due earlier
+                        p.inflight.append((due, frame, due - now + (
+                            free if free > p.eligible_at else p.eligible_at)))
+                    else:
+                        p.inflight.append((due, frame, due))
             t = self.flush(p, now)
             if pq.packets:
-                r = p.pause.next_expiry if blocked else sh.ready_at(now)
+                if blocked:  # every backlogged queue paused: eligible again at the expiry
+                    r = p.eligible_at = p.pause.next_expiry
+                else:
+                    r = sh.ready_at(now)
                 if t is None or r < t:
                     t = r
             if t is None:
@@ -271,12 +296,17 @@ class Agent:
         return wake
 
     def flush(self, p: Port, now: float) -> float | None:
-        """Send control frames and frames whose arrival time has come; next due time."""
+        """Send control frames and frames whose arrival time has come; next due time.
+        Each frame sent records its lag: sent (the clock, once per line) - model due."""
         nxt = None
-        for line in (p.ctrl, p.inflight):
-            send = p.sock.send if p.sock else None
+        send = p.sock.send if p.sock else None
+        record = self.meter.record
+        for line, what in ((p.ctrl, p.ctrl_what), (p.inflight, p.tx_what)):
+            if not line:
+                continue
+            sent_at = None
             while line:
-                due, frame = line[0]
+                due, frame, model_due = line[0]
                 if due > now:
                     nxt = due if nxt is None or due < nxt else nxt
                     break
@@ -289,14 +319,21 @@ class Agent:
                         continue
                 p.tx_packets += 1
                 p.tx_bytes += len(frame)
+                if sent_at is None:
+                    sent_at = self.clock()
+                record(model_due, sent_at, what)
         return nxt
 
     def timers(self, now: float) -> float:
         """Pause refreshes, watchdog, LLDP; returns the next timer deadline."""
         nxt = math.inf
+        record = self.meter.record
         for p in self.ports.values():
             ing = p.ingress
             if now >= ing.next_refresh:
+                for due in ing.refresh_at:
+                    if due <= now:
+                        record(due, now, p.refresh_what)
                 for prio in ing.tick(now):
                     p.send_ctrl(ing.pause_frames[prio], now)
                     p.pause_tx[prio] += 1
@@ -304,6 +341,8 @@ class Agent:
             if ing.next_refresh < nxt:
                 nxt = ing.next_refresh
         if now >= self.next_wd:
+            if self.next_wd > -math.inf:
+                record(self.next_wd, now, "watchdog")
             self.next_wd = now + self.wd_period
             for p in self.ports.values():
                 wd = p.watchdog
@@ -312,6 +351,8 @@ class Agent:
                 for ev in wd.check(now, p.pause.paused_mask(now), p.queues.backlog_mask(),
                                    p.pause.last_rx):
                     self.event(str(ev))
+                    if now < p.eligible_at:  # a pause now ignored: frames may leave now
+                        p.eligible_at = now
                     if ev.kind == "storm" and ev.action == "drop":
                         entries = p.queues.flush(ev.priority, "pfc_watchdog")
                         for frame, tag in entries:
@@ -320,6 +361,8 @@ class Agent:
                         wd.note_dropped(ev.priority, len(entries))
                     self.backlog.add(p)
         if now >= self.next_lldp:
+            if self.next_lldp > -math.inf:
+                record(self.next_lldp, now, "lldp")
             self.next_lldp = now + self.lldp_period
             self.send_lldp(now)
         return min(nxt, self.next_wd, self.next_lldp)
@@ -339,7 +382,8 @@ class Agent:
         return {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
                 "tdf": self.cfg.tdf, "qos": self.qos is not None,
                 "ports": {p.name: p.counters(now) for p in self.ports.values()},
-                "events": list(self.events[-20:])}
+                "events": list(self.events[-20:]),
+                "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time()}}
 
     def show_state(self) -> dict:
         """The state dict of `switch_agent.show`."""

@@ -2,7 +2,9 @@
 
 Requests: {"cmd": "ping"}, {"cmd": "counters"}, {"cmd": "fib"},
 {"cmd": "show", "text": "show queuing interface eth3"} (NX-OS-like, `switch_agent.show`),
-{"cmd": "set", "test_drop_rate": 0.01} (test hook), {"cmd": "reset"}.
+{"cmd": "set", "test_drop_rate": 0.01} (test hook), {"cmd": "reset"} (port counters and
+the fidelity guard's lags). The counters carry "fidelity": the agent's
+fabric.fidelity.LagMeter snapshot plus "cpu_s", the process's CPU seconds.
 Served from the agent's poll loop (no thread, so counters are read consistently).
 `request(path, payload)` is the client used by `emu` and the tests.
 """
@@ -99,6 +101,7 @@ class ControlServer:
             for p in a.ports.values():
                 p.rx_packets = p.rx_bytes = p.tx_packets = p.tx_bytes = 0
                 p.drops.clear()
+            a.meter.reset()  # the fidelity guard measures the same window
             return {"ok": True}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 

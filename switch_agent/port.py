@@ -34,7 +34,7 @@ class Port:
                  "inflight", "ctrl", "rx_packets", "rx_bytes", "tx_packets", "tx_bytes",
                  "drops", "ingress", "pause", "watchdog", "pfc_mode", "pfc_active",
                  "neighbor", "neighbor_seen", "lldp_rx", "lldp_tx", "pause_tx", "resume_tx",
-                 "pfc_rx_frames")
+                 "pfc_rx_frames", "eligible_at", "tx_what", "ctrl_what", "refresh_what")
 
     def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int,
                  td: TimeDilation, qos: QosConfig | None = None,
@@ -52,8 +52,16 @@ class Port:
         else:
             self.queues = PortQueues(Queuing.plain(queue_limit_bytes), mtu, rng)
         self.delay = cfg.delay_lab_s
-        self.inflight: collections.deque[tuple[float, bytes]] = collections.deque()
-        self.ctrl: collections.deque[tuple[float, bytes]] = collections.deque()
+        #: the delay line: (release time, frame, model-schedule release time) - the last
+        #: is earlier than the first when the frame was booked late (the fidelity guard)
+        self.inflight: collections.deque[tuple[float, bytes, float]] = collections.deque()
+        self.ctrl: collections.deque[tuple[float, bytes, float]] = collections.deque()
+        #: lab time since which the head of the queues could have been sent (pause
+        #: expiry while every backlogged queue is paused): the ideal start of a late booking
+        self.eligible_at = 0.0
+        self.tx_what = f"{cfg.ifname} tx"  # LagMeter labels, built once
+        self.ctrl_what = f"{cfg.ifname} ctrl"
+        self.refresh_what = f"{cfg.ifname} pfc refresh"
         self.rx_packets = self.rx_bytes = self.tx_packets = self.tx_bytes = 0
         self.drops: dict[str, int] = {}
         model = cfg.model_bps
@@ -92,7 +100,8 @@ class Port:
     def send_ctrl(self, frame: bytes, now: float) -> None:
         """Queue a MAC control frame (PFC, LLDP): it bypasses the data queues and the
         shaper and reaches the peer after the propagation delay."""
-        self.ctrl.append((now + self.delay, frame))
+        due = now + self.delay
+        self.ctrl.append((due, frame, due))
 
     def paused_mask(self, now: float) -> int:
         """Priorities this port must not transmit now (pauses received, watchdog)."""
