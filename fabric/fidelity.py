@@ -95,7 +95,7 @@ class LagMeter:
     def snapshot(self) -> dict:
         """JSON-able state: count, max and p99 (model s), the histogram, the worst action."""
         return {"count": self.count, "max_lag_model_s": self.max_s,
-                "p99_lag_model_s": percentile(self.hist, P99), "hist": list(self.hist),
+                "p99_lag_model_s": min(percentile(self.hist, P99), self.max_s), "hist": list(self.hist),
                 "worst": self.worst_what}
 
 
@@ -110,7 +110,8 @@ def tighten_timer_slack(ns: int = TIMER_SLACK_NS) -> bool:
 
 def percentile(hist: list[int], q: float) -> float:
     """Quantile `q` of a histogram: 0 for an on-time action (bucket 0), else the upper
-    edge of the lag's bucket (model s; inf above the top edge)."""
+    edge of the lag's bucket (model s; inf above the top edge). Snapshots cap it at the
+    largest lag seen, which the bucket's edge may exceed by up to a bucket's width."""
     total = sum(hist)
     if total == 0:
         return 0.0
@@ -134,7 +135,7 @@ def merge(snapshots: Iterable[Mapping]) -> dict:
             hist[i] += n
         if s["max_lag_model_s"] > worst_s:
             worst_s, worst = s["max_lag_model_s"], s.get("worst", "")
-    return {"count": count, "max_lag_model_s": worst_s, "p99_lag_model_s": percentile(hist, P99),
+    return {"count": count, "max_lag_model_s": worst_s, "p99_lag_model_s": min(percentile(hist, P99), worst_s),
             "hist": hist, "worst": worst}
 
 

@@ -81,7 +81,7 @@ def test_terminal_lines():
     lost = {"tdf": 5000.0, **guard.judge(FAB, counters([3e-6] * 100, [3e-6] * 100),
                                          {"cores_used": 1.96}, 2)}
     text = guard.line(lost)
-    assert text.startswith("Fidelity: LOST - p99 lag 3.2 us model > 0.18 us bound (worst ")
+    assert text.startswith("Fidelity: LOST - p99 lag 3 us model > 0.18 us bound (worst ")
     assert text.endswith("rerun with --tdf 10000")
     assert guard.line({"tdf": 5000.0}) is None  # a run from before the guard
 
