@@ -50,7 +50,9 @@ class CpuTracker:
         self.proc = Path(proc)
         self.clock = clock
         self.seen: dict[int, tuple[str, float, int]] = {}  # pid -> (kind, cpu_s, hwm_kb)
-        self.root_cpu0 = 0.0  # emu's own CPU before the run (imports, planning)
+        #: CPU seconds of the processes already running at start(): only what they use
+        #: from then on counts, over the same wall time (imports and set-up are not the run)
+        self.base: dict[int, float] = {}
         self.t0 = self.t1 = 0.0
 
     def _read(self, pid: int, name: str) -> str | None:
@@ -60,11 +62,10 @@ class CpuTracker:
             return None
 
     def start(self) -> None:
-        """Begin: note emu's own CPU so far and the time."""
+        """Begin: note the CPU used so far by every process below `root`, and the time."""
         self.t0 = self.t1 = self.clock()
-        text = self._read(self.root, "stat")
-        self.root_cpu0 = parse_stat(text)[1] if text else 0.0
         self.sample()
+        self.base = {pid: cpu for pid, (_, cpu, _) in self.seen.items()}
 
     def sample(self) -> None:
         """Walk the process tree once and update every descendant's figures."""
@@ -108,7 +109,7 @@ class CpuTracker:
         out: dict = {"wall_s": round(wall, 3)}
         total = 0.0
         for kind in KINDS:
-            rows = [(c - (self.root_cpu0 if pid == self.root else 0.0), h)
+            rows = [(c - self.base.get(pid, 0.0), h)
                     for pid, (k, c, h) in self.seen.items() if k == kind]
             cpu = sum(c for c, _ in rows)
             total += cpu

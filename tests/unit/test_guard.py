@@ -3,6 +3,7 @@ summary.json and the terminal), with fake counters as the agents and NICs will r
 them: counters["fidelity"] = LagMeter.snapshot() + {"cpu_s"}."""
 
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -132,21 +133,20 @@ def fake_proc(root, procs):
 
 
 def test_cpu_per_process_kind(tmp_path):
-    import os
     tick = os.sysconf("SC_CLK_TCK")
     fake_proc(tmp_path, {
         100: (1, 1, 50_000, b"python\0-m\0emu\0run"),
         200: (100, 0, 1000, b"mnexec"),                    # a namespace's shell
-        201: (200, 0, 30_000, b"python\0-m\0switch_agent"),  # an agent (known)
+        201: (200, 7 * tick, 30_000, b"python\0-m\0switch_agent"),  # 7 s of start-up
         300: (100, 0, 30_000, b"python\0-m\0traffic.nic"),   # a NIC (known)
         400: (200, 0, 200_000, b"python\0-m\0collectives.run\0--module\0x"),
         999: (1, 0, 10, b"unrelated")})
     clock = iter([0.0, 10.0, 10.0])
     t = CpuTracker(100, lambda: {201: "agents", 300: "nics"}, proc=tmp_path,
                    clock=lambda: next(clock))
-    t.start()  # emu had used 1 tick before the run: not counted
+    t.start()  # what emu and the agent used before the run (imports, set-up) is not counted
     fake_proc(tmp_path, {100: (1, 1 + 2 * tick, 50_000, b"emu"),
-                         201: (200, 3 * tick, 30_000, b"x"), 300: (100, 5 * tick, 30_000, b"x"),
+                         201: (200, 10 * tick, 30_000, b"x"), 300: (100, 5 * tick, 30_000, b"x"),
                          400: (200, 6 * tick, 200_000, b"python\0-m\0collectives.run")})
     t.sample()
     r = t.report(cores=2)
