@@ -19,6 +19,13 @@ DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
   link lab rate.
 * PFC: received 802.1Qbb frames (fabric.qos.pfc.EgressPause) stop data on the
   configured priority (NicConfig.pfc_priority).
+* Fidelity guard (fabric.fidelity.LagMeter, `meter`, in `counters()["fidelity"]`): each
+  data frame's send against the time the pacer allowed it - max(QP's next_t, port's
+  next start - slack, when the QP got work, when a pause ended) - ("pacer"), each
+  retransmission timeout against its deadline ("rto"), each CNP against the receipt of
+  the CE-marked frame ("cnp"). DCQCN's rate-increase and alpha timers need none: they
+  are caught up in model time (ReactionPoint.tick) before the rate is next used.
+  The loop sleeps in select (microsecond timeouts) with a 1 us timer slack.
 * One lock guards all NIC state; the loop holds it for one iteration at a time.
 """
 
@@ -29,6 +36,7 @@ import socket
 import threading
 import time
 
+from fabric.fidelity import tighten_timer_slack
 from fabric.qos.pfc import EgressPause
 from fabric.rawsock import PACKET_IGNORE_OUTGOING, SOL_PACKET
 from fabric.wire.ib import Op, RocePkt
@@ -75,6 +83,8 @@ class Nic(NicVerbs):
         self.link_lab_bps = self.td.lab_rate(cfg.model_bps)
         self.slack = max(0.001, 2 * 9216 * 8 / self.link_lab_bps)
         self.port_next = 0.0
+        self.paused_until: float | None = None  # while paused: when the pause ends
+        self.resumed_at = 0.0  # when the last pause ended (pacer deadlines start there)
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.waiters = 0
@@ -148,15 +158,23 @@ class Nic(NicVerbs):
             if self.np is not None and self.np.on_ce(q.qpn, self.td.model_time(now)):
                 if self.send(q.tmpl.build_cnp()):
                     q.cnp_tx += 1
+                    self.meter.record(now, self.clock(), "cnp")
         for r in q.ep.on_packet(pkt_of(f), now):
             self.send(frame_of(q.tmpl, r))
-        q.blocked = False
+        if q.blocked:  # an ACK may have opened the window
+            q.blocked = False
+            q.ready_at = now
 
     def transmit(self, now: float) -> None:
         """Send data frames while the port and some QP's pacer allow (round robin)."""
+        prio = self.cfg.pfc_priority
         while now >= self.port_next - self.slack and self.order:
-            if self.pause.paused_mask(now) >> self.cfg.pfc_priority & 1:
+            if self.pause.paused_mask(now) >> prio & 1:
+                self.paused_until = self.pause.until[prio]
                 return
+            if self.paused_until is not None:  # a resume frame (now) or the expiry
+                self.resumed_at = min(now, self.paused_until)
+                self.paused_until = None
             n = len(self.order)
             for i in range(n):
                 q = self.order[(self.rr + i) % n]
@@ -167,7 +185,9 @@ class Nic(NicVerbs):
                     q.blocked = True
                     continue
                 frame = frame_of(q.tmpl, pkt)
+                due = max(q.next_t, self.port_next - self.slack, q.ready_at, self.resumed_at)
                 self.send(frame)
+                self.meter.record(due, self.clock(), "pacer")
                 size = len(frame)
                 q.tx_frames += 1
                 q.tx_wire_bytes += size
@@ -197,7 +217,11 @@ class Nic(NicVerbs):
             d = q.ep.deadline
             if d is not None and now >= d:
                 q.ep.on_timer(now)
-                q.blocked = False
+                if q.ep.deadline != d:  # it fired (not if the QP left RTS meanwhile)
+                    self.meter.record(d, now, "rto")
+                if q.blocked:
+                    q.blocked = False
+                    q.ready_at = now
         self.transmit(now)
         if self.waiters:
             self.cond.notify_all()
@@ -206,14 +230,16 @@ class Nic(NicVerbs):
         for q in self.order:
             if not paused and not q.blocked and not q.ep.requester.idle():
                 wake = min(wake, max(q.next_t, self.port_next - self.slack))
-            if q.ep.deadline is not None:
-                wake = min(wake, q.ep.deadline)
+            d = q.ep.deadline
+            if d is not None and d > now:  # one that did not fire must not make us spin
+                wake = min(wake, d)
         if self.pause.mask:
             wake = min(wake, self.pause.next_expiry)
         return max(0.0, wake - now)
 
     def run(self) -> None:
         """The data-path loop, until stopped."""
+        tighten_timer_slack()
         rl = [self.raw, self.wake_r]
         while self.running:
             with self.lock:
@@ -233,4 +259,5 @@ class Nic(NicVerbs):
                 "link_model_bps": self.cfg.model_bps, **self.c,
                 "pfc": self.pause.counters(now),
                 "np": {"ce_seen": self.np.ce_seen, "cnps": self.np.cnps} if self.np else None,
-                "qps": {str(q): v.snapshot(self.td) for q, v in self.qps.items()}}
+                "qps": {str(q): v.snapshot(self.td) for q, v in self.qps.items()},
+                "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time()}}

@@ -19,9 +19,11 @@ import dataclasses
 import logging
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabric.fidelity import LagMeter
 from fabric.timedil import TimeDilation
 from fabric.wire.roce import udp_sport
 from fabric.wire.templates import FrameTemplate
@@ -54,6 +56,7 @@ class NicQp:
     rp: ReactionPoint | None = None
     next_t: float = 0.0
     blocked: bool = False
+    ready_at: float = 0.0         # lab time it last got something to send (fidelity guard)
     peer: dict | None = None      # what the peer exposed (remote_ip, remote_qpn, rkey, ...)
     expose: Any = None            # our MR offered to the peer
     tx_frames: int = 0
@@ -100,6 +103,9 @@ class NicVerbs:
         self.profile = None if cfg.dcqcn == "off" else DcqcnProfile.by_name(cfg.dcqcn)
         self.np = NotificationPoint(self.profile) if self.profile else None
         self.c = {"closed_qps_tx_bytes": 0}  # payload sent by QPs destroyed since
+        self.clock = time.monotonic  # lab time (a fake clock in tests)
+        #: the fidelity guard: how late pacer, timers and CNPs act (traffic.nic_datapath)
+        self.meter = LagMeter(self.td)
 
     def wake(self) -> None:
         """Tell the data path there is new work (a device without one has nothing to do)."""
@@ -176,11 +182,14 @@ class NicVerbs:
         q.ep.qp.modify_to_rts(q.start_psn, self.td.lab_time(self.cfg.timeout_s),
                               self.cfg.retry_cnt)
         q.blocked = False
+        q.ready_at = self.clock()
         self.wake()
 
     def post_send(self, qpn: int, wrs: list[dict]) -> None:
         """ibv_post_send of RDMA WRITE [with immediate] work requests."""
         q = self._qp(qpn)
+        if q.blocked or q.ep.requester.idle():  # nothing to send until now
+            q.ready_at = self.clock()
         for w in wrs:
             imm = w.get("imm")
             q.ep.qp.post_send(WR(int(w["wr_id"]), WROpcode.WRITE if imm is None

@@ -1,8 +1,10 @@
 """The NIC process's pure parts: configuration, frame <-> descriptor mapping, pacing,
 and one NIC pair wired back to back in memory (no sockets, no root)."""
 
+import contextlib
 import json
 import random
+import types
 from multiprocessing import resource_tracker, shared_memory
 
 import pytest
@@ -136,10 +138,13 @@ def _qp(nic, size, fill):
     return shm, mr, cq, nic.qps[nic.create_qp(pd, cq, cq)]
 
 
-def test_back_to_back_write_places_bytes_paces_and_answers_ce_with_one_cnp():
-    fab, a, b = _pair()
-    size = 3 * 4096 + 100
-    data = bytes(random.Random(2).randbytes(size))
+@contextlib.contextmanager
+def connected(size, data, dcqcn="paper", clock=None):
+    """NICs a (h1g1) and b (h4g2), each with an MR of `size` bytes (a's holds `data`) and
+    a CQ, and one QP connected to the other's (RTS); with `clock`, both NICs read it."""
+    _, a, b = _pair(dcqcn)
+    if clock is not None:
+        a.clock = b.clock = clock
     sa, ma, ca, qa = _qp(a, size, data)
     sb, mb, cb, qb = _qp(b, size, bytes(size))
     try:
@@ -147,6 +152,20 @@ def test_back_to_back_write_places_bytes_paces_and_answers_ce_with_one_cnp():
         a.to_rts(qa)
         b.to_rtr(qb, qa.qpn, qa.start_psn, a.cfg.ip, 4096)
         b.to_rts(qb)
+        yield types.SimpleNamespace(a=a, b=b, qa=qa, qb=qb, ma=ma, mb=mb, ca=ca, cb=cb, sb=sb)
+    finally:
+        for nic, mr, shm in ((a, ma, sa), (b, mb, sb)):
+            nic.dereg_mr(mr["lkey"])
+            nic.shms.clear()
+            shm.close()
+            shm.unlink()
+
+
+def test_back_to_back_write_places_bytes_paces_and_answers_ce_with_one_cnp():
+    size = 3 * 4096 + 100
+    data = bytes(random.Random(2).randbytes(size))
+    with connected(size, data) as c:
+        a, b, qa, qb, ma, mb, ca, cb, sb = c.a, c.b, c.qa, c.qb, c.ma, c.mb, c.ca, c.cb, c.sb
         a.post_send(qa.qpn, [{"wr_id": 1, "local_addr": ma["addr"], "length": size,
                                "lkey": ma["lkey"], "remote_addr": mb["addr"], "rkey": mb["rkey"],
                                "imm": 5}])
@@ -186,12 +205,6 @@ def test_back_to_back_write_places_bytes_paces_and_answers_ce_with_one_cnp():
         assert (rwc.wr_id, rwc.status, rwc.imm, rwc.byte_len) == (9, WCStatus.SUCCESS, 5, size)
         snap = a.counters()["qps"][str(qa.qpn)]
         assert snap["tx_packets"] == 4 and snap["cnps_rx"] == 1 and snap["rate_model_bps"] == 100e9
-    finally:
-        for nic, mr, shm in ((a, ma, sa), (b, mb, sb)):
-            nic.dereg_mr(mr["lkey"])
-            nic.shms.clear()
-            shm.close()
-            shm.unlink()
 
 
 def test_pfc_pause_stops_data_until_it_expires():
