@@ -1,6 +1,6 @@
 """Control socket of the switch agent: one JSON request line in, one JSON reply out.
 
-Requests: {"cmd": "ping"}, {"cmd": "counters"}, {"cmd": "fib"},
+Requests: {"cmd": "ping"}, {"cmd": "counters"}, {"cmd": "fib"}, {"cmd": "fidelity_reset"},
 {"cmd": "show", "text": "show queuing interface eth3"} (NX-OS-like, `switch_agent.show`),
 {"cmd": "set", "test_drop_rate": 0.01} (test hook), {"cmd": "reset"} (port counters and
 the fidelity guard's lags). The counters carry "fidelity": the agent's
@@ -96,6 +96,9 @@ class ControlServer:
                 if not 0.0 <= rate < 1.0:
                     return {"ok": False, "error": f"test_drop_rate: must be in [0, 1), got {rate}"}
                 a.drop_rate = rate
+            return {"ok": True}
+        if cmd == "fidelity_reset":  # the run's measurement window starts now
+            a.meter.reset()
             return {"ok": True}
         if cmd == "reset":
             for p in a.ports.values():

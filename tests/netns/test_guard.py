@@ -29,8 +29,8 @@ def emu_run(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
 def test_an_overloaded_run_is_not_kept_up_and_exits_3(tmp_path):
     # TDF 50: a 200G model link is 4 Gbps in the lab, ~120k frames/s of 4 KB per hop;
     # the Python data path does a few 10k frames/s on this machine (README, bench
-    # forward/switch), so the shapers' deadlines fall behind by far more than one MTU
-    # (0.18 us model = 9 us lab)
+    # forward/switch), so the shapers' deadlines fall behind by far more than the
+    # 1 us bound (one cable, 50 us lab)
     r, s = emu_run(tmp_path / "lost", "--tdf", "50", "--workload", "write", "--src", "h1g1",
                    "--dst", "h4g2", "--size", "16MB")
     assert r.returncode == EXIT_FIDELITY_LOST, r.stdout[-3000:] + r.stderr[-3000:]

@@ -11,16 +11,16 @@ ALL = {"gpus": ["x"], "sizes": [1]}
 
 
 @pytest.mark.parametrize("topo, workload, options, s, cores, expect_need, expect_tdf", [
-    # rail2x4 AllReduce: kept up at 5000, lost at 2000 (issue 11) -> 3,597 -> the floor
-    ("rail2x4", "allreduce", ALL, S, 2, 3597, 5000),
-    # rail8x4 (32 ranks): kept up at 20000, lost at 5000 -> 14,388 -> 15000
-    ("rail8x4", "allreduce", ALL, S, 2, 14388, 15000),
-    ("rail8x4", "allreduce", ALL, S, 8, 3597, 5000),          # 4x the cores
-    ("rail8x4", "allreduce", ALL, 2 * S, 2, 28777, 30000),     # a 2x slower machine
-    ("rail2x4", "write", {"gpus": ["h1g1", "h4g2"]}, S, 2, 749, 5000),   # 1 sender, 3 hops
-    ("rail2x4", "write", {"gpus": ["h1g1", "h2g1"]}, S, 2, 450, 5000),   # same rail: 1 hop
-    ("rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, S, 2, 1349, 5000),
-    ("rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, 40 * S, 2, 53957, 70000),
+    # rail2x4 AllReduce 16 MB: faithful at 10000 (+3 %) and 20000, lost at 5000 -> 10000
+    ("rail2x4", "allreduce", ALL, S, 2, 8993, 10000),
+    ("rail8x4", "allreduce", ALL, S, 2, 35971, 50000),        # 32 ranks
+    ("rail8x4", "allreduce", ALL, S, 8, 8993, 10000),          # 4x the cores
+    ("rail8x4", "allreduce", ALL, 2 * S, 2, 71942, 100000),    # a 2x slower machine
+    ("rail2x4", "write", {"gpus": ["h1g1", "h4g2"]}, S, 2, 1874, 5000),  # 1 sender, 3 hops
+    ("rail2x4", "write", {"gpus": ["h1g1", "h2g1"]}, S, 2, 1124, 5000),  # same rail: 1 hop
+    ("rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, S, 2, 3372, 5000),
+    ("rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, 40 * S, 2, 134892,
+     150000),
     ("rail2x4", None, None, S, 2, 0, 5000),                    # reachability only
 ])
 def test_choice(topo, workload, options, s, cores, expect_need, expect_tdf):
@@ -31,8 +31,8 @@ def test_choice(topo, workload, options, s, cores, expect_need, expect_tdf):
 
 def test_the_topologys_tdf_is_the_floor_and_a_higher_need_wins():
     load = Load(8, 200e9, 1.0, "x")
-    assert choose(load, S, 2, 10000.0)[0] == 10000.0
-    assert choose(load, S, 2, 1000.0)[0] == 5000.0   # nice_up(3,597)
+    assert choose(load, S, 2, 20000.0)[0] == 20000.0
+    assert choose(load, S, 2, 1000.0)[0] == 10000.0   # nice_up(8,993)
     with pytest.raises(ValueError, match="cores"):
         choose(load, S, 0, 1000.0)
 
@@ -49,10 +49,10 @@ def test_offered_load():
 def test_the_printed_reason():
     fab = topologies.load("rail8x4")
     c = autotdf.auto(fab, "allreduce", ALL, measured=(S, "measured in 0.3 s"), cores=2)
-    assert c.tdf == 15000 and c.to_dict()["mode"] == "auto"
-    assert c.reason.startswith("TDF auto: 15000 - rail8x4 has 10 switches (64 ports) and 32 "
+    assert c.tdf == 50000 and c.to_dict()["mode"] == "auto"
+    assert c.reason.startswith("TDF auto: 50000 - rail8x4 has 10 switches (64 ports) and 32 "
                                "NICs x 200 Gbps; allreduce: every GPU's NIC at line rate")
     assert "~142,857 frames/s in Python (measured in 0.3 s)" in c.reason
-    assert c.reason.endswith("needs TDF >= 14,388, rounded up to 15000.")
+    assert c.reason.endswith("needs TDF >= 35,971, rounded up to 50000.")
     idle = autotdf.auto(topologies.load("rail2x4"), None, None, cores=2)  # no calibration
     assert idle.tdf == 5000 and "no data-path load" in idle.reason

@@ -2,6 +2,7 @@
 summary.json and the terminal), with fake counters as the agents and NICs will report
 them: counters["fidelity"] = LagMeter.snapshot() + {"cpu_s"}."""
 
+import dataclasses
 import json
 import os
 from types import SimpleNamespace
@@ -43,9 +44,12 @@ def counters(rail1_lags, nic_lags=(0.0,) * 100, nic_reports=True):
     return c
 
 
-def test_bound_is_one_mtu_on_the_fastest_fabric_link():
-    assert guard.bound_model_s(FAB) == pytest.approx(lag_bound_model_s(9216, 400e9))
-    assert guard.bound_model_s(FAB) == pytest.approx(9216 * 8 / 400e9)  # 0.184 us
+def test_bound_is_the_shortest_cable_or_one_mtu_on_the_fastest_link():
+    assert guard.bound_model_s(FAB) == pytest.approx(1e-6)  # rail2x4's 1 us cables
+    no_cable = dataclasses.replace(FAB, links=[dataclasses.replace(lk, delay_s=0.0)
+                                               for lk in FAB.links])
+    assert guard.bound_model_s(no_cable) == pytest.approx(lag_bound_model_s(9216, 400e9))
+    assert guard.bound_model_s(no_cable) == pytest.approx(9216 * 8 / 400e9)  # 0.184 us
 
 
 def test_kept_up():
@@ -77,12 +81,12 @@ def test_processes_without_lag_counters_are_named_and_none_is_not_a_verdict():
 
 def test_terminal_lines():
     up = {"tdf": 5000.0, **guard.judge(FAB, counters([0.0] * 98 + [1e-8, 2.1e-6]))}
-    assert guard.line(up) == ("Fidelity: kept up (p99 lag 0 us model <= 0.18 us bound; max "
+    assert guard.line(up) == ("Fidelity: kept up (p99 lag 0 us model <= 1 us bound; max "
                               "2.1 us at rail1 (eth3 tx); 300 actions)")
     lost = {"tdf": 5000.0, **guard.judge(FAB, counters([3e-6] * 100, [3e-6] * 100),
                                          {"cores_used": 1.96}, 2)}
     text = guard.line(lost)
-    assert text.startswith("Fidelity: LOST - p99 lag 3 us model > 0.18 us bound (worst ")
+    assert text.startswith("Fidelity: LOST - p99 lag 3 us model > 1 us bound (worst ")
     assert text.endswith("rerun with --tdf 10000")
     assert guard.line({"tdf": 5000.0}) is None  # a run from before the guard
 
