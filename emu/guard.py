@@ -98,6 +98,10 @@ def line(summary: Mapping) -> str | None:
         return (f"Fidelity: kept up (p99 lag {_us(p99)} model <= {_us(bound)} bound; max "
                 f"{_us(mx)} at {fid['worst'] or '-'}; {fid['actions']:,} actions){tail}")
     sug = fid.get("suggested_tdf") or summary.get("suggested_tdf")
+    if fid.get("binding") is False:
+        return (f"Fidelity: behind (p99 lag {_us(p99)} model > {_us(bound)} bound, worst "
+                f"{fid['worst'] or '-'}; {fid['actions']:,} actions) - not binding: "
+                f"reachability and paths do not depend on it" + tail)
     return (f"Fidelity: LOST - p99 lag {_us(p99)} model > {_us(bound)} bound (worst "
             f"{fid['worst'] or '-'}, max {_us(mx)}; {fid['actions']:,} actions): the lab fell "
             f"behind the model at TDF {summary.get('tdf', 0):g}, so model-time results are "

@@ -4,9 +4,11 @@ schema: verdict, reachability, totals per switch and class, NIC totals, the work
 result and completion time in lab and model time, the fidelity guard's judgement
 (emu.guard) with the TDF and how it was chosen, CPU and peak memory per process kind).
 
-The verdict is "fidelity_lost" when the lab did not keep up with the model, whatever
-the checks say (their figures are model-time results of a lab that fell behind);
-"checks_passed" keeps what the checks said.
+The verdict is "fidelity_lost" when the lab did not keep up with the model during a
+workload, whatever the checks say (their figures are model-time results of a lab that
+fell behind); "checks_passed" keeps what the checks said. A run without a workload
+checks reachability and paths only, which no lag changes: its lag is reported with
+"binding": false and does not decide the verdict.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
     cores = machine_cores()
     cpu = {**live.procs.report(cores), "machine_cores": cores}
     judged = guard.judge(fab, all_counters, cpu, cores)
-    lost = judged["fidelity"]["kept_up"] is False
+    judged["fidelity"]["binding"] = wl is not None
+    lost = judged["fidelity"]["kept_up"] is False and wl is not None
     summary = {
         "topology": fab.name, "tdf": fab.tdf, "build_s": round(live.build_s, 2),
         "pairs": len(v.results), "reachable": len(v.ok), "wrong_path": len(v.wrong_path),

@@ -162,14 +162,17 @@ def test_cpu_per_process_kind(tmp_path):
     assert r["other"]["cpu_s"] == 2.0 and r["other"]["processes"] == 2  # emu + its shell
 
 
-def fake_run(tmp_path, rail1_lags, checks_ok=True):
+WRITE = {"ok": True, "text": "write: 1 MB", "result": {"workload": "write", "bytes": 1 << 20}}
+
+
+def fake_run(tmp_path, rail1_lags, checks_ok=True, workload=WRITE):
     args = build_parser().parse_args(["run", "rail2x4", "--out", str(tmp_path / "run")])
     plan = make_plan(args, FAB)
     plan.run_dir.mkdir(parents=True)
     plan.tdf_choice = {"mode": "auto", "tdf": 5000.0, "need": 3597.0, "reason": "..."}
     results = [PairResult("h1g1", "h2g1", 1, 1, 64, 1.0)] if checks_ok else [
         PairResult("h1g1", "h2g1", 1, 0, None, None)]
-    out = Outcome(reach_judge(FAB, results), None, 2.0)
+    out = Outcome(reach_judge(FAB, results), workload, 2.0)
     procs = SimpleNamespace(report=lambda cores: {"wall_s": 10.0, "cores_used": 1.96})
     live = SimpleNamespace(build_s=1.0, sampler=SimpleNamespace(rows=0), procs=procs)
     summary = collect.summarise(plan, live, out, counters(rail1_lags, [0.0] * 100), {})
@@ -204,6 +207,18 @@ def test_failed_checks_and_lost_fidelity_exit_3_and_say_both(tmp_path, capsys):
     assert summary["verdict"] == "fidelity_lost" and summary["checks_passed"] is False
     assert print_report(plan, summary, out, {}) == 3
     assert "the checks failed too" in capsys.readouterr().out
+
+
+def test_without_a_workload_the_lag_is_reported_not_binding(tmp_path, capsys):
+    plan, out, summary = fake_run(tmp_path, [3e-6] * 200, workload=None)
+    fid = summary["fidelity"]
+    assert fid["kept_up"] is False and fid["binding"] is False
+    assert summary["verdict"] == "pass" and summary["checks_passed"] is True
+    assert print_report(plan, summary, out, {}) == EXIT_PASS
+    assert " ".join(capsys.readouterr().out.split()).count(
+        "Fidelity: behind (p99 lag 3 us model > 1 us bound, worst rail1 (eth3 tx); 400 "
+        "actions) - not binding: reachability and paths do not depend on it") == 1
+    assert guard.line(summary).startswith("Fidelity: behind")
 
 
 def test_emu_report_shows_the_fidelity_line(tmp_path):
