@@ -44,7 +44,8 @@ def test_an_overloaded_run_is_not_kept_up_and_exits_3(tmp_path):
     assert ",lag_p99_s," in metrics and ",lag_max_s," in metrics
     assert (tmp_path / "lost" / "plots" / "fidelity_lag.png").is_file()
     assert s["cpu"]["agents"]["processes"] == 4 and s["cpu"]["agents"]["cpu_s"] > 0
-    assert s["cpu"]["nics"]["processes"] == 2  # the write's two NICs
+    # the write's two NICs (each may count its mnexec wrapper too) and their CPU
+    assert s["cpu"]["nics"]["processes"] in (2, 4) and s["cpu"]["nics"]["cpu_s"] > 0
 
 
 def test_a_normal_run_keeps_up(tmp_path):
