@@ -1,5 +1,4 @@
-"""The fidelity guard: how far a process's actions lag behind the model schedule (pure,
-but for `tighten_timer_slack`, one prctl).
+"""The fidelity guard: how far a process's actions lag behind the model schedule (pure).
 
 Time dilation holds only while the lab keeps up (docs/ARCHITECTURE.md "Fidelity is part
 of every result"). Every process that acts on a schedule - a switch port's shaper and
@@ -20,7 +19,7 @@ maximum is reported, not judged: one stall (a page fault, the kernel's scheduler
 delays one frame, which does not change a result built from millions.
 
 A process that wants its wake-ups on time asks the kernel for a small timer slack
-(`tighten_timer_slack`): by default Linux may defer a sleeping thread's timeout by
+(`fabric.rawsock.tighten_timer_slack`): by default Linux may defer a sleeping thread's timeout by
 50 us to batch wake-ups, a quarter of the bound above at TDF 2000.
 
 `suggest_tdf` turns a run that did not keep up into the TDF that would have: CPU work
@@ -31,7 +30,6 @@ per model second is fixed, so the lab's CPU demand scales as 1 / TDF; aim for
 from __future__ import annotations
 
 import bisect
-import ctypes
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -46,9 +44,6 @@ P99 = 0.99
 TARGET_LOAD = 0.7
 #: a suggested TDF is rounded up to the next of these x 10^k
 NICE_STEPS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
-#: timer slack asked by `tighten_timer_slack`, ns (Linux's default is 50,000)
-TIMER_SLACK_NS = 1000
-PR_SET_TIMERSLACK = 29  # prctl(2)
 
 
 def lag_bound_model_s(mtu: int, model_bps: float) -> float:
@@ -97,15 +92,6 @@ class LagMeter:
         return {"count": self.count, "max_lag_model_s": self.max_s,
                 "p99_lag_model_s": min(percentile(self.hist, P99), self.max_s), "hist": list(self.hist),
                 "worst": self.worst_what}
-
-
-def tighten_timer_slack(ns: int = TIMER_SLACK_NS) -> bool:
-    """Ask Linux to wake the calling thread's timed sleeps (select, epoll, nanosleep)
-    within `ns` of their deadline (prctl PR_SET_TIMERSLACK); False where unsupported."""
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def percentile(hist: list[int], q: float) -> float:

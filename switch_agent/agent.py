@@ -37,9 +37,9 @@ from fabric.qos.config import QosConfig
 from fabric.qos.pfc import Admission
 from fabric.qos.wred import WredVerdict
 from fabric.timedil import TimeDilation
+from fabric.wire.ether import mac_bytes
 from switch_agent.config import AgentConfig
 from switch_agent.dcbx import Dcbx
-from fabric.wire.ether import mac_bytes
 from switch_agent.forward import Fib, decrement_ttl, flow_key, icmp_time_exceeded
 from switch_agent.port import Port
 

@@ -8,7 +8,7 @@ frame at 200 Gbps model is 0.74 ms lab at TDF 2000, the fidelity guard's bound. 
 loop sleeps in `select` on the epoll descriptor itself (readable when any registered
 descriptor is: one descriptor, a microsecond timeout), then collects the events with a
 non-blocking `epoll.poll(0)`; it asks the kernel for a 1 us timer slack
-(fabric.fidelity.tighten_timer_slack). Nothing spins: with no deadline it blocks.
+(fabric.rawsock.tighten_timer_slack). Nothing spins: with no deadline it blocks.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import time
 from pyroute2 import IPRoute
 
 from fabric import rawsock
-from fabric.fidelity import tighten_timer_slack
 from switch_agent import control, kernel
 from switch_agent.agent import Agent
 
@@ -52,7 +51,7 @@ def serve(agent: Agent) -> None:
     nl = rawsock.open_netlink_monitor()
     ep.register(nl.fileno(), select.EPOLLIN)
     ipr = IPRoute()
-    if not tighten_timer_slack():
+    if not rawsock.tighten_timer_slack():
         log.warning("%s: cannot set the timer slack: wake-ups may be up to 50 us late", name)
     agent.install_fib(*kernel.read_control_plane(ipr))
     reload_at = None

@@ -36,9 +36,8 @@ import socket
 import threading
 import time
 
-from fabric.fidelity import tighten_timer_slack
 from fabric.qos.pfc import EgressPause
-from fabric.rawsock import PACKET_IGNORE_OUTGOING, SOL_PACKET
+from fabric.rawsock import PACKET_IGNORE_OUTGOING, SOL_PACKET, tighten_timer_slack
 from fabric.wire.ib import Op, RocePkt
 from fabric.wire.dscp import ECN_CE
 from fabric.wire.roce import ROCE_UDP_PORT
