@@ -215,9 +215,10 @@ class ShmChannel(Channel):
         except (BlockingIOError, TimeoutError) as exc:  # SO_SNDTIMEO ran out
             raise ChannelError(f"rank {self.peer} took no notification for "
                                f"{self.timeout:g} s") from exc
-        except (ConnectionRefusedError, FileNotFoundError):
+        except (ConnectionError, FileNotFoundError):
             # The peer bound its socket before it created the memory we wrote into,
-            # so a refusal means it has finished and closed. A READY for it is moot
+            # so a refusal means it has finished and closed (EPIPE when it closed while
+            # this send waited for room in its queue). A READY for it is moot
             # (it may legitimately exit before taking back its last slot); data is not.
             # An OPEN may also precede the peer's socket: see _remote.
             if kind in (1, 2):
