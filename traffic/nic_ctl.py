@@ -134,6 +134,9 @@ class ControlServer:
                 return nic._qp(int(req["qpn"])).snapshot(nic.td)
             if cmd == "counters":
                 return nic.counters()
+            if cmd == "fidelity_reset":  # a measurement window starts now (emu.guard)
+                nic.meter.reset()
+                return {}
         raise ValueError(f"cmd: unknown command {cmd!r}")
 
     def poll_cq(self, cq: int, n: int, timeout: float) -> list[dict]:

@@ -6,12 +6,16 @@ import shutil
 import subprocess
 import time
 
+import warnings
+
 import pytest
 
 import topologies
+from emu import guard
 from emu.capture import Captures
 from emu.net import FabricNet
 from fabric.qos.config import QosConfig
+from traffic.nic_client import request
 from traffic.workloads import rdma
 
 pytestmark = pytest.mark.netns
@@ -21,8 +25,8 @@ GPUS = ["h1g1", "h2g1", "h3g1", "h4g1", "h4g2"]
 
 @pytest.fixture(scope="module")
 def fnet():
-    # TDF 2000: 100 Mbps lab per 200G link; a 16 MB write takes ~1.4 s lab
-    with FabricNet(topologies.load("rail2x4", tdf=2000), qos=QosConfig()) as f:
+    # TDF 5000: 40 Mbps lab per 200G link; a 16 MB write takes ~3.5 s lab
+    with FabricNet(topologies.load("rail2x4", tdf=5000), qos=QosConfig()) as f:
         assert f.wait_pfc() == {}
         f.start_nics(gpus=GPUS)
         yield f
@@ -36,12 +40,33 @@ def tshark(path, flt, *fields):
     return [line.split("\t") for line in out.stdout.splitlines() if line]
 
 
+def guarded(fnet, gpus, work):
+    """(work(), the fidelity guard's verdict on the agents and the NICs of `gpus` over
+    exactly that window) - a rate counts only when the lab kept up (emu.guard)."""
+    switches = [s.name for s in fnet.fabric.switches()]
+    for s in switches:
+        assert fnet.agent_request(s, {"cmd": "fidelity_reset"})["ok"]
+    for g in gpus:
+        assert request(fnet.nic_sockets[g], {"cmd": "fidelity_reset"})["ok"]
+    r = work()
+    counters = {s: fnet.counters(s) for s in switches}
+    counters |= {g: request(fnet.nic_sockets[g], {"cmd": "counters"}) for g in gpus}
+    fid = guard.judge(fnet.fabric, counters)["fidelity"]
+    assert fid["measured"] == len(counters) and fid["actions"] > 0, fid
+    return r, fid
+
+
 def test_16mb_write_across_rails_is_byte_exact(fnet):
-    r = rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", 16 * MB)
+    r, fid = guarded(fnet, ["h1g1", "h4g2"],
+                     lambda: rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", 16 * MB))
     assert (r["status"], r["recv_status"], r["recv_imm"]) == ("SUCCESS", "SUCCESS", rdma.IMM)
     assert r["byte_exact"]
     assert r["retransmits"] == 0
-    assert r["link_fraction"] > 0.7, r  # paced near the line rate
+    if fid["kept_up"]:  # paced near the line rate
+        assert r["link_fraction"] > 0.7, (r, fid)
+    else:  # a loaded machine: the guard says so, and the rate is not a model figure
+        warnings.warn(f"write rate {r['link_fraction']:.2f} of the link not judged: the lab "
+                      f"fell behind (p99 lag {fid['p99_lag_model_us']:.3g} us model)")
 
 
 def test_write_survives_one_percent_drops(fnet):

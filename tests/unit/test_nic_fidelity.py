@@ -2,10 +2,13 @@
 (TDF 1000: 1 ms lab = 1 us model) a NIC that acts when due records no lag; one that
 acts late records exactly how late, on the pacer, a retransmission timeout, a CNP."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from fabric.fidelity import HIST_LEN
 from fabric.wire.pfc import pause_frame
+from traffic import nic_ctl
 
 from .test_nic import _pair, _qp, connected
 
@@ -145,3 +148,14 @@ def test_cnp_sent_late_and_counters():
     assert set(fid) == {"count", "max_lag_model_s", "p99_lag_model_s", "hist", "worst", "cpu_s"}
     assert fid["count"] == 1 and fid["worst"] == "cnp" and len(fid["hist"]) == HIST_LEN
     assert fid["max_lag_model_s"] == pytest.approx(1 * US, rel=1e-9) and fid["cpu_s"] > 0
+
+
+def test_control_fidelity_reset_starts_a_new_window(sender):
+    a, _, _ = sender
+    a.transmit(at(a, T0))
+    a.transmit(at(a, a.port_next + 2 * MS))
+    assert snap(a)["count"] == 2 and snap(a)["max_lag_model_s"] > 0
+    ctl = SimpleNamespace(nic=a)
+    assert nic_ctl.ControlServer.dispatch(ctl, {"cmd": "fidelity_reset"}) == {}
+    s = snap(a)
+    assert s["count"] == 0 and s["max_lag_model_s"] == 0.0 and sum(s["hist"]) == 0
