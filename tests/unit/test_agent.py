@@ -77,6 +77,43 @@ def test_same_flow_same_uplink_and_flows_spread():
     assert (n5, n6) == (2 * 187, 2 * 213)
 
 
+def with_proto(f, proto, options=b""):
+    """`f` (IPv4/UDP from build_frame) as protocol `proto`, with IP `options` (IHL > 5);
+    the checksum is not fixed (the agent's rewrite is incremental, it never checks it)."""
+    b = bytearray(f)
+    b[23] = proto
+    if options:
+        b[14] = 0x40 | (20 + len(options)) // 4
+        b[34:34] = options
+        del b[-len(options):]
+    return bytes(b)
+
+
+def test_every_routed_frame_takes_the_fibs_choice_for_its_flow_key():
+    # the agent caches decisions per flow: by (src, dst, ports) per protocol for IHL 5
+    # TCP/UDP, by flow_key otherwise; either way the egress is what the FIB's ECMP hash
+    # of flow_key picks (TCP and UDP of the same ports are different flows)
+    from switch_agent.forward import flow_key
+
+    a = make_agent()
+    kinds = {"udp": lambda f: f, "tcp": lambda f: with_proto(f, 6),
+             "icmp": lambda f: with_proto(f, 1), "udp+opts": lambda f: with_proto(f, 17, b"\1" * 4)}
+    for sport in range(50000, 50100):
+        f = bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "10.0.2.14", 200, sport=sport))
+        for name, make in kinds.items():
+            g = make(f)
+            want = a.fib.resolve(g[30:34], flow_key(g)).ifname
+            for _ in range(2):  # a miss, then a hit
+                for p in ("eth5", "eth6"):
+                    a.ports[p].sock.sent.clear()
+                a.on_frame(a.ports["eth1"], g, 0.0)
+                run(a, 0.002)
+                got = [p for p in ("eth5", "eth6") if a.ports[p].sock.sent]
+                assert got == [want], (name, sport)
+    # ICMP has no ports: one flow; UDP with options: 100 flows in the general cache
+    assert len(a.fast[17]) == len(a.fast[6]) == 100 and len(a.cache) == 1 + 100
+
+
 def test_frames_for_the_switch_and_other_macs_are_not_forwarded():
     a = make_agent()
     to_switch = bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "10.0.1.1", 100))

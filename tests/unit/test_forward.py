@@ -8,7 +8,8 @@ from hashlib import blake2b
 import pytest
 
 from fabric.wire.ether import mac_bytes
-from switch_agent.forward import (Fib, FibRoute, decrement_ttl, ecmp_hash, flow_key, ipv4_checksum)
+from switch_agent.forward import (Fib, FibRoute, decrement_ttl, ecmp_hash, flow_key, ipv4_checksum,
+                                  route_rewrite)
 from traffic.rawgen import build_frame
 
 A = bytes.fromhex("020000000101")
@@ -147,3 +148,20 @@ def test_decrement_ttl_checksum_matches_full_recompute(ttl):
 
 def test_ttl_expiry():
     assert decrement_ttl(frame(ttl=1)) is None
+
+
+@pytest.mark.parametrize("ttl", [64, 2, 255, 17])
+def test_route_rewrite_is_the_new_header_plus_decrement_ttl(ttl):
+    rng = random.Random(ttl)
+    l2 = bytes.fromhex("020000000701" "020000000505" "0800")
+    for _ in range(50):
+        f = frame(src=socket.inet_ntoa(rng.randbytes(4)), ttl=ttl, dscp=rng.randrange(64),
+                  ecn=rng.randrange(4))
+        out = route_rewrite(f, l2)
+        assert bytes(out) == l2 + decrement_ttl(f)
+        assert ipv4_checksum(bytes(out[14:34])) == 0
+
+
+def test_route_rewrite_expiry():
+    assert route_rewrite(frame(ttl=1), bytes(14)) is None
+    assert route_rewrite(frame(ttl=0), bytes(14)) is None
