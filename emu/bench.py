@@ -86,7 +86,7 @@ def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
     print(f"bench tdf: {topo}, every GPU sends {ROCE_FRAME}-byte frames at {load:g} x its line "
           f"rate to the next host's GPU on another rail, {duration:g} s per TDF")
     print(f"{'TDF':>6} {'lab link':>9} {'offered Mbps':>13} {'delivered Mbps':>15} "
-          f"{'delivered/offered':>18} {'agent drops':>12}")
+          f"{'delivered/offered':>18} {'agent drops':>12} {'agent CPU us/frame':>14}")
     for tdf in tdfs:
         fab = topologies.load(topo, tdf=tdf)
         gpus = fab.gpu_list()
@@ -113,16 +113,18 @@ def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
             b = {s.name: fnet.counters(s.name) for s in fab.switches()}
             sent = [json.loads(p.communicate(timeout=duration + 30)[0] or "{}") for p in procs]
         offered = sum(x.get("rate_bps", 0) for x in sent)
-        delivered = drops = 0.0
+        delivered = drops = frames = cpu = 0.0
         for sw in b:
+            cpu += b[sw]["fidelity"]["cpu_s"] - a[sw]["fidelity"]["cpu_s"]
             for port, c in b[sw]["ports"].items():
                 drops += sum(c["drops"].values()) - sum(a[sw]["ports"][port]["drops"].values())
+                frames += c["tx_packets"] - a[sw]["ports"][port]["tx_packets"]
                 if c["peer"].startswith("h"):
                     dt = b[sw]["t_lab"] - a[sw]["t_lab"]
                     delivered += (c["tx_bytes"] - a[sw]["ports"][port]["tx_bytes"]) * 8 / dt
         print(f"{tdf:>6g} {fnet.td.lab_rate(2e11) / 1e6:>7g} M {offered / 1e6:>13.1f} "
               f"{delivered / 1e6:>15.1f} {delivered / offered if offered else 0:>18.3f} "
-              f"{drops:>12.0f}", flush=True)
+              f"{drops:>12.0f} {cpu / frames * 1e6 if frames else 0:>14.1f}", flush=True)
     return 0
 
 

@@ -11,10 +11,15 @@ from emu import nsutil
 from emu.netplan import MAIN_TABLE, SCOPE_UNIVERSE, NamespacePlan, NextHop, RouteEntry, Rule
 
 NUD_PERMANENT = 0x80
-OFFLOADS_OFF = ("tx-checksum-ip-generic", "tx-checksumming", "tcp-segmentation-offload",
-                "generic-segmentation-offload", "generic-receive-offload",
-                "large-receive-offload", "scatter-gather", "tx-scatter-gather",
-                "rx-gro-hw", "rx-checksum")
+# the kernel's feature names (ethtool -k's legacy names such as "scatter-gather" or
+# "tcp-segmentation-offload" are not features and would be ignored)
+OFFLOADS_OFF = ("tx-checksum-ip-generic", "tx-checksum-ipv4", "tx-checksum-ipv6",
+                "tx-scatter-gather", "tx-scatter-gather-fraglist", "tx-tcp-segmentation",
+                "tx-tcp-ecn-segmentation", "tx-tcp-mangleid-segmentation",
+                "tx-tcp6-segmentation", "tx-generic-segmentation", "tx-udp-segmentation",
+                "rx-gro", "rx-gro-hw", "rx-lro", "rx-gro-list", "rx-udp-gro-forwarding",
+                "rx-checksum")
+SG = ("tx-checksum-ip-generic", "tx-scatter-gather")
 
 
 def apply(plan: NamespacePlan, netns: str) -> None:
@@ -29,7 +34,7 @@ def apply(plan: NamespacePlan, netns: str) -> None:
             ipr.link("set", index=idx, state="up",
                      **({"mtu": intf.mtu} if intf.mtu is not None else {}))
             if intf.offloads_off:
-                offloads_off(intf.ifname)
+                offloads_off(intf.ifname, keep=SG if intf.keep_sg else ())
             for addr in intf.addresses:
                 ip, plen = addr.split("/")
                 ipr.addr("add", index=idx, address=ip, prefixlen=int(plen))
@@ -79,13 +84,16 @@ def route_request(route: RouteEntry, ifindex) -> dict:
     return req
 
 
-def offloads_off(ifname: str) -> None:
-    """Turn checksum/segmentation/receive offloads off (the current namespace)."""
+def offloads_off(ifname: str, keep: tuple[str, ...] = ()) -> None:
+    """Turn checksum/segmentation/receive offloads off (the current namespace), except
+    the features named in `keep`."""
     from pyroute2.ethtool import Ethtool
 
     with Ethtool() as et:
         feats = et.get_features(ifname)
         for name in OFFLOADS_OFF:
+            if name in keep:
+                continue
             f = feats.features.get(name)
             if f is not None and f.enable:
                 f.enable = False

@@ -11,7 +11,11 @@ What the plan encodes (book ch.13, docs/ARCHITECTURE.md):
 * no node's kernel forwards (`ip_forward` 0): switching and routing are the agents';
   IPv6 is off everywhere;
 * fabric ports run at the fabric MTU with offloads off (the agents see every frame as
-  it is on the wire); frontend ports at 1500;
+  it is on the wire); frontend ports at 1500; a switch's ports keep scatter-gather
+  (and the transmit checksum offload the kernel requires for it): the agent's frames
+  come from a packet socket with their checksums complete, and without it the kernel
+  copies every frame larger than a page into one linear buffer before the veth takes
+  it (__pskb_pull_tail, ~6 % of an agent's CPU at 4,170-byte RoCE frames, perf);
 * a rail switch holds each SVI address (the rail's gateway, 10.0.r.1) on a port-less
   bridge with the switch's router MAC (the kernel has no dummy driver); its routes to
   the other rails go over every spine (ECMP); a spine routes each rail subnet over
@@ -55,6 +59,7 @@ class Interface:
     mtu: int | None = None
     offloads_off: bool = False
     addresses: tuple[str, ...] = ()  # "a.b.c.d/len"
+    keep_sg: bool = False  # with offloads_off: leave scatter-gather and tx checksumming on
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ def plan_node(fabric: Fabric, node: str) -> NamespacePlan:
         frontend = fabric.link_of(node, p.ifname).kind == "frontend"
         interfaces.append(Interface(p.ifname, FRONTEND_MTU if frontend else fabric.mtu,
                                     offloads_off=n.kind != FRONTEND and not frontend,
+                                    keep_sg=n.kind == SWITCH and not frontend,
                                     addresses=(p.ip,) if p.ip else ()))
     sysctls = COMMON_SYSCTLS
     bridges: tuple[Bridge, ...] = ()

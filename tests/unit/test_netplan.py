@@ -73,9 +73,9 @@ def test_rail1_svi_bridge_ports_and_sysctls():
     assert p.bridges == (Bridge("vlan101", "02:00:00:00:05:00", 9216, "10.0.1.1/24"),)
     assert p.interfaces == (
         Interface("lo"),
-        *(Interface(f"eth{i}", 9216, True) for i in range(1, 5)),
-        Interface("eth5", 9216, True, ("172.16.1.0/31",)),
-        Interface("eth6", 9216, True, ("172.16.2.0/31",)),
+        *(Interface(f"eth{i}", 9216, True, keep_sg=True) for i in range(1, 5)),
+        Interface("eth5", 9216, True, ("172.16.1.0/31",), keep_sg=True),
+        Interface("eth6", 9216, True, ("172.16.2.0/31",), keep_sg=True),
     )
     assert p.sysctls == BASE_SYSCTLS + (
         ("net.ipv4.conf.all.rp_filter", 0), ("net.ipv4.conf.all.send_redirects", 0),
