@@ -12,6 +12,7 @@ of namespaces, with iperf3 TCP at MTU 9000 and 1500. Packets/s are payload bytes
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -222,6 +223,23 @@ FIDELITY_CASES = (
 )
 
 
+def emu_run(argv: list[str]) -> int:
+    """`python -m emu run *argv` as a user would, its exit code. Interrupted (Ctrl-C, or
+    SIGINT/SIGTERM to this process alone), the run gets SIGTERM and the time to tear its
+    fabric down; subprocess.run would SIGKILL it and leave the fabric behind."""
+    child = subprocess.Popen([sys.executable, "-m", "emu", "run", *argv], cwd=str(REPO),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = child.communicate()
+    except KeyboardInterrupt:
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=120)
+        raise
+    if child.returncode not in (0, 1, 3):  # 1, 3: a verdict or the guard, in summary.json
+        print(f"    emu run exited {child.returncode}: {err.strip()[-500:]}", flush=True)
+    return child.returncode
+
+
 def model_results(summary: dict) -> dict[str, float]:
     """The model-time figures of a run that should not depend on the TDF: AllReduce time
     and busbw of the first size, incast per-sender steady rates."""
@@ -247,12 +265,11 @@ def fidelity(factor: float = 4.0) -> int:
             for tdf in (t, factor * t):
                 out = Path(tmp) / f"{argv[0]}-{argv[2]}-{tdf:g}"
                 print(f"  {name} at TDF {tdf:g} ...", flush=True)
-                r = subprocess.run([sys.executable, "-m", "emu", "run", *argv, "--tdf",
-                                    str(tdf), "--pcap", "none", "--quiet", "--out", str(out)],
-                                   cwd=str(REPO), capture_output=True, text=True)
+                code = emu_run([*argv, "--tdf", str(tdf), "--pcap", "none", "--quiet",
+                                "--out", str(out)])
                 path = out / "summary.json"
                 summary = json.loads(path.read_text()) if path.is_file() else {}
-                runs.append((tdf, r.returncode, summary))
+                runs.append((tdf, code, summary))
             print(f"\n{name}")
             print(f"{'figure':<16} {'TDF ' + format(t, 'g'):>12} "
                   f"{'TDF ' + format(factor * t, 'g'):>12} {'ratio':>7}")

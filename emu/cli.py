@@ -311,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    # also when started with SIGINT ignored (a background job of a script, nohup): an
+    # explicit SIGINT still tears the run down
+    signal.signal(signal.SIGINT, on_term)
     try:
         return COMMANDS[args.command](args)
     except topologies.TopologyError as exc:

@@ -76,16 +76,19 @@ class ControlServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._serve_lines(conn)
+        except OSError:  # the client went away (a worker killed mid-request): not an error
+            pass
+
+    def _serve_lines(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rb") as rf:
             for line in rf:
                 try:
                     reply = {"ok": True, **(self.dispatch(json.loads(line)) or {})}
                 except Exception as exc:  # a bad request must not kill the NIC
                     reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-                try:
-                    conn.sendall(json.dumps(reply).encode() + b"\n")
-                except OSError:
-                    return
+                conn.sendall(json.dumps(reply).encode() + b"\n")
 
     # -- requests --------------------------------------------------------------------
     def dispatch(self, req: dict) -> dict | None:
