@@ -4,6 +4,11 @@
 A `CpuTracker` walks the process tree below emu's own process at every metrics sample
 (emu.metrics.Sampler) and keeps, per pid, the CPU seconds (utime + stime of
 /proc/<pid>/stat) and the peak resident set (VmHWM of /proc/<pid>/status) last seen.
+Resident sets count a page shared by several processes (a library, the pages of
+workers forked from one that imported torch) once per process; the proportional set
+size (Pss of /proc/<pid>/smaps_rollup) splits it between them, so the sum of a kind's
+PSS at one sample is the memory the kind really holds: each sample's sum is taken and
+the largest kept (`pss_peak_mb`).
 Kinds: the pids emu knows it started (switch agents, RDMA NICs: `known()`), PyTorch
 workers (`python -m collectives.run`), and everything else emu started (its own
 process, LLDP speakers, dumpcap, the namespaces' shells) as "other". A child of a
@@ -31,6 +36,15 @@ def parse_stat(text: str) -> tuple[int, float]:
     return int(rest[1]), (int(rest[11]) + int(rest[12])) / tick
 
 
+def parse_pss_kb(text: str) -> int:
+    """Pss (proportional set size, kB) from the text of /proc/<pid>/smaps_rollup; 0
+    without it."""
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    return 0
+
+
 def parse_hwm_kb(text: str) -> int:
     """VmHWM (peak resident set, kB) from the text of /proc/<pid>/status; 0 without it
     (kernel threads, zombies)."""
@@ -53,6 +67,7 @@ class CpuTracker:
         #: CPU seconds of the processes already running at start(): only what they use
         #: from then on counts, over the same wall time (imports and set-up are not the run)
         self.base: dict[int, float] = {}
+        self.pss_peak_kb: dict[str, int] = {}  # kind -> largest sum of PSS at one sample
         self.t0 = self.t1 = 0.0
 
     def _read(self, pid: int, name: str) -> str | None:
@@ -81,6 +96,7 @@ class CpuTracker:
             children.setdefault(pp, []).append(pid)
         known = self.known()
         stack = [(self.root, "other")]
+        pss: dict[str, int] = {}
         while stack:
             pid, inherited = stack.pop()
             kind = known.get(pid, inherited)
@@ -91,7 +107,12 @@ class CpuTracker:
                 hwm = parse_hwm_kb(status) if status else 0
                 old = self.seen.get(pid, (kind, 0.0, 0))
                 self.seen[pid] = (kind, max(cpu[pid], old[1]), max(hwm, old[2]))
+                rollup = self._read(pid, "smaps_rollup")
+                pss[kind] = pss.get(kind, 0) + (parse_pss_kb(rollup) if rollup else 0)
             stack += [(c, kind) for c in children.get(pid, ())]
+        for kind, kb in pss.items():
+            self.pss_peak_kb[kind] = max(kb, self.pss_peak_kb.get(kind, 0))
+        self.pss_peak_kb["total"] = max(sum(pss.values()), self.pss_peak_kb.get("total", 0))
         self.t1 = self.clock()
 
     def _is_worker(self, pid: int) -> bool:
@@ -101,9 +122,10 @@ class CpuTracker:
             return False
 
     def report(self, cores: int | None = None) -> dict:
-        """{"wall_s", "cores_used", kind: {"cpu_s", "cores", "share", "processes",
-        "rss_peak_mb" (sum of the kind's per-process peaks), "rss_peak_max_mb"}}:
-        `cores` = average cores busy over the run, `share` = of the machine's cores."""
+        """{"wall_s", "cores_used", "pss_peak_mb" (all kinds), kind: {"cpu_s", "cores",
+        "share", "processes", "rss_peak_mb" (sum of the kind's per-process peaks),
+        "rss_peak_max_mb", "pss_peak_mb" (largest sum at one sample)}}: `cores` =
+        average cores busy over the run, `share` = of the machine's cores."""
         cores = cores or os.cpu_count() or 1
         wall = max(self.t1 - self.t0, 1e-9)
         out: dict = {"wall_s": round(wall, 3)}
@@ -116,6 +138,22 @@ class CpuTracker:
             out[kind] = {"cpu_s": round(cpu, 2), "cores": round(cpu / wall, 3),
                          "share": round(cpu / wall / cores, 3), "processes": len(rows),
                          "rss_peak_mb": round(sum(h for _, h in rows) / 1024, 1),
-                         "rss_peak_max_mb": round(max((h for _, h in rows), default=0) / 1024, 1)}
+                         "rss_peak_max_mb": round(max((h for _, h in rows), default=0) / 1024, 1),
+                         "pss_peak_mb": round(self.pss_peak_kb.get(kind, 0) / 1024, 1)}
         out["cores_used"] = round(total / wall, 3)
+        out["pss_peak_mb"] = round(self.pss_peak_kb.get("total", 0) / 1024, 1)
         return out
+
+
+def line(cpu: dict | None) -> str | None:
+    """The terminal line of a report (None without one): each kind's average cores
+    busy and process count, then the peak memory (PSS) per kind."""
+    if not isinstance(cpu, dict) or "cores_used" not in cpu:
+        return None
+    kinds = [k for k in KINDS if isinstance(cpu.get(k), dict) and cpu[k].get("processes")]
+    busy = ", ".join(f"{k} {cpu[k]['cores']:.2f} ({cpu[k]['processes']})" for k in kinds)
+    text = f"Processes: cores busy on average (count): {busy}; {cpu['cores_used']:.2f} in all"
+    if cpu.get("pss_peak_mb"):
+        mem = ", ".join(f"{k} {cpu[k].get('pss_peak_mb', 0):,.0f}" for k in kinds)
+        text += f". Memory peak (PSS): {cpu['pss_peak_mb']:,.0f} MB ({mem})"
+    return text

@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from emu import guard, plots
+from emu import guard, plots, procstat
 
 SCHEMA_VERSION = 1
 #: "fidelity_lost": the lab fell behind the model (emu.guard), whatever the checks said
@@ -117,6 +117,9 @@ def table_text(summary: dict, run_dir: Path | None = None, width: int = 100,
     fid = guard.line(summary)
     if fid:
         con.print(fid, highlight=False, soft_wrap=True)
+    procs = procstat.line(summary.get("cpu"))
+    if procs:
+        con.print(procs, highlight=False, soft_wrap=True)
     con.print(f"Verdict: {verdict_text(summary)}"
               + (f"   files: {run_dir}" if run_dir else ""))
     return con.export_text(styles=bool(color))

@@ -13,7 +13,7 @@ import topologies
 from emu import guard
 from emu.cli import build_parser
 from emu.metrics import fidelity_rows
-from emu.procstat import CpuTracker, parse_hwm_kb, parse_stat
+from emu.procstat import CpuTracker, parse_hwm_kb, parse_pss_kb, parse_stat
 from emu.reach import PairResult, judge as reach_judge
 from emu.report import report, validate_summary
 from emu.run import collect
@@ -121,10 +121,12 @@ def test_proc_parsing():
     assert ppid == 17 and cpu == pytest.approx(300 / os.sysconf("SC_CLK_TCK"))
     assert parse_hwm_kb("Name:\tx\nVmHWM:\t  20480 kB\nVmRSS:\t1 kB\n") == 20480
     assert parse_hwm_kb("Name:\tkthread\n") == 0
+    rollup = "55d0-7ff [rollup]\nRss:\t  300000 kB\nPss:\t   41234 kB\nPss_Anon: 1 kB\n"
+    assert parse_pss_kb(rollup) == 41234 and parse_pss_kb("") == 0
 
 
-def fake_proc(root, procs):
-    """procs: pid -> (ppid, ticks, hwm_kb, cmdline)."""
+def fake_proc(root, procs, pss=None):
+    """procs: pid -> (ppid, ticks, hwm_kb, cmdline); pss: pid -> Pss kB (default hwm / 2)."""
     import os
     tick = os.sysconf("SC_CLK_TCK")
     for pid, (ppid, ticks, hwm, cmd) in procs.items():
@@ -132,6 +134,8 @@ def fake_proc(root, procs):
         d.mkdir(exist_ok=True)
         d.joinpath("stat").write_text(f"{pid} (p) S {ppid} 0 0 0 -1 0 0 0 0 0 {ticks} 0 0 0")
         d.joinpath("status").write_text(f"VmHWM:\t{hwm} kB\n")
+        d.joinpath("smaps_rollup").write_text(
+            f"0-0 [rollup]\nRss:\t{hwm} kB\nPss:\t{(pss or {}).get(pid, hwm // 2)} kB\n")
         d.joinpath("cmdline").write_bytes(cmd)
     return tick
 
@@ -156,10 +160,26 @@ def test_cpu_per_process_kind(tmp_path):
     r = t.report(cores=2)
     assert r["wall_s"] == 10.0 and r["cores_used"] == pytest.approx(1.6)
     assert r["agents"] == {"cpu_s": 3.0, "cores": 0.3, "share": 0.15, "processes": 1,
-                           "rss_peak_mb": 29.3, "rss_peak_max_mb": 29.3}
+                           "rss_peak_mb": 29.3, "rss_peak_max_mb": 29.3, "pss_peak_mb": 14.6}
     assert r["nics"]["cpu_s"] == 5.0 and r["workers"]["cpu_s"] == 6.0
     assert r["workers"]["rss_peak_mb"] == 195.3
     assert r["other"]["cpu_s"] == 2.0 and r["other"]["processes"] == 2  # emu + its shell
+
+
+def test_pss_peak_is_the_largest_sum_at_one_sample(tmp_path):
+    # two workers forked from one: each resident 200 MB, of which they share most; the
+    # kind's peak is the largest simultaneous sum of PSS, not the sum of each one's peak
+    procs = {100: (1, 0, 1000, b"emu"), 400: (100, 0, 200_000, b"python\0-m\0collectives.run"),
+             401: (100, 0, 200_000, b"python\0-m\0collectives.run")}
+    fake_proc(tmp_path, procs, pss={100: 1024, 400: 102_400, 401: 10_240})
+    t = CpuTracker(100, dict, proc=tmp_path, clock=iter([0.0, 1.0, 2.0]).__next__)
+    t.start()
+    fake_proc(tmp_path, procs, pss={100: 1024, 400: 51_200, 401: 51_200})
+    t.sample()
+    r = t.report(cores=2)
+    assert r["workers"]["rss_peak_mb"] == 390.6  # 2 x 200,000 kB, shared pages twice
+    assert r["workers"]["pss_peak_mb"] == 110.0  # max(100 + 10, 50 + 50) MiB
+    assert r["other"]["pss_peak_mb"] == 1.0 and r["pss_peak_mb"] == 111.0
 
 
 WRITE = {"ok": True, "text": "write: 1 MB", "result": {"workload": "write", "bytes": 1 << 20}}
@@ -227,3 +247,17 @@ def test_emu_report_shows_the_fidelity_line(tmp_path):
     buf = io.StringIO()
     report(plan.run_dir, out=buf)
     assert "Fidelity: LOST" in buf.getvalue() and "FIDELITY LOST" in buf.getvalue()
+
+
+def test_process_line_names_cores_and_memory_per_kind():
+    from emu import procstat
+    cpu = {"wall_s": 10.0, "cores_used": 1.6, "pss_peak_mb": 1234.4,
+           "agents": {"cores": 0.3, "processes": 4, "pss_peak_mb": 80.2},
+           "nics": {"cores": 0.5, "processes": 8, "pss_peak_mb": 160.0},
+           "workers": {"cores": 0.6, "processes": 8, "pss_peak_mb": 980.0},
+           "other": {"cores": 0.2, "processes": 0, "pss_peak_mb": 0.0}}
+    assert procstat.line(cpu) == (
+        "Processes: cores busy on average (count): agents 0.30 (4), nics 0.50 (8), "
+        "workers 0.60 (8); 1.60 in all. Memory peak (PSS): 1,234 MB (agents 80, nics 160, "
+        "workers 980)")
+    assert procstat.line(None) is None and procstat.line({}) is None
