@@ -1,0 +1,1 @@
+"""Peer simulators that `emu bench speed` compares emu with (issue 11): ns-3."""
