@@ -77,55 +77,81 @@ def forward(duration: float = 5.0) -> int:
 ROCE_FRAME = calibrate.ROCE_FRAME
 
 
+def load_pairs(fab) -> list[tuple]:
+    """(sending GPU, receiving GPU) of the cross-rail load: every GPU sends to the next
+    host's GPU on the next rail (every flow crosses rail -> spine -> rail)."""
+    gpus = fab.gpu_list()
+    hosts = sorted({g.host for g in gpus}, key=lambda h: int(h[1:]))
+    rails = sorted({x.rail for x in gpus})
+    pairs = []
+    for g in gpus:
+        nxt = hosts[(hosts.index(g.host) + 1) % len(hosts)]
+        other = rails[(rails.index(g.rail) + 1) % len(rails)]
+        pairs.append((g, fab.gpus[f"{nxt}g{other}"]))
+    return pairs
+
+
+def load_trial(topo: str, tdf: float, load: float, duration: float) -> dict:
+    """One TDF of `bench tdf`: the cross-rail load (`load_pairs`) at `load` x line rate
+    for `duration` s after a 1 s start, the book's QoS, senders honouring PFC. Returns
+    offered and delivered lab bit/s, agent drops, the agents' CPU per forwarded frame
+    and the fidelity guard's verdict on the agents over the window (emu.guard)."""
+    fab = topologies.load(topo, tdf=tdf)
+    with FabricNet(fab, qos=QosConfig()) as fnet:  # the book's QoS, as `emu run`
+        procs = []
+        for g, d in load_pairs(fab):
+            model = fab.link_of(g.host, g.nic).model_bps
+            rate = load * fnet.td.lab_rate(model)
+            procs.append(run_module(fnet.host(g.host), "traffic.rawgen", [
+                 "--iface", g.nic, "--src-ip", g.ip,
+                 "--dst-ip", d.ip, "--dst-mac", g.gateway_mac, "--size", str(ROCE_FRAME),
+                 "--rate", str(rate), "--duration", str(duration + 2), "--dscp", "24",
+                 "--ecn", "2", "--dport", "4791", "--honor-pfc", "--tdf", str(tdf),
+                 "--model-rate", str(model)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        time.sleep(1.0)
+        for s in fab.switches():
+            fnet.agent_request(s.name, {"cmd": "fidelity_reset"})
+        a = {s.name: fnet.counters(s.name) for s in fab.switches()}
+        time.sleep(duration)
+        b = {s.name: fnet.counters(s.name) for s in fab.switches()}
+        sent = [json.loads(p.communicate(timeout=duration + 30)[0] or "{}") for p in procs]
+    offered = sum(x.get("rate_bps", 0) for x in sent)
+    delivered = drops = frames = cpu = 0.0
+    for sw in b:
+        cpu += b[sw]["fidelity"]["cpu_s"] - a[sw]["fidelity"]["cpu_s"]
+        for port, c in b[sw]["ports"].items():
+            drops += sum(c["drops"].values()) - sum(a[sw]["ports"][port]["drops"].values())
+            frames += c["tx_packets"] - a[sw]["ports"][port]["tx_packets"]
+            if c["peer"].startswith("h"):
+                dt = b[sw]["t_lab"] - a[sw]["t_lab"]
+                delivered += (c["tx_bytes"] - a[sw]["ports"][port]["tx_bytes"]) * 8 / dt
+    fid = guard.judge(fab, b)["fidelity"]
+    return {"tdf": tdf, "lab_link_bps": fnet.td.lab_rate(2e11), "offered_bps": offered,
+            "delivered_bps": delivered, "drops": drops,
+            "cpu_us_per_frame": cpu / frames * 1e6 if frames else 0.0,
+            "kept_up": bool(fid["kept_up"]), "p99_lag_model_us": fid["p99_lag_model_us"]}
+
+
 def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
                 topo: str = "rail2x4", load: float = 0.5) -> int:
     """Which TDF does this machine sustain? Every GPU NIC sends RoCE-sized frames at
     `load` x its host link's rate to the next host's GPU on another rail (every flow
     crosses rail -> spine -> rail; at half rate no uplink is oversubscribed whatever ECMP
     picks, so any loss is the machine falling behind); senders honour PFC; prints
-    delivered / offered per TDF."""
+    delivered / offered per TDF, and the guard's p99 lag of the agents."""
     print(f"bench tdf: {topo}, every GPU sends {ROCE_FRAME}-byte frames at {load:g} x its line "
           f"rate to the next host's GPU on another rail, {duration:g} s per TDF")
     print(f"{'TDF':>6} {'lab link':>9} {'offered Mbps':>13} {'delivered Mbps':>15} "
-          f"{'delivered/offered':>18} {'agent drops':>12} {'agent CPU us/frame':>14}")
+          f"{'delivered/offered':>18} {'agent drops':>12} {'agent CPU us/frame':>19} "
+          f"{'guard p99 lag':>14}")
     for tdf in tdfs:
-        fab = topologies.load(topo, tdf=tdf)
-        gpus = fab.gpu_list()
-        hosts = sorted({g.host for g in gpus}, key=lambda h: int(h[1:]))
-        with FabricNet(fab, qos=QosConfig()) as fnet:  # the book's QoS, as `emu run`
-            procs = []
-            for g in gpus:
-                nxt = hosts[(hosts.index(g.host) + 1) % len(hosts)]
-                rails = sorted({x.rail for x in gpus})
-                other = rails[(rails.index(g.rail) + 1) % len(rails)]
-                d = fab.gpus[f"{nxt}g{other}"]
-                model = fab.link_of(g.host, g.nic).model_bps
-                rate = load * fnet.td.lab_rate(model)
-                procs.append(run_module(fnet.host(g.host), "traffic.rawgen", [
-                     "--iface", g.nic, "--src-ip", g.ip,
-                     "--dst-ip", d.ip, "--dst-mac", g.gateway_mac, "--size", str(ROCE_FRAME),
-                     "--rate", str(rate), "--duration", str(duration + 2), "--dscp", "24",
-                     "--ecn", "2", "--dport", "4791", "--honor-pfc", "--tdf", str(tdf),
-                     "--model-rate", str(model)],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-            time.sleep(1.0)
-            a = {s.name: fnet.counters(s.name) for s in fab.switches()}
-            time.sleep(duration)
-            b = {s.name: fnet.counters(s.name) for s in fab.switches()}
-            sent = [json.loads(p.communicate(timeout=duration + 30)[0] or "{}") for p in procs]
-        offered = sum(x.get("rate_bps", 0) for x in sent)
-        delivered = drops = frames = cpu = 0.0
-        for sw in b:
-            cpu += b[sw]["fidelity"]["cpu_s"] - a[sw]["fidelity"]["cpu_s"]
-            for port, c in b[sw]["ports"].items():
-                drops += sum(c["drops"].values()) - sum(a[sw]["ports"][port]["drops"].values())
-                frames += c["tx_packets"] - a[sw]["ports"][port]["tx_packets"]
-                if c["peer"].startswith("h"):
-                    dt = b[sw]["t_lab"] - a[sw]["t_lab"]
-                    delivered += (c["tx_bytes"] - a[sw]["ports"][port]["tx_bytes"]) * 8 / dt
-        print(f"{tdf:>6g} {fnet.td.lab_rate(2e11) / 1e6:>7g} M {offered / 1e6:>13.1f} "
-              f"{delivered / 1e6:>15.1f} {delivered / offered if offered else 0:>18.3f} "
-              f"{drops:>12.0f} {cpu / frames * 1e6 if frames else 0:>14.1f}", flush=True)
+        r = load_trial(topo, tdf, load, duration)
+        off, dlv = r["offered_bps"], r["delivered_bps"]
+        print(f"{tdf:>6g} {r['lab_link_bps'] / 1e6:>7g} M {off / 1e6:>13.1f} {dlv / 1e6:>15.1f} "
+              f"{dlv / off if off else 0:>18.3f} {r['drops']:>12.0f} "
+              f"{r['cpu_us_per_frame']:>19.1f} {r['p99_lag_model_us']:>11.2f} us "
+              f"{'kept up' if r['kept_up'] else 'LOST'}", flush=True)
     return 0
 
 
