@@ -8,6 +8,10 @@ EMU_GPU, EMU_HOST, EMU_RAIL) and the time dilation (EMU_TDF). Workers run throug
 `python -m collectives.run`, which makes the "emu" backend available (and the default
 for CPU) before the user's script or module starts, so scripts need no emu import.
 
+Workers are forked from a zygote (collectives.zygote; issue 11 "Memory": torch is
+imported once per job, not once per GPU) unless EMU_ZYGOTE=0, which starts each as its
+own `python -m collectives.run` with its host's Mininet popen.
+
 Each worker's output goes to RUNDIR/workers/rank<R>.log; rank 0's is also shown live.
 A worker that fails stops the job: the others are terminated (by pid: only processes
 this launcher started) and the tail of the failed rank's log is reported.
@@ -19,6 +23,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from collectives.rendezvous import global_rank, torchrun_env
+from fabric.netns import NETNS_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 MASTER_PORT = 29500  #: torchrun's default
@@ -109,6 +115,8 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     target: ["--module", "collectives.workloads.train", args...] or [script, args...].
     Returns {"ok", "returncodes", "seconds_lab", "results" (rank -> JSON the worker
     wrote), "backend" (rank -> the emu backend's record), "failed": [...]}.
+    Workers are forked from a zygote in the launcher's namespaces (`Forked`, which says
+    why there), or with EMU_ZYGOTE=0 started one by one in their hosts' (`Popened`).
     """
     fab = fnet.fabric
     slots = plan(fab)
@@ -116,28 +124,25 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     nproc = len(slots) // nnodes
     out_dir.mkdir(parents=True, exist_ok=True)
     job = f"emu-{fnet.tag}-{int(time.time())}"
-    procs: dict[int, subprocess.Popen] = {}
-    logs = {}
+    envs = {s.rank: worker_env(fab, s, nproc, nnodes, sockets[s.gpu], out_dir, job, port)
+            for s in slots}
+    logs = {s.rank: out_dir / f"rank{s.rank}.log" for s in slots}
+    for path in logs.values():
+        path.write_text("")
     t0 = time.monotonic()
-    threads = []
+    workers = (Popened(fnet) if os.environ.get("EMU_ZYGOTE", "1") == "0"
+               else Forked(fnet, list(envs.values()), out_dir / "zygote.log", timeout))
+    done = threading.Event()
+    follow = threading.Thread(target=_follow, args=(logs[0], echo, done), daemon=True)
+    if echo is not None:
+        follow.start()
+    failed: list[int] = []
     try:
         for s in slots:
-            env = worker_env(fab, s, nproc, nnodes, sockets[s.gpu], out_dir, job, port)
-            log_path = out_dir / f"rank{s.rank}.log"
-            logs[s.rank] = log_path
-            argv = [sys.executable, "-m", "collectives.run"] + list(target)
-            f = open(log_path, "w")
-            p = fnet.host(s.host).popen(argv, cwd=str(REPO), env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, bufsize=1)
-            procs[s.rank] = p
-            t = threading.Thread(target=_tee, args=(p, f, echo if s.rank == 0 else None),
-                                 daemon=True)
-            t.start()
-            threads.append(t)
-        failed: list[int] = []
+            workers.start(s.rank, s.host, list(target), envs[s.rank], logs[s.rank])
         deadline = time.monotonic() + timeout
         while True:
-            codes = {r: p.poll() for r, p in procs.items()}
+            codes = workers.poll()
             failed = [r for r, c in codes.items() if c not in (None, 0)]
             if failed or all(c == 0 for c in codes.values()):
                 break
@@ -146,17 +151,10 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
                 break
             time.sleep(0.2)
     finally:
-        for p in procs.values():  # only what we started, by pid
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for t in threads:
-            t.join(5)
+        returncodes = workers.stop()  # only what we started, by pid
+        done.set()
+        if echo is not None:
+            follow.join(5)
     elapsed = time.monotonic() - t0
     results, backend = {}, {}
     for s in slots:
@@ -166,18 +164,165 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
         for bp in sorted(out_dir.glob(f"emu-rank{s.rank}-g*.json")):
             backend.setdefault(s.rank, []).append(json.loads(bp.read_text()))
     tails = {r: _tail(logs[r]) for r in failed}
-    return {"ok": not failed, "returncodes": {r: p.returncode for r, p in procs.items()},
+    return {"ok": not failed, "returncodes": returncodes,
             "seconds_lab": elapsed, "results": results, "backend": backend, "failed": failed,
             "failed_tails": tails, "slots": [s.__dict__ for s in slots], "job": job,
             "master": f"{frontend_ip(fab, slots[0].host)}:{port}"}
 
 
-def _tee(p: subprocess.Popen, f, echo: Callable[[str], None] | None) -> None:
-    with f:
-        for line in p.stdout:
-            f.write(line)
-            if echo is not None:
-                echo("  [rank 0] " + line.rstrip("\n"))
+class Popened:
+    """EMU_ZYGOTE=0: every rank its own `python -m collectives.run`, started in its
+    host's namespaces by Mininet's popen (mnexec)."""
+
+    def __init__(self, fnet: Any) -> None:
+        self.fnet = fnet
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    def start(self, rank: int, host: str, target: list[str], env: dict, log: Path) -> None:
+        with open(log, "ab") as out:
+            self.procs[rank] = self.fnet.host(host).popen(
+                [sys.executable, "-m", "collectives.run"] + target, cwd=str(REPO), env=env,
+                stdout=out, stderr=subprocess.STDOUT)
+
+    def poll(self) -> dict[int, int | None]:
+        return {r: p.poll() for r, p in self.procs.items()}
+
+    def stop(self, grace: float = 10.0) -> dict[int, int | None]:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(grace)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return self.poll()
+
+
+class Forked:
+    """Every rank forked from one zygote that imported torch. The zygote runs in the
+    launcher's own namespaces, not in a host's (plain Popen, not Mininet's): each child
+    enters its host's network namespace itself, the zygote needs no address, its
+    socketpair end passes without mnexec in between, and it goes when the launcher does
+    (its connection closes, even on SIGKILL). `emu clean`, which ends processes by
+    namespace, still finds every worker."""
+
+    def __init__(self, fnet: Any, envs: list[dict], log: Path, timeout: float) -> None:
+        # what every rank shares is what torch and the interpreter read at start-up
+        shared = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
+        self.fnet = fnet
+        self.zygote = Zygote(shared, log, timeout=timeout)
+        self.ranks: dict[int, int] = {}  # pid -> rank
+
+    def start(self, rank: int, host: str, target: list[str], env: dict, log: Path) -> None:
+        ns = getattr(self.fnet.host(host), "netns", None)  # None: a test's stand-in
+        pid = self.zygote.spawn(target, env, log, REPO, str(NETNS_DIR / ns) if ns else None)
+        self.ranks[pid] = rank
+
+    def poll(self) -> dict[int, int | None]:
+        status = self.zygote.status()
+        return {r: status.get(pid) for pid, r in self.ranks.items()}
+
+    def stop(self, grace: float = 10.0) -> dict[int, int | None]:
+        try:
+            status = self.zygote.terminate(grace)
+        except ZygoteError:
+            status = {}
+        finally:
+            self.zygote.close()
+        return {r: status.get(pid) for pid, r in self.ranks.items()}
+
+
+class ZygoteError(RuntimeError):
+    """The zygote did not start, or stopped answering."""
+
+
+class Zygote:
+    """The launcher's end of a worker zygote (collectives.zygote, which imports torch:
+    this module must not). `env`: the zygote's environment, with WORKER_THREADS_ENV."""
+
+    def __init__(self, env: dict[str, str], log: Path, cwd: Path = REPO,
+                 timeout: float = 600.0) -> None:
+        ours, theirs = socket.socketpair()
+        with theirs, open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "collectives.zygote", "--fd", str(theirs.fileno())],
+                cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),), start_new_session=True)
+        self.pid, self.log = self.proc.pid, log
+        self._sock, self._rf = ours, ours.makefile("rb")
+        try:
+            self.ready = self._reply(timeout)  # it has imported torch
+        except ZygoteError:
+            self.close()
+            raise
+
+    def _reply(self, timeout: float) -> dict:
+        self._sock.settimeout(timeout)
+        try:
+            line = self._rf.readline()
+        except OSError as e:  # TimeoutError included
+            line, why = b"", f"{type(e).__name__}"
+        else:
+            why = "stopped"
+        if not line:
+            raise ZygoteError(f"zygote {self.pid}: {why}; its log:\n{_tail(self.log)}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise ZygoteError(f"zygote {self.pid}: {reply['error']}")
+        return reply
+
+    def _ask(self, req: dict, timeout: float = 60.0) -> dict:
+        try:
+            self._sock.sendall(json.dumps(req).encode() + b"\n")
+        except OSError as e:
+            raise ZygoteError(f"zygote {self.pid}: {e}; its log:\n{_tail(self.log)}") from e
+        return self._reply(timeout)
+
+    def spawn(self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO,
+              netns: str | None = None) -> int:
+        """Fork `python -m collectives.run ARGV...` with exactly `env`, output appended to
+        `log`, in the network namespace file `netns` (None: the zygote's); its pid."""
+        return self._ask({"op": "spawn", "netns": netns, "cwd": str(cwd), "env": env,
+                          "argv": list(argv), "log": str(log)})["pid"]
+
+    def status(self) -> dict[int, int | None]:
+        """pid -> exit code (negative: the signal), None while running."""
+        return {int(k): v for k, v in self._ask({"op": "status"})["status"].items()}
+
+    def terminate(self, grace: float = 10.0) -> dict[int, int | None]:
+        """SIGTERM to the running children, SIGKILL after `grace` s; the final status."""
+        reply = self._ask({"op": "terminate", "grace": grace}, timeout=2 * grace + 30)
+        return {int(k): v for k, v in reply["status"].items()}
+
+    def close(self, timeout: float = 30.0) -> int:
+        """Close the connection: the zygote terminates what is left and exits; its code."""
+        self._rf.close()
+        self._sock.close()
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # its children get SIGTERM (PR_SET_PDEATHSIG)
+            return self.proc.wait()
+
+
+def _follow(path: Path, echo: Callable[[str], None], done: threading.Event) -> None:
+    """Echo the lines of a log file as they are written, until `done` and its end."""
+    buf = ""
+    with open(path, errors="replace") as f:
+        while True:
+            finished = done.is_set()
+            chunk = f.read()
+            *lines, buf = (buf + chunk).split("\n")
+            for line in lines:
+                echo("  [rank 0] " + line)
+            if finished:
+                if buf:
+                    echo("  [rank 0] " + buf)
+                return
+            if not chunk:
+                done.wait(0.1)
 
 
 def _tail(path: Path, n: int = 15) -> str:

@@ -9,7 +9,6 @@ touches namespaces whose names match the pattern, and only processes living insi
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -19,12 +18,12 @@ import signal
 import time
 from pathlib import Path
 
+from fabric.netns import NETNS_DIR, enter, setns
+
 log = logging.getLogger("emu.nsutil")
 
-NETNS_DIR = Path("/run/netns")
 STATE_DIR = Path("/run/emu")
 NS_PATTERN = re.compile(r"^emu-([0-9a-f]{4})-([A-Za-z0-9_]+)$")
-CLONE_NEWNET = 0x40000000
 
 
 def ns_name(tag: str, node: str) -> str:
@@ -73,26 +72,15 @@ def remove(name: str) -> None:
         pass
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
 @contextlib.contextmanager
 def in_netns(name: str):
     """Run the calling thread inside namespace `name` (never creates one)."""
     saved = os.open("/proc/self/ns/net", os.O_RDONLY)
-    fd = os.open(str(NETNS_DIR / name), os.O_RDONLY)
     try:
-        _setns(fd)
+        enter(NETNS_DIR / name)
         yield
     finally:
-        os.close(fd)
-        _setns(saved)
+        setns(saved)
         os.close(saved)
 
 

@@ -1,0 +1,235 @@
+"""The worker zygote: one process per job imports torch and the emu backend once and
+forks every PyTorch worker from it (issue 11, item 5 "Memory").
+
+Why: a job ran one `python -m collectives.run` per emulated GPU, each importing torch
+itself: on rail8x4 32 imports of 2-3 CPU-seconds and ~250 MB resident each, on two
+cores. Forked children share the imported pages copy-on-write (gc.freeze keeps the
+collector from writing to them) and start in milliseconds.
+
+    python -m collectives.zygote --fd N     (N: its end of a socketpair; launch.Zygote)
+
+Protocol, one JSON line each way. {"op": "spawn", "netns": path | null, "cwd", "env",
+"argv" (collectives.run's arguments), "log"} -> {"pid"}; {"op": "status"} ->
+{"status": {pid: exit code | null}} (negative: killed by that signal, as Popen);
+{"op": "terminate", "grace": s} -> SIGTERM, SIGKILL after `grace` s, -> {"status"}.
+The zygote exits when the connection closes or on SIGTERM, after terminating its
+children the same way: by pid, its own and unreaped only (a pid is not reused before).
+
+A child: own session (setsid); SIGTERM if the zygote dies (PR_SET_PDEATHSIG);
+stdout and stderr appended to `log` (line-buffered, written through), stdin /dev/null;
+the host's network namespace (fabric.netns); `cwd`; exactly `env` as os.environ;
+signal handlers as the zygote found them; then `collectives.run.main(argv)`. It leaves
+as a fresh interpreter does (non-daemon threads joined, atexit handlers, files
+flushed): the fork unwinds the server's frames and returns from main().
+
+What a child inherits that a fresh `python -m collectives.run` would make itself:
+* torch's default CPU generator: torch seeds it from /dev/urandom at import, so every
+  child would draw the zygote's numbers; the child reseeds it from os.urandom (a script
+  calling manual_seed overrides that, as usual). `random` reseeds itself at fork (the
+  stdlib's at-fork hook); numpy's global generator is reseeded here.
+* what is read from the environment at interpreter start or at torch's import: PYTHON*
+  (and the str hash seed, which all children share), OMP_* / MKL_* (libgomp reads them
+  when loaded), TORCH_CPP_LOG_LEVEL. The launcher gives the zygote every variable all
+  ranks share, so these have the workers' values.
+* no threads: fork copies only the calling thread, so the zygote refuses to start, and
+  to fork, with more than one (numpy's OpenBLAS starts one at import unless
+  OMP_NUM_THREADS=1: launch.WORKER_THREADS_ENV). torch's OpenMP pool does not exist
+  yet; torch's own at-fork hook (get_num_threads) sets OpenMP up in the child.
+* sys.path, the imported modules, and the zygote's mount namespace: Mininet's popen
+  also entered the host's, whose /sys shows that host's interfaces; here /sys/class/net
+  is the root namespace's (nothing of emu reads it; getifaddrs and netlink are right).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import io
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from collectives import backend, run
+from fabric import netns
+
+GRACE = 10.0  #: seconds between SIGTERM and SIGKILL
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _Forked(BaseException):
+    """Raised in a fresh child: unwinds the server's frames, carrying the request."""
+
+    def __init__(self, req: dict, zygote: int) -> None:
+        super().__init__()
+        self.req, self.zygote = req, zygote
+
+
+class _Stop(BaseException):
+    """SIGTERM reached the zygote."""
+
+
+def threads() -> list[str]:
+    """The names of this process's threads (kernel view: also those Python did not start)."""
+    return [Path(f"/proc/self/task/{t}/comm").read_text().strip()
+            for t in os.listdir("/proc/self/task")]
+
+
+class Server:
+    """Forks children on request, reaps them and terminates them (the zygote's loop)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn, self.rf = conn, conn.makefile("rb")
+        self.pid = os.getpid()
+        self.children: dict[int, int | None] = {}  # pid -> exit code, None while unreaped
+        self.sigterm = signal.signal(signal.SIGTERM, self._stop)
+        # an inherited SIG_IGN would reap the children before we could
+        self.sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+    @staticmethod
+    def _stop(*_: object) -> None:
+        raise _Stop
+
+    def serve(self) -> tuple[dict, int] | None:
+        """Answer requests until the connection closes or SIGTERM; returns None in the
+        zygote, (request, zygote pid) in a child just forked."""
+        try:
+            self._send({"ready": self.pid, "torch": torch.__version__})
+            for line in self.rf:
+                try:
+                    self._send(self._answer(json.loads(line)))
+                except (ValueError, KeyError, TypeError, OSError) as e:  # fork, kill
+                    self._send({"error": f"{type(e).__name__}: {e}"})
+        except _Forked as f:
+            self.rf.close()
+            self.conn.close()
+            return f.req, f.zygote
+        except (_Stop, OSError):
+            pass
+        finally:
+            if os.getpid() == self.pid:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                self.terminate(GRACE)
+        return None
+
+    def _send(self, obj: dict) -> None:
+        self.conn.sendall(json.dumps(obj).encode() + b"\n")
+
+    def _answer(self, req: dict) -> dict:
+        self._reap()
+        if req["op"] == "spawn":
+            return self._spawn(req)
+        if req["op"] == "status":
+            return {"status": self.children}
+        if req["op"] == "terminate":
+            return {"status": self.terminate(float(req.get("grace", GRACE)))}
+        return {"error": f"unknown op {req['op']!r}"}
+
+    def _spawn(self, req: dict) -> dict:
+        names = threads()
+        if len(names) > 1:
+            return {"error": f"the zygote runs {len(names)} threads ({', '.join(names)}); "
+                             "a forked child would have only one"}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _libc.fflush(None)
+        gc.freeze()  # the objects so far are never collected: no writes to their pages
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, self.sigterm)
+            signal.signal(signal.SIGCHLD, self.sigchld)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            raise _Forked(req, self.pid)
+        self.children[pid] = None
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return {"pid": pid}
+
+    def _reap(self, block: bool = False) -> None:
+        while None in self.children.values():
+            try:
+                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self.children:
+                self.children[pid] = os.waitstatus_to_exitcode(status)
+
+    def terminate(self, grace: float) -> dict[int, int | None]:
+        """SIGTERM to the live children, SIGKILL to those left after `grace` s."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid, code in self.children.items():
+                if code is None:  # unreaped: the pid is still this child's
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + grace
+            while None in self.children.values() and time.monotonic() < deadline:
+                time.sleep(0.02)
+                self._reap()
+        self._reap(block=True)
+        return self.children
+
+
+def child(req: dict, zygote: int) -> int:
+    """Become the worker of `req` and run it; returns its exit status."""
+    os.setsid()
+    _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != zygote:  # the zygote died before the line above
+        os._exit(1)
+    gc.enable()
+    redirect(req["log"])
+    if req.get("netns"):
+        netns.enter(req["netns"])
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    torch.default_generator.manual_seed(int.from_bytes(os.urandom(8), "little"))
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    return run.main(list(req["argv"]))
+
+
+def redirect(log: str) -> None:
+    """stdout and stderr appended to `log` (line-buffered, written through), stdin /dev/null."""
+    enc = sys.stdout.encoding
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    for src, dst in ((null, 0), (out, 1), (out, 2)):
+        os.dup2(src, dst)
+    os.close(out)
+    os.close(null)
+    sys.stdin = sys.__stdin__ = open(0, closefd=False, encoding=enc)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        open(1, "wb", buffering=0, closefd=False), encoding=enc, line_buffering=True,
+        write_through=True)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        open(2, "wb", buffering=0, closefd=False), encoding=enc, errors="backslashreplace",
+        line_buffering=True, write_through=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: serve on the inherited socket; in a forked child, run the worker."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "--fd" or not args[1].isdigit():
+        print(__doc__.strip())
+        return 2
+    names = threads()
+    if threading.active_count() != 1 or len(names) != 1:
+        print(f"collectives.zygote: importing torch started threads ({', '.join(names)}); "
+              "start it with OMP_NUM_THREADS=1 (launch.WORKER_THREADS_ENV)", file=sys.stderr)
+        return 3
+    backend.register(default_for_cpu=True)
+    gc.disable()  # no collection frees holes into the pages the children will share
+    forked = Server(socket.socket(fileno=int(args[1]))).serve()
+    return 0 if forked is None else child(*forked)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
