@@ -24,7 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 KINDS = ("agents", "nics", "workers", "other")
-WORKER_MODULE = b"collectives.run"
+#: a worker's command line holds one of these: its own `python -m collectives.run`, or,
+#: forked from the job's zygote (collectives.zygote, which imported torch once for all
+#: of them), the zygote's - which counts as a worker too: it is their shared torch
+WORKER_MODULES = (b"collectives.run", b"collectives.zygote")
 
 
 def parse_stat(text: str) -> tuple[int, float]:
@@ -117,9 +120,10 @@ class CpuTracker:
 
     def _is_worker(self, pid: int) -> bool:
         try:
-            return WORKER_MODULE in (self.proc / str(pid) / "cmdline").read_bytes()
+            cmd = (self.proc / str(pid) / "cmdline").read_bytes()
         except OSError:
             return False
+        return any(m in cmd for m in WORKER_MODULES)
 
     def report(self, cores: int | None = None) -> dict:
         """{"wall_s", "cores_used", "pss_peak_mb" (all kinds), kind: {"cpu_s", "cores",

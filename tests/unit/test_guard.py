@@ -169,8 +169,9 @@ def test_cpu_per_process_kind(tmp_path):
 def test_pss_peak_is_the_largest_sum_at_one_sample(tmp_path):
     # two workers forked from one: each resident 200 MB, of which they share most; the
     # kind's peak is the largest simultaneous sum of PSS, not the sum of each one's peak
-    procs = {100: (1, 0, 1000, b"emu"), 400: (100, 0, 200_000, b"python\0-m\0collectives.run"),
-             401: (100, 0, 200_000, b"python\0-m\0collectives.run")}
+    # (forked from the job's zygote, whose command line they keep)
+    procs = {100: (1, 0, 1000, b"emu"), 400: (100, 0, 200_000, b"python\0-m\0collectives.zygote"),
+             401: (100, 0, 200_000, b"python\0-m\0collectives.zygote")}
     fake_proc(tmp_path, procs, pss={100: 1024, 400: 102_400, 401: 10_240})
     t = CpuTracker(100, dict, proc=tmp_path, clock=iter([0.0, 1.0, 2.0]).__next__)
     t.start()
