@@ -23,6 +23,7 @@ import topologies
 from collectives.launch import run_job
 from emu import calibrate, guard
 from emu.net import FabricNet
+from emu.peers import ns3_env, spec
 from emu.procs import REPO, run_module
 from fabric.qos.config import QosConfig
 from fabric.wire.templates import bench_build
@@ -77,29 +78,15 @@ def forward(duration: float = 5.0) -> int:
 ROCE_FRAME = calibrate.ROCE_FRAME
 
 
-def load_pairs(fab) -> list[tuple]:
-    """(sending GPU, receiving GPU) of the cross-rail load: every GPU sends to the next
-    host's GPU on the next rail (every flow crosses rail -> spine -> rail)."""
-    gpus = fab.gpu_list()
-    hosts = sorted({g.host for g in gpus}, key=lambda h: int(h[1:]))
-    rails = sorted({x.rail for x in gpus})
-    pairs = []
-    for g in gpus:
-        nxt = hosts[(hosts.index(g.host) + 1) % len(hosts)]
-        other = rails[(rails.index(g.rail) + 1) % len(rails)]
-        pairs.append((g, fab.gpus[f"{nxt}g{other}"]))
-    return pairs
-
-
 def load_trial(topo: str, tdf: float, load: float, duration: float) -> dict:
-    """One TDF of `bench tdf`: the cross-rail load (`load_pairs`) at `load` x line rate
+    """One TDF of `bench tdf`: the cross-rail load (emu.peers.spec.flow_pairs) at `load` x line rate
     for `duration` s after a 1 s start, the book's QoS, senders honouring PFC. Returns
     offered and delivered lab bit/s, agent drops, the agents' CPU per forwarded frame
     and the fidelity guard's verdict on the agents over the window (emu.guard)."""
     fab = topologies.load(topo, tdf=tdf)
     with FabricNet(fab, qos=QosConfig()) as fnet:  # the book's QoS, as `emu run`
         procs = []
-        for g, d in load_pairs(fab):
+        for g, d in spec.flow_pairs(fab):
             model = fab.link_of(g.host, g.nic).model_bps
             rate = load * fnet.td.lab_rate(model)
             procs.append(run_module(fnet.host(g.host), "traffic.rawgen", [
@@ -152,6 +139,56 @@ def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
               f"{dlv / off if off else 0:>18.3f} {r['drops']:>12.0f} "
               f"{r['cpu_us_per_frame']:>19.1f} {r['p99_lag_model_us']:>11.2f} us "
               f"{'kept up' if r['kept_up'] else 'LOST'}", flush=True)
+    return 0
+
+
+SPEED_TDFS = (2000.0, 3000.0, 5000.0, 7000.0, 10000.0, 15000.0, 20000.0, 30000.0, 50000.0,
+              70000.0, 100000.0, 150000.0, 200000.0)
+
+
+def speed(topos: tuple[str, ...] = ("rail2x4",), load: float = 1.0, duration: float = 5.0,
+          sim_ms: float = 2.0) -> int:
+    """emu's lowest TDF that keeps up beside ns-3's slowdown, same topology and load
+    (every NIC sends cross-rail at `load` x line rate: emu.peers.spec), measured in the
+    same run. emu: `load_trial` at rising TDFs until the guard says the agents kept up
+    with no drops. ns-3 3.44 (its own venv, set up on first use; skipped if it cannot
+    be): wall / simulated time of `sim_ms` of the same traffic, a thinner model (no
+    PFC, ECN, RoCE; per-packet ECMP). Ratio emu TDF / ns-3 slowdown: < 1 = emu faster."""
+    print(f"bench speed: every GPU sends {ROCE_FRAME}-byte frames at {load:g} x line rate to "
+          f"the next host's GPU on the next rail; emu: the lowest TDF its guard says kept up "
+          f"({duration:g} s each), ns-3: wall / simulated time of {sim_ms:g} ms", flush=True)
+    venv = ns3_env.ensure_venv()
+    rows = []
+    for topo in topos:
+        found = None
+        for tdf in SPEED_TDFS:
+            r = load_trial(topo, tdf, load, duration)
+            ok = r["kept_up"] and r["drops"] == 0
+            print(f"  emu {topo} TDF {tdf:g}: p99 lag {r['p99_lag_model_us']:.2f} us model, "
+                  f"{r['drops']:.0f} drops, {r['cpu_us_per_frame']:.0f} us CPU per frame-hop"
+                  f" -> {'kept up' if ok else 'fell behind'}", flush=True)
+            if ok:
+                found = r
+                break
+        ns3 = None
+        if venv is not None:
+            print(f"  ns-3 {topo}: simulating {sim_ms:g} ms ...", flush=True)
+            try:
+                ns3 = ns3_env.run(spec.fabric_spec(topologies.load(topo), load), sim_ms, venv)
+            except RuntimeError as exc:
+                print(f"  ns-3 {topo}: failed: {exc}", flush=True)
+        rows.append((topo, found, ns3))
+    print(f"\n{'topology':<9} {'emu lowest TDF kept up':>23} {'ns-3 slowdown':>14} "
+          f"{'emu / ns-3':>11}")
+    for topo, found, ns3 in rows:
+        e = found["tdf"] if found else None
+        n = ns3["slowdown"] if ns3 else None
+        print(f"{topo:<9} {format(e, ',.0f') if e else '> ' + format(SPEED_TDFS[-1], ',.0f'):>23} "
+              f"{format(n, ',.0f') if n else 'not run':>14} "
+              f"{format(e / n, '.2f') if e and n else '-':>11}")
+    if venv is None:
+        print("(ns-3 not available: see the message above; `python -m emu.peers.ns3_env` sets "
+              "it up)")
     return 0
 
 

@@ -166,16 +166,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also runs whose emu process is still alive")
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
-    p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity"],
+    p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity",
+                                    "speed"],
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
+                        "speed: emu's lowest TDF that keeps up vs ns-3's slowdown, same "
+                        "fabric and load (--topo, --load 1.0 by default); "
                         "fidelity: the same workloads at TDF T and 4T, model results side "
                         "by side with their ratio and each run's fidelity verdict; "
                         "switch: per-packet cost of the pipeline, QoS on vs off; rnic: "
                         "one-QP RDMA WRITE goodput and frame build rate vs Scapy; allreduce: "
                         "ring AllReduce busbw of 8 PyTorch workers (1, 16, 64 MB) vs gloo")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
-    p.add_argument("--load", type=float, default=0.5,
-                   help="bench tdf: offered load per NIC as a fraction of its line rate")
+    p.add_argument("--load", type=float, default=None,
+                   help="bench tdf/speed: offered load per NIC as a fraction of its line "
+                        "rate (default 0.5 for tdf, 1.0 for speed)")
+    p.add_argument("--topo", default="rail2x4",
+                   help="bench speed: topologies, comma-separated (e.g. rail2x4,rail8x4)")
     return ap
 
 
@@ -286,8 +292,22 @@ def cmd_bench(args) -> int:
     if os.geteuid() != 0:
         print("emu bench needs root: try `sudo python -m emu bench forward`", file=sys.stderr)
         return 2
+    if args.load is not None and not 0 < args.load <= 1:
+        print(f"emu bench: --load must be in (0, 1], got {args.load:g}", file=sys.stderr)
+        return 2
     if args.what == "tdf":
-        return bench.fabric_load(duration=args.duration, load=args.load)
+        return bench.fabric_load(duration=args.duration,
+                                 load=0.5 if args.load is None else args.load)
+    if args.what == "speed":
+        topos = tuple(args.topo.split(","))
+        try:
+            for t in topos:
+                topologies.load(t)
+        except topologies.TopologyError as exc:
+            print(f"emu bench: --topo: {exc}", file=sys.stderr)
+            return 2
+        return bench.speed(topos, load=1.0 if args.load is None else args.load,
+                           duration=args.duration)
     if args.what == "rnic":
         return bench.rnic()
     if args.what == "allreduce":

@@ -61,10 +61,11 @@ def _side(gpu: str, sock: str, size: int, write_only: bool, fill: bool) -> Side:
 
 def write(fabric: Any, sockets: dict[str, str], src: str, dst: str, size: int,
           write_only: bool = False, rkey: int | None = None, port: int = CM_PORT,
-          timeout: float = 300.0) -> dict:
+          timeout: float | None = None) -> dict:
     """RDMA WRITE with immediate of `size` random bytes from GPU `src` into GPU `dst`;
     `rkey` overrides the R_Key the target exposed (to provoke a remote access error)."""
     td = TimeDilation(fabric.tdf)
+    timeout = patience(fabric, size, src) if timeout is None else timeout
     a = b = None
     try:
         b = _side(dst, sockets[dst], size, write_only, fill=False)
@@ -97,12 +98,25 @@ def write(fabric: Any, sockets: dict[str, str], src: str, dst: str, size: int,
             "remote": {"rkey": remote.rkey, "addr": remote.addr}}
 
 
+def patience(fabric: Any, nbytes: int, via_gpu: str) -> float:
+    """Lab seconds to wait for `nbytes` through GPU `via_gpu`'s link: 5 x its line-rate
+    time at the fabric's TDF, plus 60 s for connecting and a loaded machine."""
+    g = fabric.gpus[via_gpu]
+    link = fabric.link_of(g.host, g.nic).model_bps
+    return 5 * TimeDilation(fabric.tdf).lab_time(nbytes * 8 / link) + 60.0
+
+
 def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size: int,
-           sample_s: float = 0.25, timeout: float = 300.0, window: tuple = (0.3, 0.9)) -> dict:
+           sample_s: float = 0.25, timeout: float | None = None,
+           window: tuple = (0.3, 0.9)) -> dict:
     """Every GPU of `froms` writes `size` bytes into its own buffer on GPU `to` at once;
     returns per-sender steady-state rates (model bit/s, averaged over the `window`
-    fractions of the time until the first sender finished), CNPs and rate cuts."""
+    fractions of the time until the first sender finished), CNPs and rate cuts. A
+    sender without a completion after `timeout` lab seconds (default `patience` for
+    all the bytes through the receiver's link) has status "TIMEOUT"."""
     td = TimeDilation(fabric.tdf)
+    if timeout is None:
+        timeout = patience(fabric, size * len(froms), to)
     recv: list[Side] = []
     send: list[Side] = []
     samples: list[tuple[float, list[dict]]] = []
@@ -130,6 +144,8 @@ def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size
                         done[s.gpu] = time.monotonic() - t0
                         status[s.gpu] = wc.status.value
             time.sleep(sample_s)
+        for s in send:
+            status.setdefault(s.gpu, "TIMEOUT")
         exact = {s.gpu: bytes(r.mr.buf) == bytes(s.mr.buf) for s, r in zip(send, recv)}
         final = [s.nic.query_qp(s.qp) for s in send]
         rq = [r.nic.query_qp(r.qp) for r in recv]
