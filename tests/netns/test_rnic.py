@@ -153,11 +153,12 @@ def test_incast_marks_ce_sends_cnps_and_cuts_rates(incast):
     "incast. With the book's 150 KB..3 MB WRED band the queue reaches MBs before the first "
     "CNP acts, every QP is cut several times, and additive increase (40 Mbps per 55 us) "
     "needs >100 ms model to equalise (python -m traffic.bottleneck --ecn book: ~150 ms). "
-    "Measured here (commit 2f610f6): 0.26/0.16/0.50 of a fair share, 0.31 of the link. "
-    "Even 512 MB each with --qos paper (75 ms model, 2.6 min lab) ends at 1.22/0.89/0.88. "
-    "Reproduce: sudo .venv/bin/python -m emu run rail2x4 --tdf 2000 --workload incast "
-    "--to h4g1 --from h1g1,h2g1,h3g1 --size 16MB (README 'RDMA NICs'). Strict: a pass "
-    "means the parameters or the model changed - update this test and the README."))
+    "Measured with the guard saying the lab kept up: 16 MB at TDF 8000 (emu bench "
+    "fidelity) 0.17/0.13/0.13 of a fair share; 256 MB each with --qos paper at TDF 10000 "
+    "(~5 min lab) 0.81/0.79/1.37. Reproduce: sudo .venv/bin/python -m emu run rail2x4 "
+    "--workload incast --to h4g1 --from h1g1,h2g1,h3g1 --size 16MB (README 'RDMA NICs'). "
+    "Strict: a pass means the parameters or the model changed - update this test and the "
+    "README."))
 def test_incast_converges_to_a_third_each(incast):
     r = incast[0]
     third = r["link_model_bps"] / 3
