@@ -52,6 +52,7 @@ import socket
 import sys
 import threading
 import time
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 import torch
@@ -226,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
               "start it with OMP_NUM_THREADS=1 (launch.WORKER_THREADS_ENV)", file=sys.stderr)
         return 3
     backend.register(default_for_cpu=True)
+    # one shared-memory resource tracker for the job: a child inherits the pipe to it,
+    # where each would otherwise start its own tracker (a fresh interpreter, ~10 MB) on
+    # its first SharedMemory; it is a process, so the zygote stays single-threaded
+    resource_tracker.ensure_running()
     gc.disable()  # no collection frees holes into the pages the children will share
     forked = Server(socket.socket(fileno=int(args[1]))).serve()
     return 0 if forked is None else child(*forked)

@@ -106,6 +106,29 @@ def test_children_run_with_their_own_env_log_and_seed(zyg, script, tmp_path):
     assert sum(cpu) < cpu_seconds(zyg.pid) / 2, (cpu, cpu_seconds(zyg.pid))
 
 
+SHM_SCRIPT = """\
+import json, os, sys
+from multiprocessing import resource_tracker, shared_memory
+m = shared_memory.SharedMemory(create=True, size=4096)
+json.dump({"tracker": resource_tracker._resource_tracker._pid}, open(sys.argv[1], "w"))
+m.close(); m.unlink()
+"""
+
+
+def test_children_share_the_zygotes_shared_memory_tracker(zyg, tmp_path):
+    # without it each child's first SharedMemory starts its own tracker process
+    p = tmp_path / "shm.py"
+    p.write_text(SHM_SCRIPT)
+    pids = [zyg.spawn([str(p), str(tmp_path / f"t{r}.json")], {}, tmp_path / f"s{r}.log",
+                      tmp_path) for r in range(2)]
+    assert wait(zyg, pids) == dict.fromkeys(pids, 0), [
+        (tmp_path / f"s{r}.log").read_text() for r in range(2)]
+    trackers = {json.loads((tmp_path / f"t{r}.json").read_text())["tracker"] for r in range(2)}
+    assert len(trackers) == 1
+    [t] = trackers  # the zygote's own, started before any fork
+    assert t is not None and int(Path(f"/proc/{t}/stat").read_text().rsplit(")", 1)[1].split()[1]) == zyg.pid
+
+
 def test_exit_codes_of_failing_and_killed_children(zyg, script, tmp_path):
     code = spawn(zyg, script, tmp_path, 0, CODE="3")
     raised = spawn(zyg, script, tmp_path, 1, RAISE="1")
