@@ -126,7 +126,8 @@ def test_children_share_the_zygotes_shared_memory_tracker(zyg, tmp_path):
     trackers = {json.loads((tmp_path / f"t{r}.json").read_text())["tracker"] for r in range(2)}
     assert len(trackers) == 1
     [t] = trackers  # the zygote's own, started before any fork
-    assert t is not None and int(Path(f"/proc/{t}/stat").read_text().rsplit(")", 1)[1].split()[1]) == zyg.pid
+    ppid = int(Path(f"/proc/{t}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert ppid == zyg.pid
 
 
 def test_exit_codes_of_failing_and_killed_children(zyg, script, tmp_path):
