@@ -2,9 +2,11 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,7 @@ def run_ranks(n, target, tmp_path, backend="emu", timeout=180, env_extra=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("EMU_")}
         env.update(torchrun_env(0, n, r, 1, "127.0.0.1", port))
         env.update({"EMU_HOST": "local", "EMU_RESULT_DIR": str(tmp_path), "EMU_BACKEND": backend,
-                    **WORKER_THREADS_ENV, "PYTHONPATH": str(ROOT)})
+                    **WORKER_THREADS_ENV, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"})
         env.update(env_extra or {})
         procs.append(subprocess.Popen([sys.executable, "-m", "collectives.run"] + target,
                                       cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -35,9 +37,13 @@ def run_ranks(n, target, tmp_path, backend="emu", timeout=180, env_extra=None):
     try:
         outs = [p.communicate(timeout=timeout)[0] for p in procs]
     except subprocess.TimeoutExpired:
+        for p in procs:  # where each hung rank is: faulthandler dumps every thread on SIGABRT
+            if p.poll() is None:
+                p.send_signal(signal.SIGABRT)
+        time.sleep(2.0)
         for p in procs:  # leave nothing behind: a hung rank would hold its shared memory
             p.kill()
-        tails = [f"rank {r}: {(p.communicate()[0] or '')[-1500:]}" for r, p in enumerate(procs)]
+        tails = [f"rank {r}: {(p.communicate()[0] or '')[-4000:]}" for r, p in enumerate(procs)]
         pytest.fail(f"ranks still running after {timeout} s:\n" + "\n".join(tails))
     for r, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, f"rank {r} exited {p.returncode}:\n{out[-3000:]}"
