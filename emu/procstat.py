@@ -39,22 +39,24 @@ def parse_stat(text: str) -> tuple[int, float]:
     return int(rest[1]), (int(rest[11]) + int(rest[12])) / tick
 
 
+def _kb(text: str, key: str) -> int:
+    """The value of a "Key:   N kB" line of a /proc file; 0 without one."""
+    for line in text.splitlines():
+        if line.startswith(key):
+            return int(line.split()[1])
+    return 0
+
+
 def parse_pss_kb(text: str) -> int:
     """Pss (proportional set size, kB) from the text of /proc/<pid>/smaps_rollup; 0
     without it."""
-    for line in text.splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1])
-    return 0
+    return _kb(text, "Pss:")
 
 
 def parse_hwm_kb(text: str) -> int:
     """VmHWM (peak resident set, kB) from the text of /proc/<pid>/status; 0 without it
     (kernel threads, zombies)."""
-    for line in text.splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
+    return _kb(text, "VmHWM:")
 
 
 class CpuTracker:

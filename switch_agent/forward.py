@@ -52,29 +52,16 @@ def flow_key(frame: bytes | memoryview, l3: int = 14) -> bytes:
     return addrs + bytes((proto,))
 
 
-def decrement_ttl(frame: bytes, l3: int = 14) -> bytes | None:
-    """Copy of the frame's IPv4 part with TTL - 1 and the checksum updated per RFC 1624
-    (HC' = ~(~HC + ~m + m')); None if the TTL would reach 0."""
-    ttl = frame[l3 + 8]
-    if ttl <= 1:
-        return None
-    hc = (frame[l3 + 10] << 8) | frame[l3 + 11]
-    # m = ttl<<8|proto, m' = m - 0x100  ->  ~m + m' = 0xFEFF in ones' complement
-    s = (~hc & 0xFFFF) + 0xFEFF
-    s = (s & 0xFFFF) + (s >> 16)
-    hc2 = ~s & 0xFFFF
-    return (frame[l3:l3 + 8] + bytes((ttl - 1, frame[l3 + 9], hc2 >> 8, hc2 & 0xFF))
-            + frame[l3 + 12:])
-
-
 def route_rewrite(frame: bytes, l2: bytes) -> bytearray | None:
-    """The routed copy of an IPv4-over-Ethernet frame in one copy: Ethernet header `l2`
-    (14 bytes: next hop's MAC, ours, EtherType), TTL - 1 with the checksum updated as
-    `decrement_ttl` does; None if the TTL would reach 0. The agent's hot path (a
-    bytearray written in place costs about half of slicing and joining a new bytes)."""
+    """The routed copy of an IPv4-over-Ethernet frame, in one copy: Ethernet header `l2`
+    (14 bytes: next hop's MAC, ours, EtherType), TTL - 1 and the header checksum updated
+    per RFC 1624 (HC' = ~(~HC + ~m + m')); None if the TTL would reach 0. The agent's hot
+    path (a bytearray written in place costs about half of slicing and joining a new
+    bytes)."""
     ttl = frame[22]
     if ttl <= 1:
         return None
+    # m = ttl<<8|proto, m' = m - 0x100  ->  ~m + m' = 0xFEFF in ones' complement
     s = (~((frame[24] << 8) | frame[25]) & 0xFFFF) + 0xFEFF
     s = (s & 0xFFFF) + (s >> 16)
     out = bytearray(frame)
@@ -83,6 +70,13 @@ def route_rewrite(frame: bytes, l2: bytes) -> bytearray | None:
     out[24] = (~s >> 8) & 0xFF
     out[25] = ~s & 0xFF
     return out
+
+
+def decrement_ttl(frame: bytes) -> bytes | None:
+    """Copy of the frame's IPv4 part (after its Ethernet header) with TTL - 1 and the
+    checksum updated (`route_rewrite`); None if the TTL would reach 0."""
+    out = route_rewrite(frame, frame[:14])
+    return None if out is None else bytes(out[14:])
 
 
 def icmp_time_exceeded(frame: bytes, src_ip: bytes) -> bytes:

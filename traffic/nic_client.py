@@ -259,10 +259,6 @@ class NicClient:
         """NIC and per-QP counters (bytes, packets, retransmits, CNPs, rate)."""
         return self.call("counters")
 
-    def fidelity_reset(self) -> None:
-        """Start a new fidelity-guard window: forget the lags recorded so far."""
-        self.call("fidelity_reset")
-
 
 def attach_untracked(name: str) -> shared_memory.SharedMemory:
     """Attach to another process's shared memory without letting this process's
