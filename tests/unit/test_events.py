@@ -18,7 +18,7 @@ def test_an_event_is_one_line_in_model_microseconds(tmp_path):
 
 
 def test_model_us_rounds_to_a_hundredth():
-    assert model_us(1.0 + 5000 * 1.234567e-6, TD) == 200001.23
+    assert model_us(1.0 + 5000 * 1.234567e-6, TD) == 201.23  # 1 s lab = 200 us model
 
 
 def test_the_cap_counts_what_it_left_out(tmp_path):
