@@ -12,6 +12,7 @@ from pathlib import Path
 
 import topologies
 from emu import nsutil
+from emu.lab import command as lab_command
 from emu.mncli import open_cli
 from emu.report import report
 from emu.run import autotdf, build, collect, workload
@@ -30,6 +31,8 @@ EPILOG = """examples:
   sudo python -m emu run rail2x4 --cli        # then: h1g1 ping h4g2
   sudo python -m emu clean
   sudo python -m emu bench forward
+  python -m emu lab list                      # the book's experiments
+  sudo python -m emu lab run L11.4
 
 exit status of `emu run`: 0 every check passed and the lab kept up with the model;
 1 a check failed; 2 bad options or not root; 3 fidelity lost (the lab fell behind the
@@ -164,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", default=None, metavar="TAG", help="only this run (4 hex digits)")
     p.add_argument("--all", action="store_true",
                    help="also runs whose emu process is still alive")
+
+    lab_command.add_parser(sub)
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
     p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity",
@@ -318,6 +323,7 @@ def cmd_bench(args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "show": cmd_show, "run": cmd_run, "clean": cmd_clean,
+            "lab": lab_command.main,
             "bench": cmd_bench, "show-switch": cmd_show_switch, "report": cmd_report}
 
 

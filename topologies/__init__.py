@@ -61,6 +61,21 @@ def from_dict(data: dict, source: str = "<dict>", **overrides) -> Fabric:
         raise TopologyError(f"{source}: {exc}") from None
 
 
+def spec_of(name: str) -> dict:
+    """The YAML mapping of a preset or of a generated ``rail{R}x{H}`` name (to merge
+    overrides into before `from_dict`, as `emu lab` does)."""
+    presets_ = _fabric_presets()
+    if name in presets_:
+        data = yaml.safe_load(presets_[name].read_text())
+        data.setdefault("name", name)
+        return data
+    m = RAIL_NAME.match(name)
+    if m:
+        return {"gpus_per_host": int(m.group(1)), "hosts": int(m.group(2))}
+    raise TopologyError(f"unknown topology {name!r}: not a preset ({', '.join(presets_)}), "
+                        f"not rail{{R}}x{{H}}")
+
+
 def load(name: str, spines: int | None = None, tdf: float | None = None) -> Fabric:
     """A preset name, a generator name ``rail{R}x{H}``, or a path to a YAML file."""
     overrides = {"spines": spines, "tdf": tdf}

@@ -73,7 +73,9 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
         for w in qos.validate([p.ifname for sw in fab.switches() for p in fab.node_ports(sw.name)]):
             print(f"emu: QoS warning: {w}", file=sys.stderr)
     term.say(f"Switch QoS: {'off (plain forwarding)' if qos is None else qos.name}")
-    with FabricNet(fab, run_dir=plan.run_dir, shaping=not args.no_shaping, qos=qos) as fnet:
+    extra = {"lldp_off": plan.lldp_off} if plan.lldp_off else {}
+    with FabricNet(fab, run_dir=plan.run_dir, shaping=not args.no_shaping, qos=qos,
+                   **extra) as fnet:
         build_s = time.monotonic() - t0
         term.say(f"  up in {build_s:.1f} s, run tag {fnet.tag} (namespaces emu-{fnet.tag}-*)",
                  flush=True)

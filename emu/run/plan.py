@@ -36,6 +36,8 @@ class RunPlan:
     #: how the TDF was chosen: {"mode": "auto", "tdf", "need", "reason"} (emu.run.autotdf)
     #: or {"mode": "given", "tdf"}
     tdf_choice: dict | None = None
+    #: node -> ports that send no LLDP (a lab's `lldp_off`; emu.net.FabricNet)
+    lldp_off: dict | None = None
 
     @property
     def td(self) -> TimeDilation:

@@ -1,0 +1,194 @@
+"""`python -m emu lab list | show ID | run ID [--variant V] [--tdf T] | run --all`.
+
+`run` prints the run directory first (as `emu run` does), runs every variant (or the one
+named), then the verdict table in the terminal, and writes RUNDIR/lab.json and
+RUNDIR/lab.html. Exit status: 0 every check passed and the lab kept up, 1 a check
+failed, 2 a bad lab file or option, 3 the checks passed but the lab did not keep up with
+the model (the verdict does not count; the page names the TDF to rerun with).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+import topologies
+from emu.lab import page, runner
+from emu.lab import schema as S
+from emu.run.terminal import Terminal
+
+EXIT_PASS, EXIT_FAIL, EXIT_BAD, EXIT_FIDELITY_LOST = 0, 1, 2, 3
+
+
+def cmd_list(_args) -> int:
+    """One line per lab of the catalogue."""
+    t = Table("id", "title", "book", "topology", "lab time", box=None)
+    for path in S.catalogue():
+        try:
+            lab = S.load(str(path))
+        except ValueError as exc:
+            t.add_row(path.stem, f"[red]bad lab file: {exc}[/red]", "", "", "")
+            continue
+        n = len(lab.variants)
+        t.add_row(lab.id, lab.title + (f" ({n} variants)" if n > 1 else ""), lab.figure,
+                  lab.topology, f"~{lab.estimate_s:.0f} s")
+    Console(width=160).print(t)
+    print("\nemu lab show ID: the story and the checks; sudo python -m emu lab run ID")
+    return 0
+
+
+def cmd_show(args) -> int:
+    """The story, what to watch, the book's steps, the variants and the checks."""
+    lab = S.load(args.id)
+    print(f"{lab.id}: {lab.title}\n{lab.figure}\n\n{lab.story}\n")
+    if lab.watch:
+        print("What to watch:")
+        for w in lab.watch:
+            print(f"  - {w}")
+    if lab.steps:
+        print("\nThe book's steps:")
+        for s in lab.steps:
+            print(f"  {s}")
+    print("\nVariants:" if len(lab.variants) > 1 else "\nRun:")
+    for v in lab.variants:
+        fab = v.fabric
+        print(f"  {v.name}: {v.title} - {fab.name}, TDF {fab.tdf:g}, QoS "
+              f"{v.qos.name if v.qos else 'off'}, DCQCN {v.dcqcn}, {len(v.flows)} flows")
+    print("\nChecks:")
+    for c in lab.checks:
+        where = c.get("variant", "all")
+        print(f"  {c['name']} ({c['kind']}{'' if where == 'all' else f', {where}'}): "
+              f"expect {c.get('expect', 'in order' if c['kind'] == 'order' else 'any')}"
+              f"{'  [' + c['source'] + ']' if c.get('source') else ''}")
+    print(f"\nEstimated lab time: ~{lab.estimate_s:.0f} s. Run: sudo python -m emu lab run {lab.id}")
+    return 0
+
+
+def verdict_table(doc: dict) -> Table:
+    """The verdict table (check, measured, expected, book, PASS/FAIL)."""
+    t = Table("check", "measured", "expected", "book", "", title=f"{doc['id']}: {doc['title']}")
+    for c in doc["checks"]:
+        t.add_row(c["name"], page._fmt(c["measured"])[:60], str(c["expected"]), c["source"],
+                  "[green]PASS[/green]" if c["pass"] else "[red]FAIL[/red]")
+    return t
+
+
+def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool) -> tuple[int, dict]:
+    """Run a lab (all variants or one) into `out`; exit status and lab.json."""
+    term = Terminal(quiet)
+    todo = [v for v in lab.variants if variant is None or v.name == variant]
+    many = len(lab.variants) > 1
+    runs, results, shown = {}, [], []
+    for v in todo:
+        term.say(f"\n{lab.id} variant {v.name}: {v.title}" if many else f"\n{lab.id}: {lab.title}")
+        rd = out / v.name if many else out
+        run = runner.run_variant(lab, v, rd, term)
+        run["tdf"] = v.fabric.tdf
+        runs[v.name] = run
+        ev = runner.evidence(v, run)
+        results += runner.judge_variant(lab, v, ev, many)
+        wred = v.qos.queuing.queues[3].wred if v.qos is not None else None
+        shown.append({"name": v.name, "title": v.title, "timeline": runner.timeline(ev),
+                      "plots": [page.timeline_png(ev.events, f"{lab.id} {v.name}: events"),
+                                page.depth_png(ev.metrics, ev.links, f"{lab.id} {v.name}",
+                                               (wred.min, wred.max) if wred else None)]})
+        fid = run["fidelity"]
+        term.say(f"  flows done in {run['lab_s']:.1f} s lab; fidelity guard: "
+                 f"{'kept up' if fid.get('kept_up') else 'DID NOT keep up'} "
+                 f"(p99 lag {fid.get('p99_lag_model_us', float('nan')):.2f} µs model)")
+    results += runner.judge_ratios(lab, results)
+    doc = runner.write_json(out / "lab.json", lab, results, runs)
+    (out / "lab.html").write_text(page.render(lab, doc, shown))
+    Console(width=150).print(verdict_table(doc))
+    if doc["kept_up"] is False:
+        sug = [r.get("suggested_tdf") for r in runs.values() if r.get("suggested_tdf")]
+        print(f"The lab did not keep up with the model: its verdict does not count. Rerun "
+              f"with --tdf {max(sug):g}." if sug else "The lab did not keep up with the model.")
+    print(f"Verdict: {doc['verdict'].upper()}.  Run directory: {out}  (open {out / 'lab.html'})")
+    if doc["verdict"] == "pass":
+        return EXIT_PASS, doc
+    return (EXIT_FIDELITY_LOST if doc["checks_passed"] else EXIT_FAIL), doc
+
+
+def cmd_run(args) -> int:
+    """`emu lab run ID | --all`."""
+    if not args.all and not args.id:
+        print("emu lab run: name a lab (emu lab list) or --all", file=sys.stderr)
+        return EXIT_BAD
+    try:
+        if args.tdf is not None and not args.tdf > 0:
+            raise ValueError(f"--tdf: must be > 0, got {args.tdf:g}")
+        labs = ([S.load(str(p), args.tdf) for p in S.catalogue()] if args.all
+                else [S.load(args.id, args.tdf)])
+        if args.variant is not None:
+            for lab in labs:
+                if args.variant not in [v.name for v in lab.variants]:
+                    raise ValueError(f"--variant: {lab.id} has no variant {args.variant!r} "
+                                     f"(it has: {', '.join(v.name for v in lab.variants)})")
+    except (ValueError, topologies.TopologyError) as exc:
+        print(f"emu lab: {exc}", file=sys.stderr)
+        return EXIT_BAD
+    if os.geteuid() != 0:
+        print("emu lab run needs root (network namespaces, raw sockets): try `sudo python -m "
+              "emu lab run ...`", file=sys.stderr)
+        return EXIT_BAD
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    rows, worst = [], EXIT_PASS
+    for lab in labs:
+        out = Path(args.out) if args.out and not args.all else \
+            Path(args.out or "runs") / f"lab-{lab.id}-{stamp}"
+        print(f"Run directory: {out}", flush=True)
+        t = time.monotonic()
+        code, doc = run_one(lab, out, args.variant, args.quiet)
+        rows.append((lab.id, lab.title, doc["verdict"], doc["kept_up"], time.monotonic() - t,
+                     sum(c["pass"] for c in doc["checks"]), len(doc["checks"])))
+        worst = max(worst, code)
+    if args.all:
+        t = Table("lab", "title", "verdict", "kept up", "checks", "lab time", box=None)
+        for lid, title, verdict, kept, secs, npass, n in rows:
+            t.add_row(lid, title[:60], "[green]pass[/green]" if verdict == "pass" else
+                      "[red]fail[/red]", str(kept), f"{npass}/{n}", f"{secs:.0f} s")
+        Console(width=150).print(t)
+        (Path(args.out or "runs") / f"labs-{stamp}.json").write_text(json.dumps(rows))
+    return worst
+
+
+def add_parser(sub) -> None:
+    """The `lab` subcommand and its own subcommands."""
+    p = sub.add_parser("lab", help="the book's experiments as labs with a verdict",
+                       description="Labs reproduce the book's experiments (ch.8-14) on the "
+                                   "emulated fabric and judge them from measured evidence: "
+                                   "an event log of every agent and NIC, sampled metrics, "
+                                   "counters and captures. Lab files: labs/*.yaml "
+                                   "(docs/LABS.md; write your own).")
+    lsub = p.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
+    lsub.add_parser("list", help="the labs: id, title, book figure, topology, lab time")
+    s = lsub.add_parser("show", help="a lab's story, the book's steps, variants and checks")
+    s.add_argument("id", help="a lab id (L11.4, case-insensitive) or a lab file")
+    r = lsub.add_parser("run", help="run a lab (needs root); exit 0 only if every check "
+                                    "passed and the lab kept up")
+    r.add_argument("id", nargs="?", help="a lab id (L11.4) or a lab file")
+    r.add_argument("--all", action="store_true", help="every lab of the catalogue, then a "
+                                                      "table lab x verdict x lab time")
+    r.add_argument("--variant", default=None, help="only this variant (ratio checks that "
+                                                   "need the others are then not measured)")
+    r.add_argument("--tdf", type=float, default=None, help="time-dilation factor for every "
+                                                           "variant (default: the lab file's)")
+    r.add_argument("--out", default=None, metavar="DIR",
+                   help="run directory (default runs/lab-<id>-<time>; with --all the parent)")
+    r.add_argument("--quiet", action="store_true", help="only the verdict")
+
+
+def main(args) -> int:
+    """Dispatch `emu lab ACTION`."""
+    try:
+        return {"list": cmd_list, "show": cmd_show, "run": cmd_run}[args.lab_command](args)
+    except ValueError as exc:
+        print(f"emu lab: {exc}", file=sys.stderr)
+        return EXIT_BAD

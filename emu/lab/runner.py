@@ -1,0 +1,219 @@
+"""`emu lab run ID`: each variant of a lab built, its flows run, its evidence judged.
+
+Per variant (docs/LABS.md "How a lab runs"): the fabric is built as `emu run` builds it
+(emu.run.build: namespaces, agents with the variant's QoS, LLDP/DCBX, captures, the
+metrics sampler), the NICs of the GPUs the flows use start with the variant's DCQCN
+profile, the fidelity guard is reset, the flows run (traffic.workloads.flows), sampling
+stops and the fabric is torn down - which closes every agent's and NIC's event log.
+Then the evidence (emu.lab.checks.Evidence) is read from RUNDIR/<variant>/ and every
+check of the variant judged; ratio checks compare variants once all have run. A
+verdict counts only when the fidelity guard says the lab kept up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from emu import guard
+from emu.lab import checks as C
+from emu.lab.schema import Lab, Variant
+from emu.metrics import read_rows
+from emu.run import build, collect
+from emu.run.autotdf import machine_cores
+from emu.run.plan import RunPlan
+from emu.run.terminal import Terminal
+from fabric.events import EventLog, read_events
+from traffic import nic_client
+from traffic.dcqcn import DcqcnProfile
+from traffic.workloads import flows as flows_mod
+
+INTERVAL_MODEL_S = 5e-6  # metrics sampling (never faster than 20 Hz of lab time)
+
+
+def links_of(fab) -> tuple[dict, dict]:
+    """'A->B' -> (A, A's ifname towards B) and -> model bit/s, for every link."""
+    names, bps = {}, {}
+    for node in fab.nodes:
+        for local, remote, link in fab.node_links(node):
+            key = f"{node}->{remote.node}"
+            names.setdefault(key, (node, local.ifname))
+            bps.setdefault(key, link.model_bps)
+    return names, bps
+
+
+def plan_of(v: Variant, run_dir: Path, pcap_limit_mb: float) -> RunPlan:
+    """The RunPlan `emu run` would make for this variant (no workload: the flows)."""
+    names, _ = links_of(v.fabric)
+    targets = [names[c] for c in v.captures]
+    args = argparse.Namespace(no_shaping=False, pcap_limit=pcap_limit_mb, quiet=True,
+                              workload=None, cli=False)
+    plan = RunPlan(args, v.fabric, v.qos, targets, None, INTERVAL_MODEL_S, run_dir,
+                   run_dir.resolve(), {"mode": "given", "tdf": v.fabric.tdf})
+    if v.lldp_off:
+        plan.lldp_off = {}
+        for link in v.lldp_off:
+            node, ifname = names[link]
+            plan.lldp_off.setdefault(node, []).append(ifname)
+    return plan
+
+
+def tshark_rows(pcap_dir: Path, names: dict):
+    """(capture 'A->B', display filter, fields) -> one dict per matching frame."""
+    def rows(capture: str, flt: str, fields: list[str]) -> list[dict]:
+        if capture not in names:
+            raise ValueError(f"frames.capture: no link {capture!r}")
+        node, ifname = names[capture]
+        path = pcap_dir / f"{node}-{ifname}.pcap"
+        if not path.is_file():
+            raise ValueError(f"frames.capture: {capture} was not captured (add it to captures)")
+        argv = ["tshark", "-r", str(path), "-Y", flt or "frame", "-T", "fields", "-E",
+                "separator=\t"] + [a for f in fields for a in ("-e", f)]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        if out.returncode != 0:
+            raise ValueError(f"tshark: {out.stderr.strip()[:300]}")
+        return [dict(zip(fields, line.split("\t"))) for line in out.stdout.splitlines()]
+    return rows
+
+
+def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
+                pcap_limit_mb: float = 20.0) -> dict:
+    """Build, run the flows, tear down; the evidence and the guard's judgement."""
+    fab = v.fabric
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "topology.json").write_text(json.dumps(fab.to_dict(), indent=1))
+    plan = plan_of(v, run_dir, pcap_limit_mb)
+    gpus = sorted({g for f in v.flows for g in (f.src, f.dst)})
+    with build.build(plan, term) as live:
+        fnet = live.fnet
+        mtu = v.nic.get("mtu", 4096)
+        socks = fnet.start_nics(dcqcn=v.dcqcn, gpus=gpus, mtu=mtu,
+                                **{k: x for k, x in v.nic.items() if k != "mtu"})
+        prof = ({"name": "off"} if v.dcqcn == "off"
+                else dataclasses.asdict(DcqcnProfile.by_name(v.dcqcn)))
+        (run_dir / "dcqcn.json").write_text(json.dumps(prof, indent=1))
+        for gpu, sock in socks.items():
+            live.sampler.kinds[gpu] = "nic"
+            live.sampler.sources[gpu] = (lambda p=sock: nic_client.request(p, {"cmd": "counters"}))
+            nic_client.request(sock, {"cmd": "fidelity_reset"})
+        for s in fab.switches():
+            fnet.agent_request(s.name, {"cmd": "fidelity_reset"})
+        log = EventLog(str(run_dir / "events" / "lab.jsonl"), "lab", plan.td)
+        term.say(f"  {len(v.flows)} flows over {len(gpus)} NICs (TDF {fab.tdf:g})...", flush=True)
+        t_lab = time.monotonic()
+        with term.phase(f"{lab.id} {v.name}: flows running"):
+            result = flows_mod.run(fab, socks, v.flows, lab.timeout_s, log)
+        wall = time.monotonic() - t_lab
+        log.close(time.monotonic())
+        counters = collect.stop_sampling(plan, live)
+        pcaps = live.captures.stop()
+        t0_sampler = live.sampler.t0
+        cpu = {**live.procs.report(machine_cores()), "machine_cores": machine_cores()}
+    judged = guard.judge(fab, counters, cpu, machine_cores())
+    (run_dir / "flows.json").write_text(json.dumps(result, indent=1))
+    return {"result": result, "counters": counters, "pcaps": pcaps, "lab_s": wall,
+            "t0_sampler": t0_sampler, "fidelity": judged["fidelity"],
+            "suggested_tdf": judged["suggested_tdf"], "run_dir": run_dir}
+
+
+def evidence(v: Variant, run: dict) -> C.Evidence:
+    """The variant's evidence on the lab's axis (model µs after the flows' t0)."""
+    rd: Path = run["run_dir"]
+    td = v.fabric.tdf
+    t0 = run["result"]["t0_model_us"]
+    evs = read_events(sorted((rd / "events").glob("*.jsonl")))
+    for e in evs:
+        e["t"] = round(e["t"] - t0, 2)
+    rows = read_rows(rd / "metrics.csv") if (rd / "metrics.csv").is_file() else []
+    shift = run["t0_sampler"] / td * 1e6 - t0
+    for r in rows:
+        r["t_us"] = r["t_model_s"] * 1e6 + shift
+    names, bps = links_of(v.fabric)
+    return C.Evidence(evs, rows, run["counters"], run["result"]["flows"], names, bps,
+                      tshark_rows(rd / "pcaps", names))
+
+
+def judge_variant(lab: Lab, v: Variant, ev: C.Evidence, many: bool) -> list[dict]:
+    """Every per-variant check of `lab` that applies to `v`."""
+    out = []
+    for c in lab.checks:
+        if c["kind"] == "ratio":
+            continue
+        which = c.get("variant", "all")
+        which = [which] if isinstance(which, str) else which
+        if "all" not in which and v.name not in which:
+            continue
+        try:
+            measured, held = C.measure(ev, c)
+            ok, expected = C.judge(measured, held, c)
+        except (ValueError, KeyError, TypeError) as exc:
+            measured, ok, expected = f"error: {exc}", False, str(c.get("expect", ""))
+        out.append({"name": c["name"] + (f" [{v.name}]" if many else ""), "check": c["name"],
+                    "variant": v.name, "kind": c["kind"], "measured": measured,
+                    "expected": expected, "source": c.get("source", ""),
+                    "note": c.get("note", ""), "pass": ok})
+    return out
+
+
+def judge_ratios(lab: Lab, results: list[dict]) -> list[dict]:
+    """The ratio checks, over the measured values of every variant that ran."""
+    values = {f"{r['variant']}.{r['check']}": r["measured"] for r in results}
+    out = []
+    for c in lab.checks:
+        if c["kind"] != "ratio":
+            continue
+        try:
+            measured = C.ratio(values, c["ratio"])
+            ok, expected = C.judge(measured, None, c)
+        except ValueError as exc:
+            measured, ok, expected = f"not measured: {exc}", False, str(c.get("expect", ""))
+        out.append({"name": c["name"], "check": c["name"], "variant": "", "kind": "ratio",
+                    "measured": measured, "expected": expected, "source": c.get("source", ""),
+                    "note": c.get("note", ""), "pass": ok})
+    return out
+
+
+def timeline(ev: C.Evidence, limit: int = 400) -> list[dict]:
+    """The events worth a timeline row (firsts and state changes, not every frame)."""
+    keep = {"wred_min", "wred_max", "ce_first", "xoff", "xon", "pause_start", "pause_end",
+            "wd_storm", "wd_restore", "pfc_oper", "link", "flow_start", "flow_done",
+            "retransmit", "nak_tx", "suppressed"}
+    firsts = {"cnp_tx", "cnp_rx", "pfc_tx", "pfc_rx", "rate", "drop"}
+    seen: set = set()
+    out = []
+    for e in ev.events:
+        k = e["ev"]
+        if k in firsts:
+            key = (k, e.get("node"), e.get("port"), e.get("qp"), e.get("queue"),
+                   e.get("why"), e.get("quanta") == 0)
+            if key in seen:
+                continue
+            seen.add(key)
+        elif k not in keep:
+            continue
+        out.append(e)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def write_json(path: Path, lab: Lab, results: list[dict], runs: dict) -> dict:
+    """RUNDIR/lab.json: id, verdict, kept_up, checks (and per variant its figures)."""
+    kept = [r["fidelity"].get("kept_up") for r in runs.values()]
+    kept_up = all(k is True for k in kept) if kept else None
+    passed = all(r["pass"] for r in results) and bool(results)
+    doc = {"id": lab.id, "title": lab.title, "verdict": "pass" if passed and kept_up else "fail",
+           "checks_passed": passed, "kept_up": kept_up,
+           "checks": [{k: r[k] for k in ("name", "measured", "expected", "source", "pass")}
+                      for r in results],
+           "variants": {n: {"tdf": r["tdf"], "lab_s": round(r["lab_s"], 1),
+                            "kept_up": r["fidelity"].get("kept_up"),
+                            "p99_lag_us": r["fidelity"].get("p99_lag_model_us"),
+                            "suggested_tdf": r.get("suggested_tdf"),
+                            "flows": r["result"]["flows"]} for n, r in runs.items()}}
+    path.write_text(json.dumps(doc, indent=1, default=str))
+    return doc

@@ -1,0 +1,124 @@
+"""emu.lab.checks: every primitive on a synthetic event log, metrics and counters."""
+
+import math
+
+import pytest
+
+from emu.lab import checks as C
+
+EVENTS = [
+    {"t": 1.0, "node": "lab", "ev": "flow_start", "flow": "a"},
+    {"t": 10.0, "node": "rail3", "ev": "wred_min", "port": "eth4", "queue": 3, "dir": "up"},
+    {"t": 12.5, "node": "rail3", "ev": "ce_first", "port": "eth4", "queue": 3},
+    {"t": 20.0, "node": "rail3", "ev": "xoff", "port": "eth1", "prio": 3, "bytes": 3200000},
+    {"t": 25.0, "node": "spine1", "ev": "xoff", "port": "eth1", "prio": 3},
+    {"t": 26.0, "node": "spine1", "ev": "xoff", "port": "eth2", "prio": 3},
+    {"t": 30.0, "node": "h1g1", "ev": "cnp_rx", "qp": 17},
+    {"t": 31.0, "node": "h1g1", "ev": "rate", "qp": 17, "rate_bps": 1e11, "why": "cut"},
+    {"t": 40.0, "node": "spine1", "ev": "xoff", "port": "eth1", "prio": 3},
+    {"t": 60.0, "node": "rail3", "ev": "xon", "port": "eth1", "prio": 3},
+]
+LINKS = {"rail3->spine1": ("rail3", "eth1"), "spine1->rail1": ("spine1", "eth1"),
+         "spine1->rail2": ("spine1", "eth2"), "rail3->h3": ("rail3", "eth4")}
+FLOWS = {"a": {"src": "h1g1", "dst": "h3g3", "qps": [17], "rx_qps": [5], "status": "SUCCESS",
+               "byte_exact": True, "rate_model_bps": 5e10, "link_bps": 2e11, "done_us": 100.0},
+         "b": {"src": "h2g1", "dst": "h3g3", "qps": [18], "rx_qps": [6], "status": "TIMEOUT",
+               "byte_exact": False, "rate_model_bps": None, "link_bps": 2e11, "done_us": None}}
+METRICS = [{"t_us": t, "node": n, "port": p, "queue": q, "metric": m, "value": v}
+           for t, n, p, q, m, v in [
+               (5, "rail3", "eth4", "", "tx_bps", 2e11), (15, "rail3", "eth4", "", "tx_bps", 1e11),
+               (25, "rail3", "eth4", "", "tx_bps", 0.0), (15, "rail3", "eth4", "3", "depth_bytes", 4e5),
+               (25, "rail3", "eth4", "3", "depth_bytes", 9e5),
+               (10, "h1g1", "qp17", "", "tx_bps", 1.5e11), (20, "h1g1", "qp17", "", "tx_bps", 0.5e11)]]
+COUNTERS = {"rail3": {"ports": {"eth1": {"drops": {"wred": 2}, "tx_packets": 9,
+                                         "queues": {"3": {"drops": {"wred": 2}, "ecn_marks": 7}},
+                                         "pfc": {"pause_tx": [0, 0, 0, 4, 0, 0, 0, 0]}},
+                                "eth4": {"drops": {}, "tx_packets": 1, "queues": {},
+                                         "pfc": {"pause_tx": [0] * 8}}}},
+            "spine1": {"ports": {"eth1": {"drops": {"tail": 1}, "tx_packets": 0, "queues": {},
+                                          "pfc": {"pause_tx": [0, 0, 0, 2, 0, 0, 0, 1]}}}},
+            "h1g1": {"tx_frames": 100, "pfc_rx": 3}}
+EV = C.Evidence(EVENTS, METRICS, COUNTERS, FLOWS, LINKS, {k: 4e11 for k in LINKS})
+
+
+def check(kind, spec, **kw):
+    c = {"name": "x", "kind": kind, kind: spec, **kw}
+    m, held = C.measure(EV, c)
+    return m, C.judge(m, held, c)[0]
+
+
+@pytest.mark.parametrize("kind,spec,expect,measured,ok", [
+    ("first", {"ev": "xoff", "port": "rail3->spine1"}, ">= 0", 20.0, True),
+    ("first", {"ev": "xoff", "node": "spine1"}, "25us", 25.0, True),
+    ("first", {"ev": "xoff", "node": "rail1"}, "none", None, True),
+    ("first", {"ev": "xoff", "node": "spine1", "after": "30us"}, "40", 40.0, True),
+    ("count", {"ev": "xoff"}, "== 4", 4, True),
+    ("count", {"ev": "xoff", "distinct": ["node", "port"]}, "== 3", 3, True),
+    ("count", {"ev": "xoff", "node": "spine*"}, "== 3", 3, True),
+    ("count", {"ev": "xoff", "prio": [0, 1, 2]}, "== 0", 0, True),
+    ("count", {"ev": "cnp_rx", "flow": "a"}, ">= 1", 1, True),
+    ("span", {"from": {"ev": "xoff", "node": "rail3"}, "to": {"ev": "xon"}}, "40us ± 1%", 40.0, True),
+    ("rate", {"flow": "a"}, "50Gbps", 5e10, True),
+    ("rate", {"flow": "a", "of_link": True}, "0.25", 0.25, True),
+    ("rate", {"flow": "a", "window": ["0us", "15us"]}, "150Gbps", 1.5e11, True),
+    ("util", {"link": "rail3->h3", "window": [0, 20]}, "0.375", 0.375, True),
+    ("max", {"link": "rail3->h3", "queue": 3}, "> 150KB", 9e5, True),
+    ("max", {"ev": "rate", "field": "rate_bps"}, "100Gbps", 1e11, True),
+    ("counter", {"node": "*", "name": "drops"}, "== 0", 3.0, False),
+    ("counter", {"node": "*", "name": "drops", "queue": 3}, "== 2", 2.0, True),
+    ("counter", {"port": "rail3->spine1", "name": "pause_tx", "prio": 3}, "4", 4.0, True),
+    ("counter", {"node": "spine1", "name": "pause_tx"}, "3", 3.0, True),
+    ("counter", {"node": "h1g1", "name": "pfc_rx"}, "3", 3.0, True),
+    ("flows", {}, "all", "1/2", False),
+])
+def test_primitives(kind, spec, expect, measured, ok):
+    m, passed = check(kind, spec, expect=expect)
+    assert m == pytest.approx(measured) if isinstance(measured, float) else m == measured
+    assert passed is ok
+
+
+def test_order_holds_group_by_group_and_reports_the_times():
+    groups = [{"ev": "wred_min"}, {"ev": "ce_first"},
+              [{"ev": "xoff", "port": "spine1->rail1"}, {"ev": "xoff", "port": "spine1->rail2"}],
+              {"ev": "xon"}]
+    m, ok = check("order", groups)
+    assert ok and m == [10.0, 12.5, [25.0, 26.0], 60.0]
+    m, ok = check("order", [{"ev": "xon"}, {"ev": "xoff", "node": "rail3"}])
+    assert not ok and m == [60.0, 20.0]
+    m, ok = check("order", [{"ev": "xoff"}, {"ev": "xoff", "node": "rail9"}])
+    assert not ok and m == [20.0, None]  # an event that never happened breaks the order
+
+
+@pytest.mark.parametrize("exp,good,badv", [
+    (">= 0.9", 0.9, 0.89), ("< 150KB", 149_999, 150_000), ("0.9..1.1", 1.0, 1.2),
+    ("83.9us ± 2%", 85.0, 86.0), ("100 +- 5", 104, 106), ("!= 0", 1, 0), (True, True, False),
+    ("none", None, 0), ({"eth.type": "0x8808"}, {"eth.type": "0x8808", "x": 1}, {"eth.type": "0x0800"}),
+])
+def test_expectations(exp, good, badv):
+    pred, _ = C.parse_expect(exp)
+    assert pred(good) and not pred(badv)
+
+
+@pytest.mark.parametrize("text,v", [("150KB", 150_000), ("3MB", 3_000_000), ("100Gbps", 1e11),
+                                    ("10us", 10.0), ("1ms", 1000.0), ("83.9", 83.9)])
+def test_values_with_units(text, v):
+    assert C.value(text) == pytest.approx(v)
+
+
+def test_bad_expectations_and_selectors_are_errors():
+    for e in (">> 3", "soon", [1]):
+        with pytest.raises(ValueError):
+            C.parse_expect(e)
+    with pytest.raises(ValueError, match="no link 'rail9->x'"):
+        check("first", {"ev": "xoff", "port": "rail9->x"})
+    with pytest.raises(ValueError, match="no flow 'zz'"):
+        check("count", {"ev": "cnp_rx", "flow": "zz"})
+
+
+def test_ratio_over_measured_values_of_variants():
+    vals = {"pfc_only.xoffs": 40, "both.xoffs": 4, "both.none": None}
+    assert C.ratio(vals, {"num": "pfc_only.xoffs", "den": "both.xoffs"}) == 10
+    assert C.ratio(vals, {"num": "both.none", "den": "both.xoffs"}) is None
+    assert C.ratio(vals, {"num": "pfc_only.xoffs", "den": 0}) == math.inf
+    with pytest.raises(ValueError, match="no measured value 'x.y'"):
+        C.ratio(vals, {"num": "x.y", "den": 1})
