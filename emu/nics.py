@@ -47,6 +47,9 @@ class NicProcesses:
         started = {}
         for gpu in gpus:
             sock = str(self.state_dir / f"nic-{gpu}.sock")
+            if self.log_dir is not None:  # the run directory (docs/EVENTS.md)
+                events = str(self.log_dir / "events" / f"{gpu}.jsonl")
+                options = {"events_path": events, **options}
             cfg = NicConfig.for_gpu(self.fabric, gpu, sock, dcqcn=dcqcn, mtu=mtu, **options)
             cfg_path = self.state_dir / f"nic-{gpu}.json"
             cfg_path.write_text(cfg.to_json())

@@ -15,13 +15,16 @@ with `fabric.timedil.TimeDilation.lab_time`. Nothing here reads a clock.
   `alpha_period` without CNP, raises the rate on timer and byte-counter events through
   fast recovery, additive and hyper increase. Its timers start at the first CNP (before
   that the QP runs unlimited at line rate, as a NIC's rate limiter is only attached on
-  congestion) and then keep running.
+  congestion) and then keep running. `on_rate`, if set, is called with (model time, new
+  Rc, "cut" or "increase") whenever Rc changes: at the CNP, at the byte-counter event,
+  and for a timer event caught up late by `tick`, at the model time it was due.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from typing import Callable
 
 __all__ = ["DcqcnProfile", "NotificationPoint", "ReactionPoint", "Stage", "PROFILES", "TIME_EPS"]
 
@@ -131,7 +134,7 @@ class ReactionPoint:
     """Sending-NIC rate controller of one QP: current rate `rc`, target `rt`, `alpha`."""
 
     __slots__ = ("line_rate", "p", "rc", "rt", "alpha", "t", "bc", "bytes_acc", "active",
-                 "next_alpha", "next_increase", "cnps", "cuts", "increases", "stage")
+                 "next_alpha", "next_increase", "cnps", "cuts", "increases", "stage", "on_rate")
 
     def __init__(self, line_rate: float, profile: DcqcnProfile | None = None) -> None:
         if not (line_rate > 0 and math.isfinite(line_rate)):
@@ -148,6 +151,8 @@ class ReactionPoint:
         self.next_alpha = self.next_increase = math.inf
         self.cnps = self.cuts = self.increases = 0
         self.stage = Stage.IDLE
+        #: called as on_rate(model time, new rc, "cut" | "increase") when rc changes
+        self.on_rate: Callable[[float, float, str], None] | None = None
 
     # ---- events --------------------------------------------------------------------
     def on_cnp(self, now: float) -> None:
@@ -156,8 +161,10 @@ class ReactionPoint:
         p = self.p
         self.cnps += 1
         self.cuts += 1
-        self.rt = self.rc
+        old = self.rt = self.rc
         self.rc = self._clamp(self.rc * (1 - self.alpha / 2))
+        if self.on_rate is not None and self.rc != old:
+            self.on_rate(now, self.rc, "cut")
         self.alpha = (1 - p.g) * self.alpha + p.g
         self.t = self.bc = 0
         self.bytes_acc = 0
@@ -175,7 +182,7 @@ class ReactionPoint:
         while self.bytes_acc >= self.p.byte_counter:
             self.bytes_acc -= self.p.byte_counter
             self.bc += 1
-            self._increase()
+            self._increase(now)
 
     def tick(self, now: float) -> None:
         """Run the alpha and rate-increase timers up to `now` (call it at least every
@@ -189,9 +196,10 @@ class ReactionPoint:
             self.alpha *= (1 - p.g) ** k
             self.next_alpha += k * p.alpha_period
         while now >= self.next_increase:
+            due = self.next_increase
             self.next_increase += p.rate_increase_timer
             self.t += 1
-            self._increase()
+            self._increase(due)
             at_line = self.rc >= self.line_rate and self.rt >= self.line_rate
             if at_line and now >= self.next_increase:
                 # at line rate more events change nothing but the counter: skip them
@@ -218,8 +226,10 @@ class ReactionPoint:
     def _clamp(self, rate: float) -> float:
         return min(max(rate, self.p.min_rate), self.line_rate)
 
-    def _increase(self) -> None:
+    def _increase(self, at: float) -> None:
+        """One rate-increase event that happened at model time `at`."""
         p = self.p
+        old = self.rc
         f = p.fast_recovery_steps
         self.increases += 1
         if max(self.t, self.bc) < f:
@@ -231,3 +241,5 @@ class ReactionPoint:
             self.stage = Stage.ADDITIVE
             self.rt = self._clamp(self.rt + p.rai)
         self.rc = self._clamp((self.rt + self.rc) / 2)
+        if self.on_rate is not None and self.rc != old:
+            self.on_rate(at, self.rc, "increase")

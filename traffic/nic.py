@@ -15,6 +15,8 @@ The process is three pieces:
   transport, frame template and DCQCN reaction point) and traffic.nic_datapath (raw
   socket, pacing, PFC, CNPs; retransmission timeouts are model seconds converted to
   lab time with fabric.timedil);
+* events: docs/EVENTS.md's NIC events, appended to NicConfig.events_path
+  (fabric.events), flushed on every counters request, closed when the process stops;
 * control: JSON lines on a Unix socket (traffic.nic_client is the client), one thread
   per client, and CM (traffic.cm REQ/REP/RTU) over TCP on the NIC's IP, port 18515 by
   default; both in traffic.nic_ctl. One lock guards all NIC state; the data path holds
@@ -28,6 +30,7 @@ import json
 import logging
 import signal
 import sys
+import time
 from pathlib import Path
 
 from traffic.nic_config import NicConfig
@@ -64,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         nic.run()
     finally:
         server.close()
+        with nic.lock:  # control threads may still be emitting
+            nic.ev.close(time.monotonic())
         log.info("NIC %s: %s", cfg.gpu, json.dumps(nic.c))
     return 0
 

@@ -189,12 +189,18 @@ class NicClient:
         return int(self.call("create_cq", depth=depth)["cq"])
 
     def create_qp(self, pd: int, send_cq: int, recv_cq: int | None = None,
-                  max_send_wr: int = 1024, write_only: bool = False, pkey: int = 0xFFFF) -> int:
+                  max_send_wr: int = 1024, write_only: bool = False, pkey: int = 0xFFFF,
+                  dscp: int | None = None, ecn: int | None = None,
+                  start_psn: int | None = None, qpn: int | None = None) -> int:
         """An RC QP in RESET; returns its QP number. write_only: every packet a WRITE
-        ONLY with its own RETH (ch.12, Figure 12-7; both sides must agree)."""
+        ONLY with its own RETH (ch.12, Figure 12-7; both sides must agree). dscp / ecn:
+        of its data frames (default DSCP 24, ECT(0); ecn 0 is Not-ECT); its data then
+        travels on that DSCP's PFC priority. start_psn / qpn: pinned instead of random
+        (the book's PSN 0x000abc, QPN 0x123456)."""
         return int(self.call("create_qp", pd=pd, send_cq=send_cq,
                              recv_cq=send_cq if recv_cq is None else recv_cq,
-                             max_send_wr=max_send_wr, write_only=write_only, pkey=pkey)["qpn"])
+                             max_send_wr=max_send_wr, write_only=write_only, pkey=pkey,
+                             dscp=dscp, ecn=ecn, start_psn=start_psn, qpn=qpn)["qpn"])
 
     def destroy_qp(self, qpn: int) -> None:
         """Forget a QP (its unfinished work is dropped)."""

@@ -5,7 +5,9 @@ read and validated by the NIC before it opens a socket: addresses (book ch.12, t
 NIC's IP and MAC, its rail switch as gateway), the link's model rate and the
 time-dilation factor (docs/ARCHITECTURE.md "Time: model world and lab world"), the
 path MTU and RC knobs (book ch.9), the DCQCN profile and the PFC priority of RoCE data
-(book ch.11: RoCE data in qos-group 3, paused by `pause pfc-cos 3`, Example 11-4).
+(book ch.11: RoCE data in qos-group 3, paused by `pause pfc-cos 3`, Example 11-4), the
+DSCP of the CNPs it sends (48, Example 11-1) and where its event log goes
+(docs/EVENTS.md).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabric.qos.classify import ROCE_PRIORITY
+from fabric.wire.dscp import DSCP_CNP
 from fabric.wire.ib import PATH_MTUS
 from traffic.nic_client import CM_PORT
 from traffic.rc_config import DEFAULT_WINDOW, RcConfig
@@ -49,6 +52,8 @@ class NicConfig:
     cm_port: int = CM_PORT
     seed: int | None = None
     pfc_priority: int = ROCE_PRIORITY         #: the priority PFC pauses stop data on
+    cnp_dscp: int = DSCP_CNP                  #: DSCP of the CNPs this NIC sends
+    events_path: str | None = None            #: event log file (RUNDIR/events/<gpu>.jsonl)
 
     def __post_init__(self) -> None:
         """Validate, naming the bad field."""
@@ -73,6 +78,12 @@ class NicConfig:
             raise ValueError(f"cm_port: must be 1..65535, got {self.cm_port!r}")
         if not 0 <= self.pfc_priority <= 7:
             raise ValueError(f"pfc_priority: must be 0..7, got {self.pfc_priority!r}")
+        if not (isinstance(self.cnp_dscp, int) and 0 <= self.cnp_dscp <= 63):
+            raise ValueError(f"cnp_dscp: must be 0..63, got {self.cnp_dscp!r}")
+        if self.events_path is not None and (not isinstance(self.events_path, str)
+                                             or not self.events_path):
+            raise ValueError(f"events_path: must be a non-empty string or None, "
+                             f"got {self.events_path!r}")
         if not 0 <= self.prefix_len <= 32:
             raise ValueError(f"prefix_len: must be 0..32, got {self.prefix_len!r}")
         RcConfig(window=self.window, ackreq_every=self.ackreq_every)  # validates both

@@ -33,6 +33,7 @@ from traffic.nic_client import wc_to_json
 
 log = logging.getLogger("traffic.nic_ctl")
 NOT_LISTENING = "no QP listening on port"
+_QP_PINS = ("dscp", "ecn", "start_psn", "qpn")  #: create_qp's optional knobs (None: default)
 
 
 class ControlServer:
@@ -120,7 +121,8 @@ class ControlServer:
                                              int(req.get("recv_cq") or req["send_cq"]),
                                              int(req.get("max_send_wr", 1024)),
                                              bool(req.get("write_only", False)),
-                                             int(req.get("pkey", 0xFFFF)))}
+                                             int(req.get("pkey", 0xFFFF)),
+                                             **{k: req.get(k) for k in _QP_PINS})}
             if cmd == "destroy_qp":
                 return nic.destroy_qp(int(req["qpn"]))
             if cmd == "listen":

@@ -10,15 +10,20 @@ DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
   (nic_ip, 4791) exists so it never answers with ICMP port-unreachable. It is not
   read: its receive buffer is the minimum, the kernel drops the copies silently, and
   the NIC pays no system call per frame for them.
-* Frames: each QP's fabric.wire.templates.FrameTemplate builds its data frames (DSCP
-  24, ECT), the ACK/NAKs of its responder and its CNPs (DSCP 48); `frame_of` and
-  `pkt_of` map them to and from the transport's descriptors.
+* Frames: each QP's fabric.wire.templates.FrameTemplate builds its data frames (its
+  DSCP and ECN, by default 24 and ECT(0)) and the ACK/NAKs of its responder; its CNP
+  (NicConfig.cnp_dscp, 48 by default) is built once; `frame_of` and `pkt_of` map them
+  to and from the transport's descriptors.
 * DCQCN (traffic.dcqcn, model time via fabric.timedil): a NotificationPoint answers
   CE-marked data with at most one CNP per QP per cnp_interval; a ReactionPoint per QP
   sets its rate. `pace` spaces each QP's frames by size / rate and the port's by size /
   link lab rate.
-* PFC: received 802.1Qbb frames (fabric.qos.pfc.EgressPause) stop data on the
-  configured priority (NicConfig.pfc_priority).
+* PFC: received 802.1Qbb frames (fabric.qos.pfc.EgressPause) stop the QPs whose data
+  travels on a paused priority (NicQp.prio: NicConfig.pfc_priority for DSCP 24).
+* Events (docs/EVENTS.md, `ev`): ce_first, cnp_tx, cnp_rx, nak_tx, pfc_rx and
+  pause_start / pause_end of the data priority here (an expired pause ends at its
+  expiry time); the rest come from traffic.nic_verbs' hooks. Nothing is built for a
+  frame that causes no event. The log is flushed on every counters request.
 * Fidelity guard (fabric.fidelity.LagMeter, `meter`, in `counters()["fidelity"]`): each
   data frame's send against the time the pacer allowed it - max(QP's next_t, port's
   next start - slack, when the QP got work, when a pause ended) - ("pacer"), each
@@ -31,6 +36,7 @@ DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
 
 from __future__ import annotations
 
+import math
 import select
 import socket
 import threading
@@ -38,8 +44,9 @@ import time
 
 from fabric.qos.pfc import EgressPause
 from fabric.rawsock import PACKET_IGNORE_OUTGOING, SOL_PACKET, tighten_timer_slack
-from fabric.wire.ib import Op, RocePkt
+from fabric.wire.ib import AckKind, Op, RocePkt
 from fabric.wire.dscp import ECN_CE
+from fabric.wire.pfc import parse_pfc
 from fabric.wire.roce import ROCE_UDP_PORT
 from fabric.wire.templates import FrameTemplate, RoceFields, parse
 from traffic.nic_config import NicConfig
@@ -48,6 +55,7 @@ from traffic.nic_verbs import NicVerbs
 __all__ = ["Nic", "frame_of", "pkt_of", "pace", "ETH_P_ALL"]
 
 ETH_P_ALL = 0x0003
+_NAK = AckKind.NAK.value  #: bits 6:5 of a NAK's AETH syndrome (fabric.wire.ib)
 
 
 def frame_of(t: FrameTemplate, p: RocePkt) -> bytes:
@@ -82,8 +90,11 @@ class Nic(NicVerbs):
         self.link_lab_bps = self.td.lab_rate(cfg.model_bps)
         self.slack = max(0.001, 2 * 9216 * 8 / self.link_lab_bps)
         self.port_next = 0.0
-        self.paused_until: float | None = None  # while paused: when the pause ends
-        self.resumed_at = 0.0  # when the last pause ended (pacer deadlines start there)
+        #: per priority: while paused, when its pause ends (lab time), else None
+        self.paused_until: list[float | None] = [None] * 8
+        self.next_end = math.inf  # the earliest of them
+        #: per priority: when its last pause ended (pacer deadlines start there)
+        self.resumed_at = [0.0] * 8
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.waiters = 0
@@ -136,8 +147,10 @@ class Nic(NicVerbs):
         c["rx_frames"] += 1
         c["rx_bytes"] += len(mv)
         if mv[12] == 0x88 and mv[13] == 0x08:
-            if self.pause.on_frame(bytes(mv[:60]), now):
+            parsed = parse_pfc(bytes(mv[:60]))
+            if parsed is not None:
                 c["pfc_rx"] += 1
+                self.on_pfc(parsed[0], parsed[1], now)
             return
         f = parse(mv)
         if f is None or f.dst_ip != self.cfg.ip:
@@ -149,42 +162,81 @@ class Nic(NicVerbs):
             return
         if f.opcode == Op.CNP:
             q.cnp_rx += 1
+            self.ev.emit("cnp_rx", now, qp=q.qpn)
             if q.rp is not None:
                 q.rp.on_cnp(self.td.model_time(now))
             return
         if f.ecn == ECN_CE and f.opcode != Op.ACK:
             q.ce_rx += 1
+            if q.ce_rx == 1:
+                self.ev.emit("ce_first", now, qp=q.qpn)
             if self.np is not None and self.np.on_ce(q.qpn, self.td.model_time(now)):
-                if self.send(q.tmpl.build_cnp()):
+                if self.send(q.cnp):
                     q.cnp_tx += 1
+                    self.ev.emit("cnp_tx", now, qp=q.qpn, dqp=q.tmpl.dqpn)
                     self.meter.record(now, self.clock(), "cnp")
         for r in q.ep.on_packet(pkt_of(f), now):
             self.send(frame_of(q.tmpl, r))
+            if r.syndrome >> 5 & 3 == _NAK:
+                self.ev.emit("nak_tx", now, qp=q.qpn, psn=r.psn, syndrome=r.syndrome)
         if q.blocked:  # an ACK may have opened the window
             q.blocked = False
             q.ready_at = now
 
+    def on_pfc(self, class_enable: int, quanta: tuple[int, ...], now: float) -> None:
+        """A received PFC frame: pause / resume its priorities (pfc_rx, and pause_start /
+        pause_end of the data priority)."""
+        self.expire_pauses(now)  # pauses that ran out before this frame
+        self.pause.on_pfc(class_enable, quanta, now)
+        ev, data, until = self.ev, self.cfg.pfc_priority, self.paused_until
+        for p in range(8):
+            if not class_enable >> p & 1:
+                continue
+            ev.emit("pfc_rx", now, prio=p, quanta=quanta[p])
+            if quanta[p]:
+                if until[p] is None and p == data:
+                    ev.emit("pause_start", now, prio=p)
+                until[p] = self.pause.until[p]
+            elif until[p] is not None:
+                until[p] = None
+                self.resumed_at[p] = now
+                if p == data:
+                    ev.emit("pause_end", now, prio=p)
+        self.next_end = min((u for u in until if u is not None), default=math.inf)
+
+    def expire_pauses(self, now: float) -> None:
+        """End the pauses whose time ran out by `now`, at their expiry time."""
+        if now < self.next_end:
+            return
+        until = self.paused_until
+        for p in range(8):
+            u = until[p]
+            if u is not None and u <= now:
+                until[p] = None
+                self.resumed_at[p] = u
+                if p == self.cfg.pfc_priority:
+                    self.ev.emit("pause_end", u, prio=p)
+        self.next_end = min((u for u in until if u is not None), default=math.inf)
+
     def transmit(self, now: float) -> None:
-        """Send data frames while the port and some QP's pacer allow (round robin)."""
-        prio = self.cfg.pfc_priority
+        """Send data frames while the port and some QP's pacer allow (round robin); a
+        QP whose priority is paused waits."""
+        if now >= self.next_end:
+            self.expire_pauses(now)
+        paused = self.pause.paused_mask(now)
         while now >= self.port_next - self.slack and self.order:
-            if self.pause.paused_mask(now) >> prio & 1:
-                self.paused_until = self.pause.until[prio]
-                return
-            if self.paused_until is not None:  # a resume frame (now) or the expiry
-                self.resumed_at = min(now, self.paused_until)
-                self.paused_until = None
             n = len(self.order)
             for i in range(n):
                 q = self.order[(self.rr + i) % n]
-                if q.blocked or now < q.next_t:
+                if q.blocked or now < q.next_t or paused >> q.prio & 1:
                     continue
                 pkt = q.ep.next_packet(now)
                 if pkt is None:
                     q.blocked = True
                     continue
                 frame = frame_of(q.tmpl, pkt)
-                due = max(q.next_t, self.port_next - self.slack, q.ready_at, self.resumed_at)
+                due = max(q.next_t, self.port_next - self.slack, q.ready_at,
+                          self.resumed_at[q.prio])
                 self.send(frame)
                 self.meter.record(due, self.clock(), "pacer")
                 size = len(frame)
@@ -225,9 +277,9 @@ class Nic(NicVerbs):
         if self.waiters:
             self.cond.notify_all()
         wake = now + 0.05
-        paused = self.pause.paused_mask(now) >> self.cfg.pfc_priority & 1
+        paused = self.pause.paused_mask(now)
         for q in self.order:
-            if not paused and not q.blocked and not q.ep.requester.idle():
+            if not paused >> q.prio & 1 and not q.blocked and not q.ep.requester.idle():
                 wake = min(wake, max(q.next_t, self.port_next - self.slack))
             d = q.ep.deadline
             if d is not None and d > now:  # one that did not fire must not make us spin
@@ -252,8 +304,9 @@ class Nic(NicVerbs):
                         pass
 
     def counters(self) -> dict:
-        """NIC-wide and per-QP counters (rates in model bit/s)."""
+        """NIC-wide and per-QP counters (rates in model bit/s); flushes the event log."""
         now = time.monotonic()
+        self.ev.flush()
         return {"gpu": self.cfg.gpu, "ip": self.cfg.ip, "t_lab": now, "tdf": self.cfg.tdf,
                 "link_model_bps": self.cfg.model_bps, **self.c,
                 "pfc": self.pause.counters(now),

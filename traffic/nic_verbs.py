@@ -9,6 +9,16 @@ the CM exchange agrees, work requests posted and received. Each QP gets its tran
 DCQCN on, a reaction point (traffic.dcqcn, book ch.11). The local ACK timeout is a
 model duration, converted to lab time with fabric.timedil.
 
+A QP's data frames carry its DSCP and ECN (default DSCP 24, ECT(0), Example 11-1) and
+travel on the PFC priority of that DSCP: the NIC's `pfc_priority` for DSCP 24 (what the
+run's classification maps RoCE data to), the book's classes (fabric.qos.classify)
+otherwise. Its CNPs carry `NicConfig.cnp_dscp`. Start PSN and QPN are random unless the
+worker pins them (the book's QPN 0x123456 and PSN 0x000abc, Figure 9-5).
+
+The NIC's events (docs/EVENTS.md, fabric.events) go to `ev`: wr_post here, wr_done /
+nak_rx / retransmit from the requester's `on_event`, rate from the reaction point's
+`on_rate`, the rest from the data path.
+
 `NicVerbs` is the device without a wire; `traffic.nic_datapath.Nic` adds the data path.
 Callers hold the NIC lock.
 """
@@ -16,6 +26,7 @@ Callers hold the NIC lock.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
 import threading
@@ -23,9 +34,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabric.events import EventLog
 from fabric.fidelity import LagMeter
+from fabric.qos.classify import ROCE_PRIORITY, Classifier
 from fabric.timedil import TimeDilation
-from fabric.wire.roce import udp_sport
+from fabric.wire.dscp import DSCP_ROCEV2
+from fabric.wire.ib import Op
+from fabric.wire.roce import CNP_ECN, DATA_ECN, udp_sport
 from fabric.wire.templates import FrameTemplate
 from traffic.dcqcn import DcqcnProfile, NotificationPoint, ReactionPoint
 from traffic.nic_client import access_from_json, attach_untracked
@@ -52,7 +67,11 @@ class NicQp:
     ep: RcEndpoint
     start_psn: int
     write_only: bool
+    dscp: int = DSCP_ROCEV2       # of its data frames (and ACKs)
+    ecn: int = DATA_ECN
+    prio: int = ROCE_PRIORITY     # the PFC priority its data travels on
     tmpl: FrameTemplate | None = None
+    cnp: bytes = b""              # the CNP frame towards the peer QP (set with tmpl)
     rp: ReactionPoint | None = None
     next_t: float = 0.0
     blocked: bool = False
@@ -106,6 +125,8 @@ class NicVerbs:
         self.clock = time.monotonic  # lab time (a fake clock in tests)
         #: the fidelity guard: how late pacer, timers and CNPs act (traffic.nic_datapath)
         self.meter = LagMeter(self.td)
+        #: the event log (docs/EVENTS.md); a no-op without cfg.events_path
+        self.ev = EventLog(cfg.events_path, cfg.gpu, self.td)
 
     def wake(self) -> None:
         """Tell the data path there is new work (a device without one has nothing to do)."""
@@ -145,20 +166,52 @@ class NicVerbs:
         return h
 
     def create_qp(self, pd: int, send_cq: int, recv_cq: int, max_send_wr: int = 1024,
-                  write_only: bool = False, pkey: int = 0xFFFF) -> int:
-        """ibv_create_qp (RC) and modify to INIT; returns the QP number."""
+                  write_only: bool = False, pkey: int = 0xFFFF, dscp: int | None = None,
+                  ecn: int | None = None, start_psn: int | None = None,
+                  qpn: int | None = None) -> int:
+        """ibv_create_qp (RC) and modify to INIT; returns the QP number. dscp / ecn of
+        its data frames (None: DSCP 24, ECT(0)); start_psn and qpn pin the random ones."""
+        dscp = DSCP_ROCEV2 if dscp is None else dscp
+        ecn = DATA_ECN if ecn is None else ecn
+        for name, v, lo, hi in (("dscp", dscp, 0, 63), ("ecn", ecn, 0, 3),
+                                ("start_psn", start_psn, 0, 0xFFFFFF),
+                                ("qpn", qpn, 2, 0xFFFFFF)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)
+                                  or not lo <= v <= hi):
+                raise VerbsError(f"{name}: must be an integer {lo}..{hi}, got {v!r}")
+        ctx = self.ctx
+        if qpn is not None and qpn in ctx.qps:
+            raise VerbsError(f"qpn: {qpn:#x} is in use")
         qp = self._pd(pd).create_qp(self._cq(send_cq), self._cq(recv_cq), max_send_wr)
+        if qpn is not None:  # the book's identifiers (Figure 9-5) instead of random ones
+            del ctx.qps[qp.qpn]
+            qp.qpn = qpn
+            ctx.qps[qpn] = qp
         qp.modify_to_init(pkey)
         c = self.cfg
         rc = RcConfig(mtu=c.mtu, write_only=write_only, window=c.window,
                       ackreq_every=c.ackreq_every, reorder_window=max(1024, c.window))
-        q = NicQp(RcEndpoint(qp, rc), self.rng.getrandbits(24), write_only)
+        prio = (c.pfc_priority if dscp == DSCP_ROCEV2
+                else Classifier.book().priority_of_dscp(dscp))
+        q = NicQp(RcEndpoint(qp, rc), self.rng.getrandbits(24) if start_psn is None
+                  else start_psn, write_only, dscp, ecn, prio)
+        if self.ev.enabled:
+            q.ep.requester.on_event = functools.partial(self._qp_event, qp.qpn)
         self.qps[qp.qpn] = q
         return qp.qpn
+
+    def _qp_event(self, qpn: int, name: str, now: float, **fields: Any) -> None:
+        """An event of QP `qpn` at lab time `now` (the requester's on_event)."""
+        self.ev.emit(name, now, qp=qpn, **fields)
+
+    def _rate_event(self, qpn: int, t_model: float, rate: float, why: str) -> None:
+        """A DCQCN rate change of QP `qpn` at model time `t_model` (on_rate)."""
+        self.ev.emit("rate", self.td.lab_time(t_model), qp=qpn, rate_bps=rate, why=why)
 
     def destroy_qp(self, qpn: int) -> None:
         """ibv_destroy_qp."""
         q = self.qps.pop(self._qp(qpn).qpn)
+        self.ctx.qps.pop(q.qpn, None)  # its number may be pinned again
         self.c["closed_qps_tx_bytes"] += q.ep.requester.counters.bytes
         q.ep.qp.to_error()
         if q in self.order:
@@ -172,9 +225,13 @@ class NicVerbs:
         c, qp = self.cfg, q.ep.qp
         qp.modify_to_rtr(peer_qpn, peer_psn, min(mtu, c.mtu), peer_ip, c.ip)
         q.tmpl = FrameTemplate(c.mac, c.next_hop_mac(peer_ip), c.ip, peer_ip,
-                               udp_sport(qp.qpn, peer_qpn), peer_qpn, pkey=qp.pkey)
+                               udp_sport(qp.qpn, peer_qpn), peer_qpn, pkey=qp.pkey,
+                               dscp=q.dscp, ecn=q.ecn)
+        q.cnp = q.tmpl.build(Op.CNP, 0, becn=True, dscp=c.cnp_dscp, ecn=CNP_ECN)
         if self.profile is not None:
             q.rp = ReactionPoint(c.model_bps, self.profile)
+            if self.ev.enabled:
+                q.rp.on_rate = functools.partial(self._rate_event, qp.qpn)
         self.order.append(q)
 
     def to_rts(self, q: NicQp) -> None:
@@ -192,10 +249,11 @@ class NicVerbs:
             q.ready_at = self.clock()
         for w in wrs:
             imm = w.get("imm")
-            q.ep.qp.post_send(WR(int(w["wr_id"]), WROpcode.WRITE if imm is None
-                                 else WROpcode.WRITE_WITH_IMM, int(w["local_addr"]),
-                                 int(w["length"]), int(w["lkey"]), int(w["remote_addr"]),
-                                 int(w["rkey"]), bool(w.get("signaled", True)), imm))
+            wr = WR(int(w["wr_id"]), WROpcode.WRITE if imm is None else WROpcode.WRITE_WITH_IMM,
+                    int(w["local_addr"]), int(w["length"]), int(w["lkey"]),
+                    int(w["remote_addr"]), int(w["rkey"]), bool(w.get("signaled", True)), imm)
+            q.ep.qp.post_send(wr)
+            self.ev.emit("wr_post", self.clock(), qp=qpn, wr_id=wr.wr_id, bytes=wr.length)
         q.blocked = False
         self.wake()
 

@@ -6,13 +6,16 @@ go-back-N retransmission on a PSN-sequence NAK or on the local ACK timeout, retr
 count) and 10.8.3 (a failed WR flushes the rest, the QP goes to ERROR).
 
 Works on packet descriptors (`fabric.wire.ib.RocePkt`); time (`now`, seconds of the
-caller's clock) and the pacing decision come from outside.
+caller's clock) and the pacing decision come from outside. `on_event`, if set, hears
+what the RNIC logs (docs/EVENTS.md): on_event(name, now, **fields) for "wr_done"
+(wr_id, status), "nak_rx" (psn, syndrome) and "retransmit" (psn, why nak/timeout).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 from fabric.wire.ib import (IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, RETH_OPS, AckKind,
                             Op, RocePkt, decode_syndrome, psn_add, psn_diff, psn_lt)
@@ -56,6 +59,8 @@ class Requester:
         self._msgs: list[_Msg] = []
         self._started = False
         self.deadline: float | None = None  # retransmission timer; None = not armed
+        #: on_event(name, now, **fields): wr_done, nak_rx, retransmit (None: not told)
+        self.on_event: Callable[..., None] | None = None
 
     def _start(self) -> None:
         q = self.qp
@@ -76,14 +81,14 @@ class Requester:
         """True when every posted WR is sent and acknowledged."""
         return not self._msgs and not self.qp.sq
 
-    def _pull(self) -> bool:
+    def _pull(self, now: float) -> bool:
         """Move the next WR from the send queue into the PSN space."""
         q = self.qp
         while q.sq:
             wr = q.sq.popleft()
             mr = q.pd.ctx.lookup_lkey(q.pd, wr.lkey)
             if wr.length and (mr is None or not mr.allows(wr.local_addr, wr.length, Access.LOCAL_READ)):
-                self._fail(_Msg(wr, None, self.tail, 0), WCStatus.LOC_PROT_ERR)
+                self._fail(_Msg(wr, None, self.tail, 0), WCStatus.LOC_PROT_ERR, now)
                 return False
             n = packet_count(wr.length, self.mtu)
             self._msgs.append(_Msg(wr, mr, self.tail, n))
@@ -106,7 +111,7 @@ class Requester:
             self._start()
         if psn_diff(self.nxt, self.una) >= cfg.window:
             return None
-        if self.nxt == self.tail and not self._pull():
+        if self.nxt == self.tail and not self._pull(now):
             return None
         m = self._find(self.nxt)
         assert m is not None, "PSN between una and tail must belong to a message"
@@ -158,7 +163,7 @@ class Requester:
                 break
             self._msgs.pop(0)
             if m.wr.signaled:
-                self._complete(m, WCStatus.SUCCESS)
+                self._complete(m, WCStatus.SUCCESS, now)
         self.deadline = None if self.una == self.max_sent else now + self.qp.timeout_s
 
     def on_nak(self, psn: int, syndrome: int, now: float) -> None:
@@ -166,6 +171,8 @@ class Requester:
         if not self._started or self.qp.state is QPState.ERROR:
             return
         self.counters.naks += 1
+        if self.on_event is not None:
+            self.on_event("nak_rx", now, psn=psn, syndrome=syndrome)
         if psn_diff(psn, self.una) > 0:
             self._ack_through(psn_add(psn, -1), now)
         kind, code = decode_syndrome(syndrome)
@@ -175,12 +182,14 @@ class Requester:
             log.debug("QP %#x: NAK %#x at PSN %#x, go back", self.qp.qpn, syndrome, psn)
             self.nxt = psn
             self.deadline = now + self.qp.timeout_s
+            if self.on_event is not None:
+                self.on_event("retransmit", now, psn=psn, why="nak")
             return
         status = {NAK_REM_ACCESS & 0x1F: WCStatus.REM_ACCESS_ERR,
                   NAK_INV_REQ & 0x1F: WCStatus.REM_INV_REQ_ERR}.get(code, WCStatus.REM_OP_ERR)
         m = self._find(psn)
         if m is not None:
-            self._fail(m, status)
+            self._fail(m, status, now)
 
     def on_timer(self, now: float) -> None:
         """Retransmission timer: on expiry go back to the oldest unacked PSN, or give up."""
@@ -190,11 +199,13 @@ class Requester:
         if self.retries_left <= 0:
             m = self._find(self.una)
             if m is not None:
-                self._fail(m, WCStatus.RETRY_EXC_ERR)
+                self._fail(m, WCStatus.RETRY_EXC_ERR, now)
             return
         self.retries_left -= 1
         self.nxt = self.una
         self.deadline = now + self.qp.timeout_s
+        if self.on_event is not None:
+            self.on_event("retransmit", now, psn=self.una, why="timeout")
 
     def on_response(self, pkt: RocePkt, now: float) -> None:
         """Dispatch an ACK/NAK packet addressed to this QP."""
@@ -209,19 +220,21 @@ class Requester:
         else:
             self.on_nak(pkt.psn, pkt.syndrome, now)
 
-    def _complete(self, m: _Msg, status: WCStatus) -> None:
+    def _complete(self, m: _Msg, status: WCStatus, now: float) -> None:
         self.counters.completions += 1
         self.qp.send_cq.push(WC(m.wr.wr_id, status, WCOpcode.RDMA_WRITE,
                                 m.wr.length if status is WCStatus.SUCCESS else 0, self.qp.qpn))
+        if self.on_event is not None:
+            self.on_event("wr_done", now, wr_id=m.wr.wr_id, status=status.value)
 
-    def _fail(self, m: _Msg, status: WCStatus) -> None:
+    def _fail(self, m: _Msg, status: WCStatus, now: float) -> None:
         """Complete `m` in error, flush everything else, move the QP to ERROR (IBA 10.8.3)."""
         log.info("QP %#x: WR %s failed: %s", self.qp.qpn, m.wr.wr_id, status.value)
         todo = self._msgs + ([] if m in self._msgs else [m])
         self._msgs = []
         for x in todo:
-            self._complete(x, status if x is m else WCStatus.WR_FLUSH_ERR)
+            self._complete(x, status if x is m else WCStatus.WR_FLUSH_ERR, now)
         while self.qp.sq:
-            self._complete(_Msg(self.qp.sq.popleft(), None, 0, 0), WCStatus.WR_FLUSH_ERR)
+            self._complete(_Msg(self.qp.sq.popleft(), None, 0, 0), WCStatus.WR_FLUSH_ERR, now)
         self.deadline = None
         self.qp.to_error()

@@ -210,3 +210,25 @@ def test_senders_converge_to_fair_share(n, profile):
     assert 0.9 * c < sum(rates) < 1.02 * c
     for r in rates:
         assert abs(r - c / n) < 0.2 * c / n, [round(x / 1e9, 2) for x in rates]
+
+
+def test_on_rate_reports_each_change_at_its_model_time():
+    """The RNIC's `rate` events: the cut at the CNP, timer increases caught up late by
+    tick at the times they were due, a byte-counter increase at the send; none before
+    the first CNP, none when the rate does not move."""
+    rp = ReactionPoint(G)
+    calls = []
+    rp.on_rate = lambda t, rate, why: calls.append((t, rate, why))
+    rp.on_bytes_sent(20_000_000, 5 * US)       # not active yet: no increase
+    rp.on_cnp(10 * US)                          # alpha 1: halved
+    rp.tick(130 * US)                           # timer events due at 65 and 120 us
+    rp.on_bytes_sent(10_000_000, 131 * US)      # one byte-counter event
+    assert [why for _, _, why in calls] == ["cut", "increase", "increase", "increase"]
+    assert [t for t, _, _ in calls] == [approx(10 * US), approx(65 * US), approx(120 * US),
+                                        approx(131 * US)]
+    assert [r for _, r, _ in calls] == [50e9, 75e9, 87.5e9, 93.75e9]
+    flat = ReactionPoint(G, DcqcnProfile(min_rate=G))  # clamped: the rate never moves
+    flat.on_rate = lambda *a: calls.append(a)
+    flat.on_cnp(0.0)
+    flat.tick(1e-3)
+    assert len(calls) == 4 and flat.cuts == 1 and flat.increases > 0

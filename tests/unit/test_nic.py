@@ -35,7 +35,8 @@ def test_config_round_trip_and_for_gpu():
 
 @pytest.mark.parametrize("field,value", [
     ("mtu", 9000), ("dcqcn", "fast"), ("ip", "10.0.1"), ("timeout_s", 0), ("tdf", -1),
-    ("retry_cnt", 8), ("cm_port", 0), ("window", 0), ("gpu", ""), ("prefix_len", 33)])
+    ("retry_cnt", 8), ("cm_port", 0), ("window", 0), ("gpu", ""), ("prefix_len", 33),
+    ("cnp_dscp", 64), ("events_path", "")])
 def test_config_errors_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         NicConfig(**{**BASE, field: value})
@@ -118,35 +119,58 @@ class Wire:
         raise BlockingIOError
 
 
-def _pair(dcqcn="paper"):
+def _pair(dcqcn="paper", events=None, **kw):
+    """NICs h1g1 and h4g2 (TDF 1000) without sockets; with `events` (a directory), each
+    writes its event log to events/<gpu>.jsonl; `kw` more NicConfig fields."""
     fab = topologies.load("rail2x4", tdf=1000)
     nics = {}
     for g in ("h1g1", "h4g2"):
-        n = Nic(NicConfig.for_gpu(fab, g, "/nonexistent", seed=1, dcqcn=dcqcn), open_sockets=False)
+        if events is not None:
+            kw["events_path"] = str(events / f"{g}.jsonl")
+        n = Nic(NicConfig.for_gpu(fab, g, "/nonexistent", seed=1, dcqcn=dcqcn, **kw),
+                open_sockets=False)
         n.raw = Wire()
         nics[g] = n
     return fab, nics["h1g1"], nics["h4g2"]
 
 
-def _qp(nic, size, fill):
+def _qp(nic, size, fill, **qp):
     pd = nic.alloc_pd()
     shm = shared_memory.SharedMemory(create=True, size=size)
     shm.buf[:size] = fill
     mr = nic.reg_mr(pd, shm.name, size, 3)
     resource_tracker.register(shm._name, "shared_memory")  # the NIC untracked it (one process here)
     cq = nic.create_cq()
-    return shm, mr, cq, nic.qps[nic.create_qp(pd, cq, cq)]
+    return shm, mr, cq, nic.qps[nic.create_qp(pd, cq, cq, **qp)]
 
 
 @contextlib.contextmanager
-def connected(size, data, dcqcn="paper", clock=None):
+def own_qps(nic, *qp_kws, size=100):
+    """One QP of `nic` per dict of create_qp knobs, each with a `size`-byte MR and a CQ
+    (`_qp`'s tuples); their memory is freed afterwards."""
+    made = []
+    try:
+        for kw in qp_kws:
+            made.append(_qp(nic, size, bytes(size), **kw))
+        yield made
+    finally:
+        for shm, mr, _, _ in made:
+            nic.dereg_mr(mr["lkey"])
+            shm.close()
+            shm.unlink()
+        nic.shms.clear()
+
+
+@contextlib.contextmanager
+def connected(size, data, dcqcn="paper", clock=None, qa_kw=None, qb_kw=None, **kw):
     """NICs a (h1g1) and b (h4g2), each with an MR of `size` bytes (a's holds `data`) and
-    a CQ, and one QP connected to the other's (RTS); with `clock`, both NICs read it."""
-    _, a, b = _pair(dcqcn)
+    a CQ, and one QP connected to the other's (RTS); with `clock`, both NICs read it.
+    qa_kw / qb_kw: create_qp knobs of the two QPs; kw: `_pair`'s."""
+    _, a, b = _pair(dcqcn, **kw)
     if clock is not None:
         a.clock = b.clock = clock
-    sa, ma, ca, qa = _qp(a, size, data)
-    sb, mb, cb, qb = _qp(b, size, bytes(size))
+    sa, ma, ca, qa = _qp(a, size, data, **(qa_kw or {}))
+    sb, mb, cb, qb = _qp(b, size, bytes(size), **(qb_kw or {}))
     try:
         a.to_rtr(qa, qb.qpn, qb.start_psn, b.cfg.ip, 4096)
         a.to_rts(qa)
@@ -210,8 +234,7 @@ def test_back_to_back_write_places_bytes_paces_and_answers_ce_with_one_cnp():
 def test_pfc_pause_stops_data_until_it_expires():
     fab, a, b = _pair(dcqcn="off")
     size = 8192
-    sa, ma, ca, qa = _qp(a, size, bytes(size))
-    try:
+    with own_qps(a, {}, size=size) as [(_, ma, _, qa)]:
         a.to_rtr(qa, 0x42, 0, b.cfg.ip, 4096)
         a.to_rts(qa)
         a.post_send(qa.qpn, [{"wr_id": 1, "local_addr": ma["addr"], "length": size,
@@ -223,8 +246,3 @@ def test_pfc_pause_stops_data_until_it_expires():
         assert 0 < a.step(10.0) <= lab + 1e-9  # sleeps while paused, no spinning
         a.transmit(10.0 + lab + 1e-6)
         assert len(a.raw.frames) == 1
-    finally:
-        a.dereg_mr(ma["lkey"])
-        a.shms.clear()
-        sa.close()
-        sa.unlink()
