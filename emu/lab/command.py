@@ -79,8 +79,10 @@ def verdict_table(doc: dict) -> Table:
     return t
 
 
-def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool) -> tuple[int, dict]:
-    """Run a lab (all variants or one) into `out`; exit status and lab.json."""
+def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
+            rejudge: bool = False) -> tuple[int, dict]:
+    """Run a lab (all variants or one) into `out` - or, with `rejudge`, judge the runs
+    already there again (after editing the lab's checks); exit status and lab.json."""
     term = Terminal(quiet)
     todo = [v for v in lab.variants if variant is None or v.name == variant]
     many = len(lab.variants) > 1
@@ -88,7 +90,7 @@ def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool) -> tuple[in
     for v in todo:
         term.say(f"\n{lab.id} variant {v.name}: {v.title}" if many else f"\n{lab.id}: {lab.title}")
         rd = out / v.name if many else out
-        run = runner.run_variant(lab, v, rd, term)
+        run = runner.load_run(rd) if rejudge else runner.run_variant(lab, v, rd, term)
         run["tdf"] = v.fabric.tdf
         runs[v.name] = run
         ev = runner.evidence(v, run)
@@ -97,7 +99,7 @@ def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool) -> tuple[in
         shown.append({"name": v.name, "title": v.title, "timeline": runner.timeline(ev),
                       "plots": [page.timeline_png(ev.events, f"{lab.id} {v.name}: events"),
                                 page.depth_png(ev.metrics, ev.links, f"{lab.id} {v.name}",
-                                               (wred.min, wred.max) if wred else None)]})
+                                               (wred.min_bytes, wred.max_bytes) if wred else None)]})
         fid = run["fidelity"]
         term.say(f"  flows done in {run['lab_s']:.1f} s lab; fidelity guard: "
                  f"{'kept up' if fid.get('kept_up') else 'DID NOT keep up'} "
@@ -134,10 +136,16 @@ def cmd_run(args) -> int:
     except (ValueError, topologies.TopologyError) as exc:
         print(f"emu lab: {exc}", file=sys.stderr)
         return EXIT_BAD
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and not args.judge:
         print("emu lab run needs root (network namespaces, raw sockets): try `sudo python -m "
               "emu lab run ...`", file=sys.stderr)
         return EXIT_BAD
+    if args.judge:
+        if args.all or not args.out:
+            print("emu lab run --judge: name one lab and its run directory with --out",
+                  file=sys.stderr)
+            return EXIT_BAD
+        return run_one(labs[0], Path(args.out), args.variant, args.quiet, rejudge=True)[0]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rows, worst = [], EXIT_PASS
     for lab in labs:
@@ -183,6 +191,9 @@ def add_parser(sub) -> None:
     r.add_argument("--out", default=None, metavar="DIR",
                    help="run directory (default runs/lab-<id>-<time>; with --all the parent)")
     r.add_argument("--quiet", action="store_true", help="only the verdict")
+    r.add_argument("--judge", action="store_true",
+                   help="do not run: judge the run in --out DIR again (after editing the "
+                        "lab's checks; no root needed)")
 
 
 def main(args) -> int:

@@ -115,9 +115,21 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
         cpu = {**live.procs.report(machine_cores()), "machine_cores": machine_cores()}
     judged = guard.judge(fab, counters, cpu, machine_cores())
     (run_dir / "flows.json").write_text(json.dumps(result, indent=1))
-    return {"result": result, "counters": counters, "pcaps": pcaps, "lab_s": wall,
-            "t0_sampler": t0_sampler, "fidelity": judged["fidelity"],
-            "suggested_tdf": judged["suggested_tdf"], "run_dir": run_dir}
+    meta = {"lab_s": wall, "t0_sampler": t0_sampler, "fidelity": judged["fidelity"],
+            "suggested_tdf": judged["suggested_tdf"], "pcaps": pcaps, "tdf": fab.tdf}
+    (run_dir / "variant.json").write_text(json.dumps(meta, indent=1))
+    return {**meta, "result": result, "counters": counters, "run_dir": run_dir}
+
+
+def load_run(run_dir: Path) -> dict:
+    """What run_variant returned, from the files it left in `run_dir`."""
+    try:
+        meta = json.loads((run_dir / "variant.json").read_text())
+        return {**meta, "result": json.loads((run_dir / "flows.json").read_text()),
+                "counters": json.loads((run_dir / "last_counters.json").read_text()),
+                "run_dir": run_dir}
+    except FileNotFoundError as exc:
+        raise ValueError(f"{run_dir}: not a lab run directory ({exc.filename} missing)") from None
 
 
 def evidence(v: Variant, run: dict) -> C.Evidence:
