@@ -29,7 +29,7 @@ esac
 # gcc for the virtualenv.
 APT_PKGS=(mininet iproute2 ethtool tshark iperf3 iputils-ping traceroute python3-venv
           python3-dev gcc)
-[ "$MODE" = test ] && APT_PKGS+=(vagrant)
+[ "$MODE" = test ] && APT_PKGS+=(vagrant chromium)  # chromium: tests render lab.html headless
 missing=()
 for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

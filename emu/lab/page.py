@@ -129,7 +129,10 @@ tr.pass td:last-child{{color:#080;font-weight:bold}} tr.fail td:last-child{{colo
 <h2>Verdict</h2><table id=checks><tr><th>check</th><th>measured</th><th>expected</th>
 <th>book</th><th></th></tr>{rows}</table>
 {''.join(parts)}
-<p><small>{e(lab.calibrated)}</small></p></body></html>
+<p><small>{e(lab.calibrated)}</small></p>
+<script>window.addEventListener("load", () => {{ document.body.dataset.imagesLoaded =
+[...document.images].filter(i => i.complete && i.naturalWidth > 0).length; }});</script>
+</body></html>
 """
 
 
