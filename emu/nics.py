@@ -47,10 +47,10 @@ class NicProcesses:
         started = {}
         for gpu in gpus:
             sock = str(self.state_dir / f"nic-{gpu}.sock")
-            if self.log_dir is not None:  # the run directory (docs/EVENTS.md)
-                events = str(self.log_dir / "events" / f"{gpu}.jsonl")
-                options = {"events_path": events, **options}
-            cfg = NicConfig.for_gpu(self.fabric, gpu, sock, dcqcn=dcqcn, mtu=mtu, **options)
+            mine = dict(options)  # this GPU's own event file (docs/EVENTS.md)
+            if self.log_dir is not None and "events_path" not in options:
+                mine["events_path"] = str(self.log_dir / "events" / f"{gpu}.jsonl")
+            cfg = NicConfig.for_gpu(self.fabric, gpu, sock, dcqcn=dcqcn, mtu=mtu, **mine)
             cfg_path = self.state_dir / f"nic-{gpu}.json"
             cfg_path.write_text(cfg.to_json())
             args = [cfg_path]

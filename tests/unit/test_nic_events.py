@@ -307,7 +307,8 @@ def test_nic_processes_put_the_events_in_the_run_directory(tmp_path, monkeypatch
     run = tmp_path / "run"
     procs = emu.nics.NicProcesses({h.name: None for h in fab.hosts()}, fab, tmp_path,
                                   run if log_dir else None)
-    procs.start(["h1g1"], "paper", 4096, 1.0)
-    cfg = NicConfig.from_json((tmp_path / "nic-h1g1.json").read_text())
-    assert cfg.events_path == (str(run.resolve() / "events" / "h1g1.jsonl") if log_dir
-                               else None)
+    procs.start(["h1g1", "h2g1"], "paper", 4096, 1.0)
+    for gpu in ("h1g1", "h2g1"):  # each NIC its own file
+        cfg = NicConfig.from_json((tmp_path / f"nic-{gpu}.json").read_text())
+        assert cfg.events_path == (str(run.resolve() / "events" / f"{gpu}.jsonl") if log_dir
+                                   else None)

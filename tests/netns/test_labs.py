@@ -1,0 +1,66 @@
+"""`emu lab` end to end (root): the labs L11.3, L11.4 and L11.7 run and pass with the
+fidelity guard satisfied; a deliberately wrong expectation fails with the measured
+value; lab.html renders in a real headless browser (Debian's chromium) with its images.
+"""
+
+import dataclasses
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from emu.lab import command
+from emu.lab import schema as S
+
+pytestmark = pytest.mark.netns
+
+
+@pytest.fixture(scope="module")
+def l114(tmp_path_factory):
+    out = tmp_path_factory.mktemp("L11.4")
+    lab = S.load("L11.4")
+    code, doc = command.run_one(lab, out, None, quiet=True)
+    return lab, out, code, doc
+
+
+def _failed(doc):
+    return [c for c in doc["checks"] if not c["pass"]]
+
+
+def test_l11_4_the_cascade_goes_upstream_and_recovers_downstream(l114):
+    _, out, code, doc = l114
+    assert doc["kept_up"] is True, doc["variants"]
+    assert (code, doc["verdict"]) == (0, "pass"), _failed(doc)
+    assert json.loads((out / "lab.json").read_text())["verdict"] == "pass"
+
+
+def test_a_wrong_expectation_fails_naming_what_was_measured(l114, capsys):
+    lab, out, _, _ = l114
+    wrong = [dict(c, expect="== 8") if c["name"].startswith("paused links") else c
+             for c in lab.checks]
+    code, doc = command.run_one(dataclasses.replace(lab, checks=wrong), out, None,
+                                quiet=True, rejudge=True)
+    [bad] = _failed(doc)
+    assert (code, bad["measured"], bad["expected"]) == (1, 7, "== 8")
+    assert "paused links" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_lab_html_renders_with_its_images_in_a_headless_browser(l114):
+    _, out, _, _ = l114
+    r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                        "--virtual-time-budget=5000", "--dump-dom",
+                        (out / "lab.html").resolve().as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    dom = r.stdout
+    assert 'id="verdict"' in dom and "PASS" in dom, r.stderr[-2000:]
+    n_img = (out / "lab.html").read_text().count("<img ")
+    assert n_img >= 2 and f'data-images-loaded="{n_img}"' in dom
+
+
+@pytest.mark.parametrize("lab_id", ["L11.3", "L11.7"])
+def test_lab_passes(lab_id, tmp_path):
+    code, doc = command.run_one(S.load(lab_id), tmp_path, None, quiet=True)
+    assert doc["kept_up"] is True, doc["variants"]
+    assert (code, doc["verdict"]) == (0, "pass"), _failed(doc)
