@@ -39,7 +39,8 @@ class FabricNet:
 
     def __init__(self, fabric: Fabric, run_dir: Path | None = None, tag: str | None = None,
                  shaping: bool = True, test_drop_rate: float = 0.0,
-                 switch_kind: str = "agent", qos=None) -> None:
+                 switch_kind: str = "agent", qos=None,
+                 lldp_off: dict[str, list[str]] | None = None) -> None:
         if switch_kind not in ("agent", "bridge"):
             raise ValueError(f"switch_kind: 'agent' or 'bridge', got {switch_kind!r}")
         self.switch_kind = switch_kind
@@ -54,6 +55,15 @@ class FabricNet:
         self.net = None  # the built mininet.net.Mininet, while up
         #: switch QoS (a fabric.qos.config.QosConfig); None = plain forwarding
         self.qos = qos
+        #: switch -> its ports that send no LLDP (`no lldp transmit`; a lab's lldp_off)
+        self.lldp_off = {node: tuple(ports) for node, ports in (lldp_off or {}).items()}
+        for node, ports in self.lldp_off.items():
+            if node not in fabric.nodes:
+                raise ValueError(f"lldp_off: no node {node!r} in {fabric.name}")
+            names = {local.ifname for local, _, _ in fabric.node_links(node)}
+            for ifname in ports:
+                if ifname not in names:
+                    raise ValueError(f"lldp_off[{node}]: no port {ifname!r}")
         self.host_procs: list = []  # LLDP speakers
         self.nics: NicProcesses | None = None
 
@@ -131,7 +141,10 @@ class FabricNet:
         return AgentConfig(name=node, tdf=fab.tdf, control=str(self.control_path(node)),
                            ports=tuple(ports), svi=svi, ecmp_seed=n.ecmp_seed, mtu=fab.mtu,
                            test_drop_rate=self.test_drop_rate,
-                           qos=self.qos.to_dict() if self.qos is not None else None)
+                           qos=self.qos.to_dict() if self.qos is not None else None,
+                           lldp_off=self.lldp_off.get(node, ()),
+                           events_path=str(self.run_dir / "events" / f"{node}.jsonl")
+                           if self.run_dir is not None else None)
 
     @property
     def nic_sockets(self) -> dict[str, str]:

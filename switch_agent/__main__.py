@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    serve(agent)
+    try:
+        serve(agent)
+    finally:  # SIGTERM too: the event log's last events and its suppressed count
+        agent.close()
     return 0
 
 

@@ -19,6 +19,9 @@ its due time, and every timer (PFC pause refresh, watchdog, LLDP) against its de
 Frames for the switch itself (ARP, ping) are left to the namespace's kernel, which
 never forwards (net.ipv4.ip_forward = 0). LLDP/DCBX is `switch_agent.dcbx`; the poll
 loop (sockets, control requests, kernel changes) is `switch_agent.serve`.
+Every switch event of docs/EVENTS.md (WRED crossings, first CE mark, xOFF/xON, PFC
+frames sent and received, pauses, drops, watchdog, DCBX) is written to the event log
+(`fabric.events`, `Agent.log`) as it is handled; `switch_agent.events`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import socket
 import time
 
 from fabric import rawsock
+from fabric.events import EventLog
 from fabric.fidelity import LagMeter
 from fabric.qos.classify import Classification, Classifier
 from fabric.qos.config import QosConfig
@@ -38,8 +42,10 @@ from fabric.qos.pfc import Admission
 from fabric.qos.wred import WredVerdict
 from fabric.timedil import TimeDilation
 from fabric.wire.ether import mac_bytes
+from fabric.wire.pfc import parse_pfc
 from switch_agent.config import AgentConfig
 from switch_agent.dcbx import Dcbx
+from switch_agent.events import pause_events, pfc_rx_events, queue_events
 from switch_agent.forward import Fib, flow_key, icmp_time_exceeded, route_rewrite
 from switch_agent.port import Port
 
@@ -98,6 +104,13 @@ class Agent:
         self.lldp_period = cfg.lldp_interval_lab_s if self.qos else math.inf
         self.next_lldp = -math.inf  # announce at once
         self.dcbx = Dcbx(cfg.name, self.qos, len(self.ports)) if self.qos else None
+        self.lldp_ports = [p for p in self.ports.values() if p.name not in cfg.lldp_off]
+        #: the event log (docs/EVENTS.md); the stages note their events only while it is open
+        self.log = EventLog(cfg.events_path, cfg.name, self.td)
+        if self.log.enabled:
+            for p in self.ports.values():
+                p.queues.note_events()
+                p.pause.expired = []
         self.events: list[str] = []  # configuration / watchdog / LLDP events, newest last
         if self.qos is not None:
             self.check_qos()
@@ -193,6 +206,8 @@ class Agent:
         if wd is not None and wd.drop_mask >> q & 1:
             wd.note_dropped(q)
             out.queues.drop(q, "pfc_watchdog")
+            if out.queues.events:
+                queue_events(self.log, out, now)
             return
         ing = inp.ingress
         prio = self.p_by_tos[tos]
@@ -200,11 +215,15 @@ class Agent:
             r = ing.admit(prio, len(frame), now)
             if r is Admission.HEADROOM_DROP:
                 inp.drop("headroom_overflow")
+                self.log.emit("drop", now, port=inp.name, queue=q, reason="headroom_overflow")
                 return
             if r is Admission.XOFF:
                 inp.send_ctrl(ing.pause_frames[prio], now)
                 inp.pause_tx[prio] += 1
                 self.backlog.add(inp)
+                self.log.emit("xoff", now, port=inp.name, prio=prio, bytes=ing.held[prio])
+                self.log.emit("pfc_tx", now, port=inp.name, prio=prio,
+                              quanta=ing.cfg.pause_quanta, refresh=False)
             self.enqueue(out, q, frame, inp, tos, now)
         else:
             self.enqueue(out, q, frame, None, tos, now)
@@ -212,39 +231,58 @@ class Agent:
     def enqueue(self, out: Port, q: int, frame: bytes, tag: Port | None, tos: int,
                 now: float) -> None:
         """WRED + enqueue on an egress queue; a dropped frame releases its ingress bytes."""
+        pq = out.queues
         if self.drop_rate and self.rng.random() < self.drop_rate:
             out.drop("test_hook")
+            self.log.emit("drop", now, port=out.name, queue=q, reason="test_hook")
             verdict = WredVerdict.DROP
         else:
-            verdict = out.queues.enqueue(q, frame, tag, tos)
+            verdict = pq.enqueue(q, frame, tag, tos)
+            if pq.events:
+                queue_events(self.log, out, now)
         if verdict is WredVerdict.DROP:
             if tag is not None:
                 self.release(tag, self.p_by_tos[tos], len(frame), now)
             return
-        if out.queues.packets == 1:  # the port was idle: this frame may leave from now
+        if pq.packets == 1:  # the port was idle: this frame may leave from now
             out.eligible_at = now
         self.backlog.add(out)
 
     def release(self, inp: Port, prio: int, nbytes: int, now: float) -> None:
         """A frame admitted at `inp` left the switch: free its bytes; resume below xON."""
-        if inp.ingress.release(prio, nbytes, now):
-            inp.send_ctrl(inp.ingress.resume_frames[prio], now)
+        ing = inp.ingress
+        if ing.release(prio, nbytes, now):
+            inp.send_ctrl(ing.resume_frames[prio], now)
             inp.resume_tx[prio] += 1
             self.backlog.add(inp)
+            self.log.emit("xon", now, port=inp.name, prio=prio, bytes=ing.held[prio])
+            self.log.emit("pfc_tx", now, port=inp.name, prio=prio, quanta=0, refresh=False)
 
     def on_control(self, port: Port, frame: bytes, now: float) -> None:
         """IEEE 802.1 link-local frames: PFC pauses and LLDP (never forwarded)."""
         et = frame[12:14]
         if et == ETH_PFC:
             port.pfc_rx_frames += 1
-            if self.qos is not None and port.pause.on_frame(frame, now):
+            pfc = parse_pfc(frame)
+            if pfc is None:
+                return
+            log = self.log
+            if log.enabled:
+                pfc_rx_events(log, port, pfc[0], pfc[1], now)
+            if self.qos is not None:
+                port.pause.on_pfc(pfc[0], pfc[1], now)
+                if log.enabled:
+                    pause_events(log, port, now)
                 self.backlog.add(port)  # the paused set changed: re-evaluate the scheduler
                 if now < port.eligible_at:  # a resume: queued frames may leave from now
                     port.eligible_at = now
         elif et == ETH_LLDP and self.dcbx is not None:
+            was_on = bool(port.pfc_active)
             text = self.dcbx.receive(port, frame, now)
             if text:
                 self.event(text)
+                if bool(port.pfc_active) != was_on:
+                    self.log.emit("pfc_oper", now, port=port.name, on=not was_on)
 
     def time_exceeded(self, port: Port, frame: bytes, now: float) -> None:
         """Answer an expired packet with ICMP Time Exceeded (so traceroute shows hops)."""
@@ -272,11 +310,15 @@ class Agent:
             blocked = False
             if pq.packets:
                 mask = p.paused_mask(now)
+                if p.pause.expired:  # a pause ran out: in the event log at its expiry
+                    pause_events(self.log, p, now)
                 while pq.packets and sh.can_send(now):
                     item = pq.dequeue(mask)
                     if item is None:
                         blocked = True
                         break
+                    if pq.events:
+                        queue_events(self.log, p, now)
                     frame = item[1]
                     tag = item[2]
                     if tag is not None:
@@ -324,7 +366,12 @@ class Agent:
                     try:
                         send(frame)
                     except OSError as exc:
-                        p.drop("tx_error" if exc.errno != errno.ENOBUFS else "tx_nobufs")
+                        reason = "tx_error" if exc.errno != errno.ENOBUFS else "tx_nobufs"
+                        p.drop(reason)
+                        if line is p.inflight:  # a data frame (not PFC, LLDP)
+                            self.log.emit("drop", now, port=p.name, reason=reason,
+                                          queue=self.q_by_tos[frame[15]]
+                                          if frame[12:14] == ETH_IPV4 else 0)
                         continue
                 p.tx_packets += 1
                 p.tx_bytes += len(frame)
@@ -347,6 +394,8 @@ class Agent:
                     p.send_ctrl(ing.pause_frames[prio], now)
                     p.pause_tx[prio] += 1
                     self.backlog.add(p)
+                    self.log.emit("pfc_tx", now, port=p.name, prio=prio,
+                                  quanta=ing.cfg.pause_quanta, refresh=True)
             if ing.next_refresh < nxt:
                 nxt = ing.next_refresh
         if now >= self.next_wd:
@@ -357,18 +406,25 @@ class Agent:
                 wd = p.watchdog
                 if wd is None:
                     continue
-                for ev in wd.check(now, p.pause.paused_mask(now), p.queues.backlog_mask(),
-                                   p.pause.last_rx):
+                evs = wd.check(now, p.pause.paused_mask(now), p.queues.backlog_mask(),
+                               p.pause.last_rx)
+                for ev in evs:
                     self.event(str(ev))
+                    self.log.emit("wd_storm" if ev.kind == "storm" else "wd_restore", now,
+                                  port=p.name, prio=ev.priority, action=ev.action)
                     if now < p.eligible_at:  # a pause now ignored: frames may leave now
                         p.eligible_at = now
                     if ev.kind == "storm" and ev.action == "drop":
                         entries = p.queues.flush(ev.priority, "pfc_watchdog")
+                        if p.queues.events:
+                            queue_events(self.log, p, now)
                         for frame, tag in entries:
                             if tag is not None:
                                 self.release(tag, self.p_by_tos[frame[15]], len(frame), now)
                         wd.note_dropped(ev.priority, len(entries))
                     self.backlog.add(p)
+                if (evs or p.pause.expired) and self.log.enabled:  # ignored / obeyed again
+                    pause_events(self.log, p, now)
         if now >= self.next_lldp:
             if self.next_lldp > -math.inf:
                 record(self.next_lldp, now, "lldp")
@@ -377,22 +433,38 @@ class Agent:
         return min(nxt, self.next_wd, self.next_lldp)
 
     def send_lldp(self, now: float) -> None:
-        """Advertise ourselves with the DCBX TLVs of our QoS config on every port."""
+        """Advertise ourselves with the DCBX TLVs of our QoS config on every port that
+        transmits LLDP (not those of `lldp_off`)."""
         if self.dcbx is None:
             return
-        for p in self.ports.values():
+        for p in self.lldp_ports:
             self.dcbx.announce(p, now)
             self.backlog.add(p)
 
     # -- reporting -----------------------------------------------------------
     def snapshot(self) -> dict:
-        """Counters of every port (the contract with `emu` metrics and `show`)."""
+        """Counters of every port (the contract with `emu` metrics and `show`); the
+        event log is flushed (the metrics sampler asks every interval)."""
         now = time.monotonic()
-        return {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
+        snap = {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
                 "tdf": self.cfg.tdf, "qos": self.qos is not None,
                 "ports": {p.name: p.counters(now) for p in self.ports.values()},
                 "events": list(self.events[-20:]),
                 "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time()}}
+        if self.log.enabled:
+            for p in self.ports.values():
+                if p.pause.expired:  # expiries the counters noticed
+                    pause_events(self.log, p, now)
+            self.log.flush()
+        return snap
+
+    def close(self) -> None:
+        """Write the pause expiries not yet noticed and close the event log (on exit)."""
+        now = time.monotonic()
+        if self.log.enabled:
+            for p in self.ports.values():
+                pause_events(self.log, p, now)
+        self.log.close(now)
 
     def show_state(self) -> dict:
         """The state dict of `switch_agent.show`."""

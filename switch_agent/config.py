@@ -44,6 +44,10 @@ class AgentConfig:
     test_drop_seed: int = 1
     qos: dict | None = None  # QosConfig.to_dict(); None = plain forwarding (one FIFO)
     lldp_interval_lab_s: float = 1.0  # LLDP/DCBX advertisement period (lab seconds)
+    #: ports that send no LLDPDU (NX-OS `no lldp transmit`; received ones are still read)
+    lldp_off: tuple[str, ...] = ()
+    #: the event log (docs/EVENTS.md, RUNDIR/events/<node>.jsonl); None = no events
+    events_path: str | None = None
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field."""
@@ -58,6 +62,10 @@ class AgentConfig:
             raise ValueError(f"test_drop_rate: must be in [0, 1), got {self.test_drop_rate!r}")
         if not self.lldp_interval_lab_s > 0:
             raise ValueError(f"lldp_interval_lab_s: must be > 0, got {self.lldp_interval_lab_s!r}")
+        names = {p.ifname for p in self.ports}
+        for ifname in self.lldp_off:
+            if ifname not in names:
+                raise ValueError(f"lldp_off: {ifname!r} is not a port of {self.name}")
         if self.queue_limit_bytes <= 0:
             raise ValueError(f"queue_limit_bytes: must be > 0, got {self.queue_limit_bytes!r}")
 
@@ -75,6 +83,7 @@ class AgentConfig:
         d = json.loads(text)
         ports = tuple(PortConfig(**{**p, "lab_bps": math.inf if p["lab_bps"] is None
                                     else p["lab_bps"]}) for p in d.pop("ports"))
+        d["lldp_off"] = tuple(d.get("lldp_off", ()))
         cfg = cls(ports=ports, **d)
         cfg.validate()
         return cfg

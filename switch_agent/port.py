@@ -34,7 +34,8 @@ class Port:
                  "inflight", "ctrl", "rx_packets", "rx_bytes", "tx_packets", "tx_bytes",
                  "drops", "ingress", "pause", "watchdog", "pfc_mode", "pfc_active",
                  "neighbor", "neighbor_seen", "lldp_rx", "lldp_tx", "pause_tx", "resume_tx",
-                 "pfc_rx_frames", "eligible_at", "tx_what", "ctrl_what", "refresh_what")
+                 "pfc_rx_frames", "eligible_at", "tx_what", "ctrl_what", "refresh_what",
+                 "paused_logged")
 
     def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int,
                  td: TimeDilation, qos: QosConfig | None = None,
@@ -85,6 +86,8 @@ class Port:
         self.pause_tx = [0] * 8
         self.resume_tx = [0] * 8
         self.pfc_rx_frames = 0
+        #: priorities the event log last showed paused (pause_start .. pause_end)
+        self.paused_logged = 0
 
     def set_pfc_active(self, prios: frozenset[int]) -> None:
         """Enable PFC accounting for these priorities (subset of the configured no-drop)."""
@@ -131,6 +134,7 @@ class Port:
                 "peer": self.cfg.peer,
                 "queues": {str(q["queue"]): {**q, "ecn_marks": q["ecn_marked"],
                                               "tx_bytes": q["dequeued_bytes"]} for q in qc},
+                "wred_bins": self.queues.wred_bins(),
                 "pfc": {"mode": self.pfc_mode, "active": sorted(self.pfc_active),
                         "pause_tx": list(self.pause_tx), "resume_tx": list(self.resume_tx),
                         "pause_rx": ep["pauses_rx"], "resume_rx": ep["resumes_rx"],

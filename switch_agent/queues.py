@@ -19,6 +19,14 @@ MTU bytes and the scheduler is O(1) per frame. PFC: bit n of ``paused_mask`` sto
 queue n (queue n carries PFC priority n); a paused queue keeps its place and its deficit
 but gains no credit until resumed. Shaping (when the wire is free) stays in
 ``switch_agent.shaper``: this module only picks the next frame.
+
+For the agent's event log (docs/EVENTS.md) a port's queues note, in ``events`` once
+``note_events`` was called, what happened to them: a WRED queue's depth crossing its WRED
+minimum or maximum (up or down; the instantaneous depth, also with an averaging weight),
+its first CE mark, every frame dropped. A frame pays one integer comparison for the
+crossings (against the next level up on enqueue, down on dequeue); a note is made only
+when an event happens. Per WRED queue, arrivals, CE marks and drops are also counted by
+the depth they found (``wred_bins``: the measured WRED curve, ch.11 Fig 11-2).
 """
 
 from __future__ import annotations
@@ -31,6 +39,11 @@ from fabric.qos.classify import mark_ce
 from fabric.qos.fields import NUM_QUEUES
 from fabric.qos.queuing import Queuing
 from fabric.qos.wred import WredVerdict, ewma_depth, wred_decide
+
+#: depth bin of the WRED curve counters: the book's WRED minimum (Example 11-3, 150 KB)
+WRED_BIN_BYTES = 150_000
+WRED_BINS = 40  #: bins reported; arrivals at 39 x 150 KB and deeper count in the last
+NEVER = 1 << 62  # a depth no queue reaches
 
 
 class Drr:
@@ -92,7 +105,9 @@ class PortQueues:
 
     __slots__ = ("cfg", "fifo", "qbytes", "packets", "bytes", "wred", "limit", "strict",
                  "tier_of", "weighted", "scavenger", "l3", "rng", "enq_packets", "enq_bytes",
-                 "deq_packets", "deq_bytes", "marks", "drops", "max_qbytes", "avg")
+                 "deq_packets", "deq_bytes", "marks", "drops", "max_qbytes", "avg", "wmin",
+                 "wmax", "up_at", "down_at", "bin_seen", "bin_marked", "bin_dropped",
+                 "events")
 
     def __init__(self, cfg: Queuing | None = None, mtu: int = 9216,
                  rng: Callable[[], float] | None = None, l3: int = 14) -> None:
@@ -113,6 +128,21 @@ class PortQueues:
         #: "Switch QoS": a smaller configured limit is warned about and raised)
         self.limit = [q.limit_bytes if q.wred is None else max(q.limit_bytes, q.wred.max_bytes)
                       for q in cfg.queues]
+        self.wmin = [-1 if w is None else w.min_bytes for w in self.wred]
+        self.wmax = [-1 if w is None else w.max_bytes for w in self.wred]
+        #: the WRED level a queue's depth reaches next going up / falls below going down
+        #: (NEVER / -1: none; both while events are not noted)
+        self.up_at = [NEVER] * NUM_QUEUES
+        self.down_at = [-1] * NUM_QUEUES
+        #: per WRED queue: arrivals, CE marks, drops by depth on arrival // WRED_BIN_BYTES,
+        #: one counter per bin up to the limit (the depth never exceeds it)
+        bins = [None if w is None else self.limit[q] // WRED_BIN_BYTES + 1
+                for q, w in enumerate(self.wred)]
+        self.bin_seen = [None if n is None else [0] * n for n in bins]
+        self.bin_marked = [None if n is None else [0] * n for n in bins]
+        self.bin_dropped = [None if n is None else [0] * n for n in bins]
+        #: (event, fields) for the agent's event log (docs/EVENTS.md); None: not noted
+        self.events: list[tuple[str, dict]] | None = None
         self.strict = tuple(q for q in reversed(range(NUM_QUEUES)) if cfg.queues[q].strict)
         self.l3 = l3
         others = [q for q in range(NUM_QUEUES) if q not in self.strict]
@@ -133,10 +163,25 @@ class PortQueues:
         self.max_qbytes = [0] * NUM_QUEUES
         self.drops: list[dict[str, int]] = [{} for _ in range(NUM_QUEUES)]
 
+    def note_events(self) -> None:
+        """Note events in `events` from now on."""
+        self.events = []
+        for q in range(NUM_QUEUES):
+            if self.wred[q] is not None:
+                self._levels(q, self.qbytes[q])
+
+    def _levels(self, q: int, depth: int) -> None:
+        """The WRED levels around `depth` a frame of queue q would cross next."""
+        lo, hi = self.wmin[q], self.wmax[q]
+        self.up_at[q] = lo if depth < lo else hi if depth < hi else NEVER
+        self.down_at[q] = hi if depth >= hi else lo if depth >= lo else -1
+
     def drop(self, q: int, reason: str, n: int = 1) -> None:
         """Count `n` frames of queue q dropped for `reason`."""
         d = self.drops[q]
         d[reason] = d.get(reason, 0) + n
+        if self.events is not None:
+            self.events.extend([("drop", {"queue": q, "reason": reason})] * n)
 
     def enqueue(self, q: int, frame: bytes, tag: object = None, tos: int = 0) -> WredVerdict:
         """Tail drop at the queue limit, WRED (ECN bits from `tos`; 0 for non-IP), then
@@ -145,11 +190,15 @@ class PortQueues:
         depth = self.qbytes[q]
         n = len(frame)
         limit = self.limit[q]
+        wred = self.wred[q]
+        if wred is not None:
+            self.bin_seen[q][depth // WRED_BIN_BYTES] += 1
         if depth + n > limit:  # the buffer never exceeds the limit
             self.drop(q, "queue_full")
+            if wred is not None:
+                self.bin_dropped[q][depth // WRED_BIN_BYTES] += 1
             return WredVerdict.DROP
         verdict = WredVerdict.FORWARD
-        wred = self.wred[q]
         if wred is not None:
             seen = depth
             if wred.weight:
@@ -158,24 +207,30 @@ class PortQueues:
                 verdict = wred_decide(seen, tos & 3, wred, self.rng(), limit)
                 if verdict is WredVerdict.DROP:
                     self.drop(q, "wred")
+                    self.bin_dropped[q][depth // WRED_BIN_BYTES] += 1
                     return verdict
                 if verdict is WredVerdict.MARK:
                     frame = mark_ce(frame, self.l3)
-                    self.marks[q] += 1
+                    self.bin_marked[q][depth // WRED_BIN_BYTES] += 1
+                    m = self.marks[q] = self.marks[q] + 1
+                    if m == 1 and self.events is not None:
+                        self.events.append(("ce_first", {"queue": q, "depth": depth}))
         entries = self.fifo[q]
         if not entries:
             tier = self.tier_of[q]
             if tier is not None:
                 tier.activate(q)
         entries.append((frame, tag))
-        depth += n
-        self.qbytes[q] = depth
-        if depth > self.max_qbytes[q]:
-            self.max_qbytes[q] = depth
+        after = depth + n
+        self.qbytes[q] = after
+        if after > self.max_qbytes[q]:
+            self.max_qbytes[q] = after
         self.packets += 1
         self.bytes += n
         self.enq_packets[q] += 1
         self.enq_bytes[q] += n
+        if after >= self.up_at[q]:
+            self._crossed(q, depth, after)
         return verdict
 
     def dequeue(self, paused_mask: int = 0) -> tuple[int, bytes, object] | None:
@@ -194,12 +249,26 @@ class PortQueues:
     def _pop(self, q: int) -> tuple[int, bytes, object]:
         frame, tag = self.fifo[q].popleft()
         n = len(frame)
-        self.qbytes[q] -= n
+        after = self.qbytes[q] - n
+        self.qbytes[q] = after
         self.packets -= 1
         self.bytes -= n
         self.deq_packets[q] += 1
         self.deq_bytes[q] += n
+        if after < self.down_at[q]:
+            self._crossed(q, after + n, after)
         return q, frame, tag
+
+    def _crossed(self, q: int, before: int, after: int) -> None:
+        """Note the WRED levels queue q's depth crossed going from `before` to `after`
+        bytes (up: reached, down: fell below); the next levels to watch."""
+        marks = (("wred_min", self.wmin[q]), ("wred_max", self.wmax[q]))
+        for ev, level in marks if after > before else reversed(marks):
+            if before < level <= after:
+                self.events.append((ev, {"queue": q, "dir": "up", "depth": after}))
+            elif after < level <= before:
+                self.events.append((ev, {"queue": q, "dir": "down", "depth": after}))
+        self._levels(q, after)
 
     def flush(self, q: int, reason: str) -> list[tuple[bytes, object]]:
         """Drop every frame queued in q (PFC watchdog); return the (frame, tag) entries
@@ -211,10 +280,13 @@ class PortQueues:
         tier = self.tier_of[q]
         if tier is not None:
             tier.deactivate(q)
+        before = self.qbytes[q]
         self.packets -= len(entries)
-        self.bytes -= self.qbytes[q]
+        self.bytes -= before
         self.qbytes[q] = 0
         self.drop(q, reason, len(entries))
+        if self.events is not None and self.wred[q] is not None:
+            self._crossed(q, before, 0)
         return entries
 
     def backlog_mask(self) -> int:
@@ -229,3 +301,13 @@ class PortQueues:
                  "enqueued_bytes": self.enq_bytes[q], "dequeued": self.deq_packets[q],
                  "dequeued_bytes": self.deq_bytes[q], "ecn_marked": self.marks[q],
                  "drops": dict(self.drops[q])} for q in range(NUM_QUEUES)]
+
+    def wred_bins(self) -> dict[str, dict]:
+        """The WRED curve as measured: per WRED queue that saw arrivals, arrivals
+        ("seen"), CE marks and drops by the depth they found, in WRED_BIN_BYTES bins."""
+        def bins(counts: list[int]) -> list[int]:  # WRED_BINS, the last one for the rest
+            return (counts + [0] * WRED_BINS)[:WRED_BINS - 1] + [sum(counts[WRED_BINS - 1:])]
+
+        return {str(q): {"bin_bytes": WRED_BIN_BYTES, "seen": bins(seen),
+                         "marked": bins(self.bin_marked[q]), "dropped": bins(self.bin_dropped[q])}
+                for q, seen in enumerate(self.bin_seen) if seen is not None and any(seen)}

@@ -171,7 +171,7 @@ class EgressPause:
     """Pause state of one egress port, driven by the PFC frames received on it."""
 
     __slots__ = ("model_bps", "td", "until", "since", "last_rx", "mask", "next_expiry",
-                 "pauses_rx", "resumes_rx", "paused_s")
+                 "pauses_rx", "resumes_rx", "paused_s", "expired")
 
     def __init__(self, model_bps: float, td: TimeDilation) -> None:
         self.model_bps = model_bps
@@ -184,6 +184,9 @@ class EgressPause:
         self.pauses_rx = [0] * 8
         self.resumes_rx = [0] * 8
         self.paused_s = [0.0] * 8  # lab seconds paused, closed intervals
+        #: (priority, lab time of the expiry) of pauses that ran out, noted when a list: an
+        #: expiry is found lazily, after it happened (the agent's event log, docs/EVENTS.md)
+        self.expired: list[tuple[int, float]] | None = None
 
     def on_pfc(self, class_enable: int, quanta: Sequence[int], now: float) -> None:
         """Apply a received PFC frame: quanta q > 0 pauses for q x 512 bit times at the
@@ -232,6 +235,8 @@ class EgressPause:
     def _expire(self, now: float) -> None:
         for p in range(8):
             if self.since[p] >= 0 and self.until[p] <= now:
+                if self.expired is not None:
+                    self.expired.append((p, self.until[p]))
                 self.paused_s[p] += self.until[p] - self.since[p]
                 self.since[p] = -1.0
                 self.until[p] = 0.0

@@ -26,13 +26,14 @@ def qos(mode="on", **wd):
     return q.to_dict()
 
 
-def make_agent(q=None, rate=8e6):
-    """4 host ports on one rail VLAN; 8 Mbit/s lab = 1 MB/s per port; TDF 1000."""
+def make_agent(q=None, rate=8e6, **fields):
+    """4 host ports on one rail VLAN; 8 Mbit/s lab = 1 MB/s per port; TDF 1000; `fields`:
+    further AgentConfig fields."""
     ports = tuple(PortConfig(f"eth{i + 1}", ROUTER, 200e9, rate, 0.0, 101, f"h{i + 1}:nic1")
                   for i in range(4))
     cfg = AgentConfig("rail1", 1000.0, "/nonexistent", ports,
                       svi={"vlan101": {m: f"eth{i + 1}" for i, m in enumerate(H)}},
-                      qos=q if q is not None else qos())
+                      qos=q if q is not None else qos(), **fields)
     a = Agent(cfg, open_sockets=False)
     for p in a.ports.values():
         p.sock = FakeSock()
