@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import topologies
@@ -74,7 +75,8 @@ def verdict_table(doc: dict) -> Table:
     """The verdict table (check, measured, expected, book, PASS/FAIL)."""
     t = Table("check", "measured", "expected", "book", "", title=f"{doc['id']}: {doc['title']}")
     for c in doc["checks"]:
-        t.add_row(c["name"], page._fmt(c["measured"])[:60], str(c["expected"]), c["source"],
+        t.add_row(escape(c["name"]), escape(page._fmt(c["measured"])[:60]),
+                  escape(str(c["expected"])), escape(c["source"]),
                   "[green]PASS[/green]" if c["pass"] else "[red]FAIL[/red]")
     return t
 
