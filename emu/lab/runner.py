@@ -72,11 +72,12 @@ def tshark_rows(pcap_dir: Path, names: dict):
         if not path.is_file():
             raise ValueError(f"frames.capture: {capture} was not captured (add it to captures)")
         argv = ["tshark", "-r", str(path), "-Y", flt or "frame", "-T", "fields", "-E",
-                "separator=\t"] + [a for f in fields for a in ("-e", f)]
+                "separator=\t"] + [a for f in fields or ["frame.number"] for a in ("-e", f)]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
             raise ValueError(f"tshark: {out.stderr.strip()[:300]}")
-        return [dict(zip(fields, line.split("\t"))) for line in out.stdout.splitlines()]
+        return [dict(zip(fields or ["frame.number"], line.split("\t")))
+                for line in out.stdout.splitlines()]
     return rows
 
 
