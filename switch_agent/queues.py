@@ -192,11 +192,12 @@ class PortQueues:
         limit = self.limit[q]
         wred = self.wred[q]
         if wred is not None:
-            self.bin_seen[q][depth // WRED_BIN_BYTES] += 1
+            b = depth // WRED_BIN_BYTES  # the depth bin this frame found
+            self.bin_seen[q][b] += 1
         if depth + n > limit:  # the buffer never exceeds the limit
             self.drop(q, "queue_full")
             if wred is not None:
-                self.bin_dropped[q][depth // WRED_BIN_BYTES] += 1
+                self.bin_dropped[q][b] += 1
             return WredVerdict.DROP
         verdict = WredVerdict.FORWARD
         if wred is not None:
@@ -207,11 +208,11 @@ class PortQueues:
                 verdict = wred_decide(seen, tos & 3, wred, self.rng(), limit)
                 if verdict is WredVerdict.DROP:
                     self.drop(q, "wred")
-                    self.bin_dropped[q][depth // WRED_BIN_BYTES] += 1
+                    self.bin_dropped[q][b] += 1
                     return verdict
                 if verdict is WredVerdict.MARK:
                     frame = mark_ce(frame, self.l3)
-                    self.bin_marked[q][depth // WRED_BIN_BYTES] += 1
+                    self.bin_marked[q][b] += 1
                     m = self.marks[q] = self.marks[q] + 1
                     if m == 1 and self.events is not None:
                         self.events.append(("ce_first", {"queue": q, "depth": depth}))

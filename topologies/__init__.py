@@ -61,19 +61,31 @@ def from_dict(data: dict, source: str = "<dict>", **overrides) -> Fabric:
         raise TopologyError(f"{source}: {exc}") from None
 
 
-def spec_of(name: str) -> dict:
-    """The YAML mapping of a preset or of a generated ``rail{R}x{H}`` name (to merge
-    overrides into before `from_dict`, as `emu lab` does)."""
+def _named_spec(name: str) -> tuple[dict, str] | None:
+    """(YAML mapping, source label) of a preset or a generated ``rail{R}x{H}`` name."""
     presets_ = _fabric_presets()
     if name in presets_:
         data = yaml.safe_load(presets_[name].read_text())
         data.setdefault("name", name)
-        return data
+        return data, f"preset {name}"
     m = RAIL_NAME.match(name)
     if m:
-        return {"gpus_per_host": int(m.group(1)), "hosts": int(m.group(2))}
-    raise TopologyError(f"unknown topology {name!r}: not a preset ({', '.join(presets_)}), "
-                        f"not rail{{R}}x{{H}}")
+        return {"gpus_per_host": int(m.group(1)), "hosts": int(m.group(2))}, name
+    return None
+
+
+def _unknown(name: str, also: str = "") -> TopologyError:
+    return TopologyError(f"unknown topology {name!r}: not a preset "
+                         f"({', '.join(_fabric_presets())}), not rail{{R}}x{{H}}{also}")
+
+
+def spec_of(name: str) -> dict:
+    """The YAML mapping of a preset or of a generated ``rail{R}x{H}`` name (to merge
+    overrides into before `from_dict`, as `emu lab` does)."""
+    named = _named_spec(name)
+    if named is None:
+        raise _unknown(name)
+    return named[0]
 
 
 def load(name: str, spines: int | None = None, tdf: float | None = None) -> Fabric:
@@ -88,14 +100,7 @@ def load(name: str, spines: int | None = None, tdf: float | None = None) -> Fabr
         except yaml.YAMLError as exc:
             raise TopologyError(f"{name}: not valid YAML: {exc}") from None
         return from_dict(data, source=name, **overrides)
-    presets_ = _fabric_presets()
-    if name in presets_:
-        data = yaml.safe_load(presets_[name].read_text())
-        data.setdefault("name", name)
-        return from_dict(data, source=f"preset {name}", **overrides)
-    m = RAIL_NAME.match(name)
-    if m:
-        return from_dict({"gpus_per_host": int(m.group(1)), "hosts": int(m.group(2))},
-                         source=name, **overrides)
-    raise TopologyError(f"unknown topology {name!r}: not a preset ({', '.join(presets_)}), "
-                        f"not rail{{R}}x{{H}}, not a YAML file")
+    named = _named_spec(name)
+    if named is None:
+        raise _unknown(name, ", not a YAML file")
+    return from_dict(named[0], source=named[1], **overrides)

@@ -27,7 +27,8 @@ from emu.run import build, collect
 from emu.run.autotdf import machine_cores
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
-from fabric.events import EventLog, read_events
+from fabric.events import EventLog, model_us, read_events
+from fabric.timedil import TimeDilation
 from traffic import nic_client
 from traffic.dcqcn import DcqcnProfile
 from traffic.workloads import flows as flows_mod
@@ -136,13 +137,12 @@ def load_run(run_dir: Path) -> dict:
 def evidence(v: Variant, run: dict) -> C.Evidence:
     """The variant's evidence on the lab's axis (model µs after the flows' t0)."""
     rd: Path = run["run_dir"]
-    td = v.fabric.tdf
     t0 = run["result"]["t0_model_us"]
     evs = read_events(sorted((rd / "events").glob("*.jsonl")))
     for e in evs:
         e["t"] = round(e["t"] - t0, 2)
     rows = read_rows(rd / "metrics.csv") if (rd / "metrics.csv").is_file() else []
-    shift = run["t0_sampler"] / td * 1e6 - t0
+    shift = model_us(run["t0_sampler"], TimeDilation(run["tdf"])) - t0
     for r in rows:
         r["t_us"] = r["t_model_s"] * 1e6 + shift
     names, bps = links_of(v.fabric)
