@@ -10,7 +10,9 @@ gradients) backward with send/recv, produced in step t and consumed in step t+1:
 a host by shared memory ("NVLink" DMA), between 1a and 0b over RoCE. Each stage records
 the steps in which it computed; the utilization per step must come out as the book's
 25, 50, 75, 100, 75, 75, 100, 75, 50, 25 %. The accumulated gradients of every layer
-are checked against a single-process model run on the same micro-batches. Ranks past
+are checked against a single-process model run on the same micro-batches. Each stage
+reads its NIC's RoCE payload counter around its part, so the result says which GPUs'
+NICs carried the pipeline (the book: only 1a -> 0b and back, L1969, L2015). Ranks past
 the first four only join the final gathers.
 """
 
@@ -23,6 +25,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from collectives.jobresult import nic_payload_tx
 from collectives.workloads.common import backend_arg, init, say, write_result
 
 STAGES, MICRO = 4, 4
@@ -128,11 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if n < STAGES:
             raise SystemExit(f"pipeline: needs {STAGES} ranks, got {n}")
+        sock = os.environ.get("EMU_NIC_SOCK", "")
+        tx0 = nic_payload_tx(sock) if sock else 0
         active, grads = run_stage(rank) if rank < STAGES else (set(), [])
+        tx = (nic_payload_tx(sock) - tx0) if sock else None  # this stage's RoCE payload
         everyone = [None] * n
         dist.all_gather_object(everyone, (sorted(active), [g.tolist() for g in grads],
-                                          os.environ.get("EMU_GPU", f"rank{rank}")))
-        ok, util, diff = True, [], 0.0
+                                          os.environ.get("EMU_GPU", f"rank{rank}"), tx))
+        ok, util, diff, fabric_tx = True, [], 0.0, {}
         if rank == 0:
             steps = len(schedule())
             util = utilization([set(everyone[s][0]) for s in range(STAGES)], steps)
@@ -140,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             diff = max(float((torch.tensor(g) - r).abs().max())
                        for s in range(STAGES) for g, r in zip(everyone[s][1], ref[s]))
             ok = util == BOOK and diff < 1e-5
+            fabric_tx = {NAMES[s]: everyone[s][3] for s in range(STAGES)}
             plan = schedule()
             gpus = [everyone[s][2] for s in range(STAGES)]
             say(rank, "Pipeline parallelism (book ch.8): layers on "
@@ -152,8 +159,12 @@ def main(argv: list[str] | None = None) -> int:
                 say(rank, f"  {t:>4}  " + "".join(f"{c:>8}" for c in cells) + f"  {util[t - 1]:>5}%")
             say(rank, f"utilization {util} ({'= the book' if util == BOOK else 'differs from the book ' + str(BOOK)}); "
                       f"gradients vs a single-process model: max |diff| = {diff:.3g}")
+            say(rank, f"RoCE payload sent by each stage's NIC during the pipeline: {fabric_tx}")
+        mean = sum(util) / len(util) if util else 0.0
         write_result(rank, {"workload": "pipeline", "ok": bool(ok), "utilization": util,
-                            "max_grad_diff": diff, "active_steps": sorted(active)})
+                            "mean_utilization": mean, "bubble_percent": 100 - mean if util else 0,
+                            "fabric_tx_bytes": fabric_tx, "max_grad_diff": diff,
+                            "active_steps": sorted(active)})
         return 0 if ok else 1
     finally:
         dist.destroy_process_group()

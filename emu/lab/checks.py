@@ -19,12 +19,20 @@ a capture (tshark). A check names one primitive (docs/LABS.md "Checks"):
 * frames: {capture: "A->B", filter, fields, index?} -> tshark fields of the index-th
   frame matching the display filter (a dict), or the count with `count: true`
 * flows: {} -> "n/m" flows completed byte-exact (expect "all")
+* curve: {port: "A->B", queue, of: marked|dropped, min, max, pmax} -> how many depth bins
+  of the agent's WRED counters (switch_agent.queues WRED_BIN_BYTES) hold a mark (or drop)
+  count outside the exact binomial interval of p(d) = pmax (d - min)/(max - min), 0 below
+  min, 1 from max on (Example 11-3; ch.11 Fig 11-2); each bin at 1 - 0.01/bins, so a
+  correct curve fails with probability <= 1 %; bins with fewer than `min_seen` arrivals
+  (20) are not judged
+* result: {path: "a.b.0", over: "c.d"?} -> a value of the workload's result (a torch lab's
+  rank table, ring trace, utilisation list), divided by another with `over`
 
 A selector SEL is a mapping of event fields (ev, node, port, prio, queue, qp, dir, why,
 ...; a list means any of) plus `port: "A->B"` (node A, its port towards B), `flow:` /
 `flow_rx:` (the flow's sender / receiver NIC and QPs), `after:` / `before:` (µs or a
 duration). `expect` is "OP value" (>=, <=, >, <, ==, !=), "a..b", "x ± y" or "x ± y%",
-"none", "any" (informational), true/false, or a mapping of frame fields. Values may carry
+"none", "any" (informational), true/false, a mapping of fields or a list (equal). Values may carry
 units: KB/MB/B (bytes), Gbps/Mbps (bit/s), ns/us/ms/s (microseconds).
 """
 
@@ -75,6 +83,9 @@ def parse_expect(exp: Any) -> tuple[Callable[[Any], bool], str]:
         return (lambda m: m is exp), str(exp).lower()
     if isinstance(exp, (int, float)):
         return (lambda m: isinstance(m, (int, float)) and OPS["=="](m, exp)), f"== {exp:g}"
+    if isinstance(exp, list):
+        return (lambda m: isinstance(m, list) and len(m) == len(exp) and all(
+            str(a).lower() == str(b).lower() for a, b in zip(m, exp))), _list_text(exp)
     if isinstance(exp, dict):
         want = {k: str(v).lower() for k, v in exp.items()}
         return (lambda m: isinstance(m, dict) and all(str(m.get(k, "")).lower() == v
@@ -114,6 +125,10 @@ def parse_expect(exp: Any) -> tuple[Callable[[Any], bool], str]:
                      f"'none', 'any')")
 
 
+def _list_text(xs: list) -> str:
+    return "[" + ", ".join(str(x) for x in xs) + "]"
+
+
 @dataclass
 class Evidence:
     """What one variant's run left, on the lab's time axis (model µs after t0)."""
@@ -125,6 +140,7 @@ class Evidence:
     links: dict = field(default_factory=dict)  # "A->B" -> (A, ifname of A's port)
     link_bps: dict = field(default_factory=dict)  # "A->B" -> model bit/s
     frames: Callable[[str, str, list], list] | None = None  # (capture, filter, fields) -> rows
+    result: dict = field(default_factory=dict)  # a torch workload's result (emu.run)
 
 
 def _any(want: Any) -> Callable[[Any], bool]:
@@ -305,6 +321,85 @@ def frames(ev: Evidence, spec: dict) -> Any:
     return rows[i] if -len(rows) <= i < len(rows) else None
 
 
+def binom_interval(n: int, p: float, alpha: float) -> tuple[int, int]:
+    """The exact central interval [lo, hi] holding a Binomial(n, p) count with
+    probability >= 1 - alpha."""
+    if p <= 0:
+        return 0, 0
+    if p >= 1:
+        return n, n
+    lp, lq = math.log(p), math.log1p(-p)
+    lg = math.lgamma(n + 1)
+    cdf, lo, hi = 0.0, None, n
+    for k in range(n + 1):
+        cdf += math.exp(lg - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lp + (n - k) * lq)
+        if lo is None and cdf > alpha / 2:
+            lo = k
+        if cdf >= 1 - alpha / 2:
+            hi = k
+            break
+    return lo or 0, hi
+
+
+def wred_p(d: float, lo: float, hi: float, pmax: float) -> float:
+    """Example 11-3's curve: 0 below min, linear to pmax at max, 1 from max on."""
+    if d < lo:
+        return 0.0
+    if d >= hi:
+        return 1.0
+    return pmax * (d - lo) / (hi - lo)
+
+
+def curve_bins(ev: Evidence, spec: dict) -> list[dict]:
+    """Per depth bin of a queue: arrivals, counted (marked or dropped), expected p and
+    the interval; `ok` None where the bin has too few arrivals to judge."""
+    port = spec.get("port")
+    if port not in ev.links:
+        raise ValueError(f"curve.port: no link {port!r}")
+    node, ifname = ev.links[port]
+    p = ev.counters.get(node, {}).get("ports", {}).get(ifname)
+    if p is None:
+        raise ValueError(f"curve.port: no counters of {port}")
+    bins = p.get("wred_bins", {}).get(str(spec.get("queue", 3)))
+    if bins is None:
+        raise ValueError(f"curve.queue: queue {spec.get('queue', 3)} of {port} saw no arrivals")
+    of = spec.get("of", "marked")
+    if of not in ("marked", "dropped"):
+        raise ValueError(f"curve.of: marked or dropped, got {of!r}")
+    w = bins["bin_bytes"]
+    lo, hi = value(spec.get("min", "150KB")), value(spec.get("max", "3000KB"))
+    pmax, min_seen = float(spec.get("pmax", 0.07)), int(spec.get("min_seen", 20))
+    judged = sum(1 for n in bins["seen"] if n >= min_seen)
+    alpha = 0.01 / max(judged, 1)
+    out = []
+    for b, (n, k) in enumerate(zip(bins["seen"], bins[of])):
+        if n == 0:
+            continue
+        a, z = b * w, (b + 1) * w
+        # the bin's mean probability (arrivals taken as spread evenly over the bin)
+        pe = sum(wred_p(a + (i + 0.5) * w / 16, lo, hi, pmax) for i in range(16)) / 16
+        ci = binom_interval(n, pe, alpha)
+        out.append({"bin": b, "from": a, "seen": n, of: k, "p": pe, "interval": ci,
+                    "ok": (ci[0] <= k <= ci[1]) if n >= min_seen else None})
+    return out
+
+
+def result_value(result: dict, path: str) -> Any:
+    """`path` ("a.b.0") in a workload's result."""
+    cur: Any = result
+    for part in str(path).split("."):
+        if isinstance(cur, list) and part.lstrip("-").isdigit():
+            i = int(part)
+            cur = cur[i] if -len(cur) <= i < len(cur) else None
+        elif isinstance(cur, dict):
+            cur = cur.get(part, cur.get(int(part)) if part.isdigit() else None)
+        else:
+            cur = None
+        if cur is None:
+            raise ValueError(f"result.path: nothing at {path!r} (stopped at {part!r})")
+    return cur
+
+
 def measure(ev: Evidence, check: dict) -> tuple[Any, bool | None]:
     """The measured value of one check (and, for order, whether it held)."""
     kind, spec = check["kind"], check[check["kind"]]
@@ -334,6 +429,19 @@ def measure(ev: Evidence, check: dict) -> tuple[Any, bool | None]:
     if kind == "flows":
         ok = [f for f in ev.flows.values() if f["status"] == "SUCCESS" and f["byte_exact"]]
         return f"{len(ok)}/{len(ev.flows)}", None
+    if kind == "curve":
+        bins = [b for b in curve_bins(ev, spec) if b["ok"] is not None]
+        if not bins:
+            raise ValueError("curve: no depth bin had enough arrivals to judge")
+        return sum(1 for b in bins if not b["ok"]), None
+    if kind == "result":
+        if not ev.result:
+            raise ValueError("result: this lab ran no workload")
+        v = result_value(ev.result, spec.get("path", ""))
+        if "over" in spec:
+            d = result_value(ev.result, spec["over"])
+            return (v / d if d else None), None
+        return v, None
     raise ValueError(f"{kind}: not judged per variant")
 
 

@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import topologies
+from emu.lab import checks as C
 from emu.lab import page, runner
 from emu.lab import schema as S
 from emu.run.terminal import Terminal
@@ -59,8 +60,10 @@ def cmd_show(args) -> int:
     print("\nVariants:" if len(lab.variants) > 1 else "\nRun:")
     for v in lab.variants:
         fab = v.fabric
+        traffic = (f"a {v.workload['name']} job on every GPU" if v.workload
+                   else f"{len(v.flows)} flows")
         print(f"  {v.name}: {v.title} - {fab.name}, TDF {fab.tdf:g}, QoS "
-              f"{v.qos.name if v.qos else 'off'}, DCQCN {v.dcqcn}, {len(v.flows)} flows")
+              f"{v.qos.name if v.qos else 'off'}, DCQCN {v.dcqcn}, {traffic}")
     print("\nChecks:")
     for c in lab.checks:
         where = c.get("variant", "all")
@@ -81,6 +84,22 @@ def verdict_table(doc: dict) -> Table:
     return t
 
 
+def curves(lab: S.Lab, v: S.Variant, ev) -> list:
+    """The measured WRED curves of the variant's curve checks, as plots."""
+    out = []
+    for c in lab.checks:
+        if c["kind"] != "curve" or not runner.applies(c, v.name):
+            continue
+        try:
+            bins = C.curve_bins(ev, c["curve"])
+        except ValueError:
+            continue  # the check itself reports why
+        out.append(page.curve_png(bins, c["curve"].get("of", "marked"),
+                                  f"{lab.id} {v.name}: {c['curve']['port']} queue "
+                                  f"{c['curve'].get('queue', 3)}"))
+    return out
+
+
 def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
             rejudge: bool = False) -> tuple[int, dict]:
     """Run a lab (all variants or one) into `out` - or, with `rejudge`, judge the runs
@@ -98,12 +117,14 @@ def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
         ev = runner.evidence(v, run)
         results += runner.judge_variant(lab, v, ev, many)
         wred = v.qos.queuing.queues[3].wred if v.qos is not None else None
+        plots = [page.timeline_png(ev.events, f"{lab.id} {v.name}: events"),
+                 page.depth_png(ev.metrics, ev.links, f"{lab.id} {v.name}",
+                                (wred.min_bytes, wred.max_bytes) if wred else None)]
+        plots += curves(lab, v, ev)
         shown.append({"name": v.name, "title": v.title, "timeline": runner.timeline(ev),
-                      "plots": [page.timeline_png(ev.events, f"{lab.id} {v.name}: events"),
-                                page.depth_png(ev.metrics, ev.links, f"{lab.id} {v.name}",
-                                               (wred.min_bytes, wred.max_bytes) if wred else None)]})
+                      "plots": plots})
         fid = run["fidelity"]
-        term.say(f"  flows done in {run['lab_s']:.1f} s lab; fidelity guard: "
+        term.say(f"  traffic done in {run['lab_s']:.1f} s lab; fidelity guard: "
                  f"{'kept up' if fid.get('kept_up') else 'DID NOT keep up'} "
                  f"(p99 lag {fid.get('p99_lag_model_us', float('nan')):.2f} µs model)")
     results += runner.judge_ratios(lab, results)

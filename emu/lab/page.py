@@ -76,6 +76,39 @@ def depth_png(metrics: list[dict], links: dict, title: str, wred: tuple | None) 
     return _png(fig)
 
 
+def curve_png(bins: list[dict], of: str, title: str) -> str | None:
+    """A measured WRED curve: the fraction marked (or dropped) per depth bin against the
+    expected probability and its binomial interval (emu.lab.checks.curve_bins)."""
+    if not bins:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 3.2))
+    x = [(b["from"] + 75e3) / 1e3 for b in bins]
+    ax.plot(x, [b["p"] for b in bins], color="grey", lw=1, label="the book's p(d)")
+    lo = [b["interval"][0] / b["seen"] for b in bins]
+    hi = [b["interval"][1] / b["seen"] for b in bins]
+    ax.fill_between(x, lo, hi, color="grey", alpha=0.2, step="mid", label="binomial interval")
+    # linear below WRED max; fractions above the axis (1.0 from max on) drawn at its top
+    top = 2 * max((b["p"] for b in bins if b["p"] < 1), default=0.05)
+    for ok, colour, label in ((True, "tab:green", "inside"), (False, "tab:red", "outside"),
+                              (None, "tab:grey", "too few arrivals")):
+        pts = [(xx, b[of] / b["seen"]) for xx, b in zip(x, bins) if b["ok"] is ok]
+        low = [p for p in pts if p[1] <= top]
+        high = [p for p in pts if p[1] > top]
+        if low:
+            ax.scatter([p[0] for p in low], [p[1] for p in low], color=colour, s=18,
+                       label=f"measured, {label}", zorder=3)
+        if high:
+            ax.scatter([p[0] for p in high], [top] * len(high), color=colour, s=30,
+                       marker="^", zorder=3, label=f"measured, {label}, > {top:.2g} (value "
+                       f"{min(p[1] for p in high):.2f}..{max(p[1] for p in high):.2f})")
+    ax.set_ylim(0, top * 1.05)
+    ax.set_xlabel("queue depth the packet found (KB, 150 KB bins)")
+    ax.set_ylabel(f"fraction {of}")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
 def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"

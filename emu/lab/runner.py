@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from emu import guard
+from collectives.jobresult import run_torch_workload
 from emu.lab import checks as C
 from emu.lab.schema import Lab, Variant
 from emu.metrics import read_rows
@@ -50,7 +51,7 @@ def links_of(fab) -> tuple[dict, dict]:
 def plan_of(v: Variant, run_dir: Path, pcap_limit_mb: float) -> RunPlan:
     """The RunPlan `emu run` would make for this variant (no workload: the flows)."""
     names, _ = links_of(v.fabric)
-    targets = [names[c] for c in v.captures]
+    targets = [tuple(c.split(":", 1)) if c not in names else names[c] for c in v.captures]
     args = argparse.Namespace(no_shaping=False, pcap_limit=pcap_limit_mb, quiet=True,
                               workload=None, cli=False)
     plan = RunPlan(args, v.fabric, v.qos, targets, None, INTERVAL_MODEL_S, run_dir,
@@ -66,9 +67,12 @@ def plan_of(v: Variant, run_dir: Path, pcap_limit_mb: float) -> RunPlan:
 def tshark_rows(pcap_dir: Path, names: dict):
     """(capture 'A->B', display filter, fields) -> one dict per matching frame."""
     def rows(capture: str, flt: str, fields: list[str]) -> list[dict]:
-        if capture not in names:
+        if capture in names:
+            node, ifname = names[capture]
+        elif ":" in capture:
+            node, ifname = capture.split(":", 1)
+        else:
             raise ValueError(f"frames.capture: no link {capture!r}")
-        node, ifname = names[capture]
         path = pcap_dir / f"{node}-{ifname}.pcap"
         if not path.is_file():
             raise ValueError(f"frames.capture: {capture} was not captured (add it to captures)")
@@ -89,7 +93,8 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "topology.json").write_text(json.dumps(fab.to_dict(), indent=1))
     plan = plan_of(v, run_dir, pcap_limit_mb)
-    gpus = sorted({g for f in v.flows for g in (f.src, f.dst)})
+    gpus = (sorted(fab.gpus) if v.workload
+            else sorted({g for f in v.flows for g in (f.src, f.dst)}))
     with build.build(plan, term) as live:
         fnet = live.fnet
         mtu = v.nic.get("mtu", 4096)
@@ -105,10 +110,14 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
         for s in fab.switches():
             fnet.agent_request(s.name, {"cmd": "fidelity_reset"})
         log = EventLog(str(run_dir / "events" / "lab.jsonl"), "lab", plan.td)
-        term.say(f"  {len(v.flows)} flows over {len(gpus)} NICs (TDF {fab.tdf:g})...", flush=True)
         t_lab = time.monotonic()
-        with term.phase(f"{lab.id} {v.name}: flows running"):
-            result = flows_mod.run(fab, socks, v.flows, lab.timeout_s, log)
+        if v.workload:
+            result = run_workload(lab, v, fnet, socks, term, log)
+        else:
+            term.say(f"  {len(v.flows)} flows over {len(gpus)} NICs (TDF {fab.tdf:g})...",
+                     flush=True)
+            with term.phase(f"{lab.id} {v.name}: flows running"):
+                result = flows_mod.run(fab, socks, v.flows, lab.timeout_s, log)
         wall = time.monotonic() - t_lab
         log.close(time.monotonic())
         counters = collect.stop_sampling(plan, live)
@@ -121,6 +130,24 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
             "suggested_tdf": judged["suggested_tdf"], "pcaps": pcaps, "tdf": fab.tdf}
     (run_dir / "variant.json").write_text(json.dumps(meta, indent=1))
     return {**meta, "result": result, "counters": counters, "run_dir": run_dir}
+
+
+def run_workload(lab: Lab, v: Variant, fnet, socks: dict, term: Terminal, log) -> dict:
+    """The lab's torch job (collectives.jobresult, as `emu run --workload`), its result
+    where flows put theirs: {"t0_model_us", "flows": {}, "workload": result + ok}."""
+    w = v.workload
+    args = argparse.Namespace(workload=w["name"], backend="emu", size=w["size"],
+                              dtype=w["dtype"], iters=w["iters"], ring=w["ring"],
+                              master_port=w["master_port"], script=None)
+    td = TimeDilation(v.fabric.tdf)
+    t0 = model_us(time.monotonic(), td)
+    log.emit("job_start", time.monotonic(), workload=w["name"])
+    term.say(f"  {w['name']} on {len(socks)} GPUs (TDF {v.fabric.tdf:g})...", flush=True)
+    with term.phase(f"{lab.id} {v.name}: {w['name']} running"):
+        out = run_torch_workload(fnet, args, {"gpus": sorted(socks)}, socks)
+    log.emit("job_done", time.monotonic(), ok=out["ok"])
+    print(out["text"], flush=True)
+    return {"t0_model_us": t0, "flows": {}, "workload": {**out["result"], "ok": out["ok"]}}
 
 
 def load_run(run_dir: Path) -> dict:
@@ -147,7 +174,14 @@ def evidence(v: Variant, run: dict) -> C.Evidence:
         r["t_us"] = r["t_model_s"] * 1e6 + shift
     names, bps = links_of(v.fabric)
     return C.Evidence(evs, rows, run["counters"], run["result"]["flows"], names, bps,
-                      tshark_rows(rd / "pcaps", names))
+                      tshark_rows(rd / "pcaps", names), run["result"].get("workload", {}))
+
+
+def applies(check: dict, variant: str) -> bool:
+    """Whether a check's `variant` (a name, a list, or all) takes in `variant`."""
+    which = check.get("variant", "all")
+    which = [which] if isinstance(which, str) else which
+    return "all" in which or variant in which
 
 
 def judge_variant(lab: Lab, v: Variant, ev: C.Evidence, many: bool) -> list[dict]:
@@ -156,9 +190,7 @@ def judge_variant(lab: Lab, v: Variant, ev: C.Evidence, many: bool) -> list[dict
     for c in lab.checks:
         if c["kind"] == "ratio":
             continue
-        which = c.get("variant", "all")
-        which = [which] if isinstance(which, str) else which
-        if "all" not in which and v.name not in which:
+        if not applies(c, v.name):
             continue
         try:
             measured, held = C.measure(ev, c)
@@ -193,8 +225,8 @@ def judge_ratios(lab: Lab, results: list[dict]) -> list[dict]:
 def timeline(ev: C.Evidence, limit: int = 400) -> list[dict]:
     """The events worth a timeline row (firsts and state changes, not every frame)."""
     keep = {"wred_min", "wred_max", "ce_first", "xoff", "xon", "pause_start", "pause_end",
-            "wd_storm", "wd_restore", "pfc_oper", "link", "flow_start", "flow_done",
-            "retransmit", "nak_tx", "suppressed"}
+            "wd_storm", "wd_restore", "pfc_oper", "link", "flow_start", "flow_done", "job_start",
+            "job_done", "retransmit", "nak_tx", "suppressed"}
     firsts = {"cnp_tx", "cnp_rx", "pfc_tx", "pfc_rx", "rate", "drop"}
     seen: set = set()
     out = []

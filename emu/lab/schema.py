@@ -3,9 +3,10 @@
 A lab is a YAML mapping: id, title, figure (the book's), story, watch, steps (the book's
 step list), topology (a preset plus RailSpec overrides), tdf, qos (a preset, a file or
 off) with `qos_overrides` merged into its YAML form, dcqcn (paper, nvidia, off), nic
-(NicConfig overrides), lldp_off, flows, captures, checks and variants (each a mapping of
-the same top-level keys, merged over the lab). `load` checks everything against the
-fabric before any namespace exists; a ValueError names the field: `flows[2].start: ...`.
+(NicConfig overrides), lldp_off, flows (or a torch `workload`), captures, checks and
+variants (each a mapping of the same top-level keys, merged over the lab). `load` checks
+everything against the fabric before any namespace exists; a ValueError names the field:
+`flows[2].start: ...`.
 """
 
 from __future__ import annotations
@@ -29,14 +30,17 @@ from traffic.workloads.flows import Flow
 
 LAB_DIR = Path(__file__).resolve().parents[2] / "labs"
 TOP_KEYS = {"id", "title", "figure", "story", "watch", "steps", "topology", "tdf", "qos",
-            "qos_overrides", "dcqcn", "nic", "lldp_off", "flows", "captures", "checks",
+            "qos_overrides", "dcqcn", "nic", "lldp_off", "flows", "workload", "captures", "checks",
             "variants", "estimate_s", "timeout_s", "calibrated"}
 VARIANT_KEYS = {"topology", "tdf", "qos", "qos_overrides", "dcqcn", "nic", "lldp_off",
-                "flows", "captures", "title"}
+                "flows", "workload", "captures", "title"}
+#: a torch job as a lab's traffic (the `emu run` options of the same names)
+WORKLOAD_KEYS = {"name", "size", "dtype", "iters", "ring", "master_port"}
+WORKLOADS = ("allreduce", "train", "pipeline", "tensor")
 FLOW_KEYS = {"name", "src", "dst", "size", "start", "qps", "write_only", "message", "gap",
              "dscp", "ecn"}
 CHECK_KINDS = ("first", "order", "count", "rate", "util", "ratio", "max", "counter",
-               "frames", "flows", "span")
+               "frames", "flows", "span", "curve", "result")
 CHECK_KEYS = {"name", "source", "expect", "variant", "note", *CHECK_KINDS}
 NIC_KEYS = {"cnp_dscp", "mtu", "window", "timeout_s", "retry_cnt"}
 LINK_RE = re.compile(r"^([\w-]+)->([\w-]+)$")
@@ -54,7 +58,8 @@ class Variant:
     nic: dict
     lldp_off: list[str]  # links "A->B": A stops sending LLDP towards B
     flows: list[Flow]
-    captures: list[str]  # links "A->B": a capture on A's port towards B
+    captures: list[str]  # links "A->B": a capture on A's port towards B; or "node:ifname"
+    workload: dict | None = None  # a torch job instead of flows (WORKLOAD_KEYS)
 
 
 @dataclass
@@ -191,6 +196,46 @@ def link_ok(fab: Fabric, text: str, where: str) -> str:
     return text
 
 
+def capture_ok(fab: Fabric, text: str, where: str) -> str:
+    """A capture: a link 'A->B' or an interface 'node:ifname' (a host's lo too)."""
+    if isinstance(text, str) and ":" in text and "->" not in text:
+        node, _, ifname = text.partition(":")
+        ok = (node, ifname) in fab.ports or (
+            ifname == "lo" and node in fab.nodes and fab.nodes[node].kind == "host")
+        _need(ok, where, f"no interface {text!r} in {fab.name} (node:ifname, e.g. h1:fe0, h1:lo)")
+        return text
+    return link_ok(fab, text, where)
+
+
+def workload_of(d: Any, fab: Fabric, where: str) -> dict:
+    """workload: {name, size, dtype, iters, ring, master_port} -> checked mapping."""
+    w = f"{where}workload"
+    _need(isinstance(d, dict), w, f"a mapping, got {d!r}")
+    for k in d:
+        _need(k in WORKLOAD_KEYS, f"{w}.{k}",
+              f"unknown field (known: {', '.join(sorted(WORKLOAD_KEYS))})")
+    _need(d.get("name") in WORKLOADS, f"{w}.name", f"one of {', '.join(WORKLOADS)}, got "
+          f"{d.get('name')!r}")
+    out = {"name": d["name"], "size": str(d.get("size", "64MB")),
+           "dtype": d.get("dtype", "float32"),
+           "iters": d.get("iters"), "ring": d.get("ring", "rail"),
+           "master_port": d.get("master_port", 29500)}
+    try:
+        _need(parse_size(out["size"]) > 0, f"{w}.size", "must be > 0")
+    except ValueError as exc:
+        raise ValueError(f"{w}.size: {exc}") from None
+    _need(out["ring"] in ("rail", "rank"), f"{w}.ring", f"rail or rank, got {out['ring']!r}")
+    _need(out["iters"] is None or isinstance(out["iters"], int) and out["iters"] >= 1,
+          f"{w}.iters", f"an integer >= 1, got {out['iters']!r}")
+    mp = out["master_port"]
+    _need(isinstance(mp, int) and 1 <= mp <= 65535, f"{w}.master_port",
+          f"a port 1..65535, got {mp!r}")
+    hosts = {g.host for g in fab.gpus.values()}
+    per = {h: sum(g.host == h for g in fab.gpus.values()) for h in hosts}
+    _need(len(set(per.values())) == 1, f"{w}", f"every host of {fab.name} needs as many GPUs")
+    return out
+
+
 def variant_of(name: str, d: dict, title: str, tdf: float | None = None) -> Variant:
     """A variant from the merged lab mapping `d` (`tdf` given: instead of the file's)."""
     where = "" if name == "main" else f"variants.{name}."
@@ -206,17 +251,21 @@ def variant_of(name: str, d: dict, title: str, tdf: float | None = None) -> Vari
     _need(isinstance(nic, dict), f"{where}nic", "a mapping")
     for k in nic:
         _need(k in NIC_KEYS, f"{where}nic.{k}", f"unknown field (known: {', '.join(sorted(NIC_KEYS))})")
+    wl = workload_of(d["workload"], fab, where) if d.get("workload") is not None else None
     flows_raw = d.get("flows")
-    _need(isinstance(flows_raw, list) and flows_raw, f"{where}flows", "a non-empty list")
-    flows = [flow_of(f, i, fab, where) for i, f in enumerate(flows_raw)]
+    _need(wl is None or not flows_raw, f"{where}flows",
+          "a lab has flows or a workload, not both")
+    _need(wl is not None or isinstance(flows_raw, list) and flows_raw, f"{where}flows",
+          "a non-empty list (or a workload)")
+    flows = [flow_of(f, i, fab, where) for i, f in enumerate(flows_raw or [])]
     names = [f.name for f in flows]
     dup = {n for n in names if names.count(n) > 1}
     _need(not dup, f"{where}flows", f"duplicate flow name {sorted(dup)[0]!r}" if dup else "")
-    caps = [link_ok(fab, c, f"{where}captures[{i}]")
+    caps = [capture_ok(fab, c, f"{where}captures[{i}]")
             for i, c in enumerate(_str_list(d.get("captures"), f"{where}captures"))]
     off = [link_ok(fab, c, f"{where}lldp_off[{i}]")
            for i, c in enumerate(_str_list(d.get("lldp_off"), f"{where}lldp_off"))]
-    return Variant(name, title, fab, qos, dcqcn, dict(nic), off, flows, caps)
+    return Variant(name, title, fab, qos, dcqcn, dict(nic), off, flows, caps, wl)
 
 
 def check_of(c: Any, i: int, variants: list[str]) -> dict:
@@ -245,7 +294,7 @@ def parse(data: Any, path: Path | None = None, tdf: float | None = None) -> Lab:
     _need(isinstance(data, dict), "lab", f"a mapping at top level, got {type(data).__name__}")
     for k in data:
         _need(k in TOP_KEYS, k, f"unknown field (known: {', '.join(sorted(TOP_KEYS))})")
-    for k in ("id", "title", "topology", "flows", "checks"):
+    for k in ("id", "title", "topology", "checks"):
         _need(k in data, k, "missing")
     base = {k: v for k, v in data.items() if k in VARIANT_KEYS}
     vraw = data.get("variants") or {}

@@ -106,7 +106,7 @@ def test_values_with_units(text, v):
 
 
 def test_bad_expectations_and_selectors_are_errors():
-    for e in (">> 3", "soon", [1]):
+    for e in (">> 3", "soon", None, {1}):
         with pytest.raises(ValueError):
             C.parse_expect(e)
     with pytest.raises(ValueError, match="no link 'rail9->x'"):
@@ -122,3 +122,57 @@ def test_ratio_over_measured_values_of_variants():
     assert C.ratio(vals, {"num": "pfc_only.xoffs", "den": 0}) == math.inf
     with pytest.raises(ValueError, match="no measured value 'x.y'"):
         C.ratio(vals, {"num": "x.y", "den": 1})
+
+
+def test_binomial_interval_is_exact_and_central():
+    lo, hi = C.binom_interval(100, 0.5, 0.01)
+    assert (lo, hi) == (37, 63)  # scipy.stats.binom.interval(0.99, 100, 0.5)
+    assert C.binom_interval(50, 0.0, 0.01) == (0, 0)
+    assert C.binom_interval(50, 1.0, 0.01) == (50, 50)
+
+
+def test_the_wred_curve_of_example_11_3():
+    assert C.wred_p(100e3, 150e3, 3000e3, 0.07) == 0.0
+    assert C.wred_p(1575e3, 150e3, 3000e3, 0.07) == pytest.approx(0.035)
+    assert C.wred_p(3000e3, 150e3, 3000e3, 0.07) == 1.0
+
+
+def _curve_ev(marked):
+    seen = [400] * 40
+    bins = {"bin_bytes": 150_000, "seen": seen, "marked": marked, "dropped": [0] * 40}
+    counters = {"rail1": {"ports": {"eth4": {"wred_bins": {"3": bins}}}}}
+    return C.Evidence([], [], counters, {}, {"rail1->h4": ("rail1", "eth4")}, {})
+
+
+def test_curve_counts_the_bins_outside_the_binomial_interval():
+    # the expected marks of bin b: 400 x the mean p over [150 KB b, 150 KB (b + 1))
+    good = [0] + [round(400 * 0.07 * (b - 0.5) / 19) for b in range(1, 20)] + [400] * 20
+    c = {"name": "x", "kind": "curve", "curve": {"port": "rail1->h4", "queue": 3}, "expect": "== 0"}
+    assert C.measure(_curve_ev(good), c) == (0, None)
+    bad = list(good)
+    bad[10], bad[0], bad[25] = 100, 5, 300  # 25 % at 1.5 MB; marks below min; 75 % above max
+    assert C.measure(_curve_ev(bad), c) == (3, None)
+    rows = C.curve_bins(_curve_ev(bad), c["curve"])
+    assert rows[10]["p"] == pytest.approx(0.07 * 9.5 / 19) and rows[10]["ok"] is False
+    with pytest.raises(ValueError, match="curve.queue: queue 0"):
+        C.measure(_curve_ev(good), {**c, "curve": {"port": "rail1->h4", "queue": 0}})
+    with pytest.raises(ValueError, match="curve.of"):
+        C.measure(_curve_ev(good), {**c, "curve": {"port": "rail1->h4", "of": "seen"}})
+
+
+def test_result_paths_and_list_expectations():
+    ev = C.Evidence([], result={"utilization": [25, 50], "trace": {"RS1": "ABCD"},
+                                "tx": {"h1g2": 6144}, "exp": 6144.0,
+                                "slots": [{"rank": 0, "host": "h1"}]})
+    c = {"name": "x", "kind": "result", "result": {"path": "utilization"}, "expect": [25, 50]}
+    m, held = C.measure(ev, c)
+    assert C.judge(m, held, c) == (True, "[25, 50]")
+    assert C.judge([25, 75], None, c)[0] is False
+    assert C.measure(ev, {**c, "result": {"path": "slots.0.host"}})[0] == "h1"
+    assert C.measure(ev, {**c, "result": {"path": "tx.h1g2", "over": "exp"}})[0] == 1.0
+    d = {"name": "x", "kind": "result", "result": {"path": "trace"}, "expect": {"RS1": "abcd"}}
+    assert C.judge(C.measure(ev, d)[0], None, d)[0] is True
+    with pytest.raises(ValueError, match="nothing at 'trace.RS9'"):
+        C.measure(ev, {**c, "result": {"path": "trace.RS9"}})
+    with pytest.raises(ValueError, match="ran no workload"):
+        C.measure(C.Evidence([]), c)

@@ -93,3 +93,31 @@ def test_every_catalogue_lab_loads():
         lab = S.load(str(p))
         assert lab.id == p.stem and lab.story and lab.checks
     assert S.load("l11.4").id == "L11.4"  # ids are case-insensitive
+
+
+def test_a_workload_lab_and_interface_captures():
+    d = {k: v for k, v in copy.deepcopy(BASE).items() if k != "flows"}
+    d.update(topology={"preset": "rail2x2"}, captures=["h2:fe0", "h1:lo", "rail1->h1"],
+             workload={"name": "allreduce", "size": "4KB", "iters": 1, "ring": "rank",
+                       "master_port": 12345})
+    [v] = S.parse(d).variants
+    assert v.flows == [] and v.workload["ring"] == "rank" and v.workload["master_port"] == 12345
+    assert v.captures == ["h2:fe0", "h1:lo", "rail1->h1"]
+    for key, val, match in [("ring", "ring", r"workload\.ring: rail or rank"),
+                            ("name", "bert", r"workload\.name: one of allreduce"),
+                            ("master_port", 0, r"workload\.master_port: a port"),
+                            ("iters", 0, r"workload\.iters: an integer >= 1"),
+                            ("size", "huge", r"workload\.size"),
+                            ("gpus", 3, r"workload\.gpus: unknown field")]:
+        e = copy.deepcopy(d)
+        e["workload"][key] = val
+        with pytest.raises(ValueError, match=match):
+            S.parse(e)
+    e = copy.deepcopy(d)
+    e["captures"] = ["h2:nic9"]
+    with pytest.raises(ValueError, match=r"captures\[0\]: no interface 'h2:nic9'"):
+        S.parse(e)
+    e = copy.deepcopy(d)
+    e["flows"] = BASE["flows"]
+    with pytest.raises(ValueError, match="flows or a workload, not both"):
+        S.parse(e)
