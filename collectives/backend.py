@@ -26,8 +26,10 @@ in order per peer); the returned work is complete, its future holds the tensors.
 
 Environment (set by `emu run --workload script|train|...`): EMU_GPU, EMU_HOST, EMU_RAIL,
 EMU_NIC_IP, EMU_NIC_SOCK (the GPU's NIC), EMU_TDF, EMU_JOB, EMU_SLOT (landing slot
-bytes), EMU_RESULT_DIR (where each rank writes emu-rank<R>-g<G>.json: unique ID, peers,
-operations with model-time durations, bytes per channel).
+bytes), EMU_RING (ring order, `emu run --ring`: "rail", the rail-aware ring, default, or
+"rank", the book's ring 0 -> 1 -> ... -> N-1 of Fig 14-5; another value fails the group),
+EMU_RESULT_DIR (where each rank writes emu-rank<R>-g<G>.json: unique ID, peers, ring,
+operations with model-time durations and per-step chunks, bytes per channel).
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ class EmuProcessGroup(dist.ProcessGroup):
         self._gname = group_name
         self.comm = Communicator(self.peers, rank, self.uid, group_index(group_name),
                                  slot=int(env.get("EMU_SLOT", DEFAULT_SLOT)), timeout=secs,
-                                 td=TimeDilation.from_env(env))
+                                 td=TimeDilation.from_env(env),
+                                 ring=env.get("EMU_RING", "rail"))
         self._report()
         atexit.register(self._finish)
 
@@ -139,7 +142,8 @@ class EmuProcessGroup(dist.ProcessGroup):
         with open(path + ".tmp", "w") as f:
             json.dump({"group": self._gname, "rank": self.rank(), "world_rank": world_rank,
                        "unique_id": self.uid.hex(), "peers": [asdict(p) for p in self.peers],
-                       "ring": self.comm.ring, "history": self.comm.history,
+                       "ring": self.comm.ring, "ring_kind": self.comm.ring_kind,
+                       "history": self.comm.history,
                        "channels": self.comm.stats()}, f)
         os.replace(path + ".tmp", path)
 

@@ -1,8 +1,9 @@
 """The communicator of one rank in one group: ring and tree collectives over channels.
 
 Book ch.14: Broadcast over a tree ("same-host peers by NVLink, remote peers over QPs"),
-ring AllReduce = ReduceScatter + AllGather with the ch.14 chunk schedule, on a
-rail-aware ring (`collectives.ring`); ReduceScatter and AllGather on their own; point to
+ring AllReduce = ReduceScatter + AllGather with the ch.14 chunk schedule (Figs
+14-5..14-17), on the rail-aware ring or the book's rank-order ring (`ring`, from
+EMU_RING; `collectives.ring.ring_by`); ReduceScatter and AllGather on their own; point to
 point send / recv (pipeline parallelism, ch.8). Workers register their buffers with
 their NIC and connect only the QPs their algorithms need, when first needed (a ring
 needs two per rank, a tree one per remote child), as NCCL connects its channels lazily.
@@ -11,8 +12,10 @@ Work is on flat CPU tensors; the bytes go through `collectives.channel` (RDMA WR
 IMMEDIATE between hosts, shared memory within a host), the reductions are torch ops on
 the landing slots (sum, avg, product, min, max; any dtype torch can add).
 
-Timing: every operation records its lab duration and its model duration (lab / TDF,
-`fabric.timedil`), with per-step timestamps for the ring ones; `history` keeps them.
+Timing: every operation records its lab and model duration (lab / TDF, `fabric.timedil`)
+in `history`; a ring one per step also its timestamps and the chunks sent and received
+(`send_chunk`, `recv_chunk`: index in buffer order, the book's A=0, B=1, ...; for
+ReduceScatter / AllGather the rank whose segment it is).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from collectives.channel import (READY_BIT, SEQ_MASK, Channel, ChannelError, Eve
 from collectives.rendezvous import PeerInfo
 from fabric.timedil import TimeDilation
 from collectives.ring import (Member, all_gather_steps, broadcast_tree, chunk_bounds,
-                              reduce_scatter_steps, ring_positions, schedule)
+                              reduce_scatter_steps, ring_by, schedule)
 from traffic.nic_client import NicClient
 from traffic.verbs import WCOpcode, WCStatus
 
@@ -82,14 +85,14 @@ class Communicator:
 
     def __init__(self, peers: list[PeerInfo], rank: int, uid: bytes, group: int = 0, *,
                  slot: int = DEFAULT_SLOT, slots: int = DEFAULT_SLOTS, timeout: float = 300.0,
-                 td: TimeDilation = TimeDilation(1.0)) -> None:
+                 td: TimeDilation = TimeDilation(1.0), ring: str = "rail") -> None:
         if slot % 64:
             raise ValueError("slot must be a multiple of 64 bytes")
         self.peers, self.rank, self.n, self.group = peers, rank, len(peers), group
         self.me = peers[rank]
         self.slot, self.slots, self.timeout, self.td = slot, slots, timeout, td
         self.members = [Member(p.rank, p.host, p.rail) for p in peers]
-        self.ring = ring_positions(self.members)
+        self.ring_kind, self.ring = ring, ring_by(ring, self.members)
         self.pos = self.ring.index(rank)
         self.events = Events()
         self.history: list[dict] = []
@@ -230,17 +233,20 @@ class Communicator:
         rec = {"op": name, "bytes": nbytes, "ranks": self.n, "tdf": self.td.tdf, "t0_lab": t0,
                "seconds_lab": t1 - t0, "seconds_model": model(t1 - t0),
                "steps": [{"step": i, "phase": ph, "t_start_s": model(a - t0),
-                          "t_end_s": model(b - t0)} for i, (ph, a, b) in enumerate(steps)]}
+                          "t_end_s": model(b - t0), **extra}
+                         for i, (ph, a, b, extra) in enumerate(steps)]}
         self.history.append(rec)
         return rec
 
     def _ring(self, buf: torch.Tensor, plan: list[dict], bounds: list[tuple[int, int]],
-              op: str, steps: list) -> None:
+              op: str, steps: list, labels: list[int] | None = None) -> None:
         """Run ring steps, streamed: from the second step on, what a rank sends is what it
         received (and reduced) the step before, so each landed message is forwarded as
         soon as it is consumed (as NCCL pipelines a step in slices) instead of waiting
-        for the whole chunk."""
+        for the whole chunk. labels[c]: the chunk bounds[c] is, as recorded per step
+        (default c: chunk c of the buffer)."""
         n, p = self.n, self.pos
+        labels = labels or list(range(len(bounds)))
         nxt, prv = self.ring[(p + 1) % n], self.ring[(p - 1) % n]
         self.ensure([nxt, prv])
         raw, isz = raw_bytes(buf), buf.element_size()
@@ -263,7 +269,8 @@ class Communicator:
                 if forward:
                     futs.append(self._send(nxt, raw[at * isz:(at + k) * isz]))
                 at += k
-            steps.append((st["phase"], a, time.monotonic()))
+            steps.append((st["phase"], a, time.monotonic(), {
+                "send_chunk": labels[st["send"][p]], "recv_chunk": labels[st["recv"][p]]}))
         for f in futs:
             f.result()
 
@@ -296,7 +303,7 @@ class Communicator:
         if self.n == 1:
             return {}
         return self._op("allgather", out.numel() * out.element_size(), lambda st: self._ring(
-            out, all_gather_steps(self.n, 0), self._segments(count), "sum", st))
+            out, all_gather_steps(self.n, 0), self._segments(count), "sum", st, self.ring))
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: str = "sum") -> dict:
         """out (count) = the reduction over ranks of segment `rank` of inp (n x count)."""
@@ -305,11 +312,9 @@ class Communicator:
         if work.numel() != count * self.n:
             raise ValueError(f"reduce_scatter: input has {work.numel()} elements, "
                              f"want {count * self.n}")
-        rec = {}
-        if self.n > 1:
-            rec = self._op("reduce_scatter", work.numel() * work.element_size(),
-                           lambda st: self._ring(work, reduce_scatter_steps(self.n, 0),
-                                                 self._segments(count), op, st))
+        rec = {} if self.n == 1 else self._op(
+            "reduce_scatter", work.numel() * work.element_size(), lambda st: self._ring(
+                work, reduce_scatter_steps(self.n, 0), self._segments(count), op, st, self.ring))
         out.copy_(work[self.rank * count:(self.rank + 1) * count])
         if op == "avg":
             out.div_(self.n) if out.is_floating_point() else out.floor_divide_(self.n)
@@ -337,7 +342,7 @@ class Communicator:
                     off += len(m)
             for f in futs:
                 f.result()
-            steps.append(("broadcast", a, time.monotonic()))
+            steps.append(("broadcast", a, time.monotonic(), {}))
         return self._op("broadcast", len(raw), run)
 
     def barrier(self) -> dict:

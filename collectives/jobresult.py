@@ -2,11 +2,15 @@
 run's result (book ch.14: the job, its rendezvous, the ring's traffic).
 
 Called by `emu run --workload allreduce|train|pipeline|tensor` and `--script`: reads the
-NICs' payload counters before and after, launches the job (`collectives.launch`), and
-gathers from the workers' files: rank 0's workload result, every rank's backend record
-(unique ID, ring, per-operation model times and per-step timestamps). For AllReduce it
-adds the ring's expected traffic: each rank whose ring successor is on another host
-sends 2(N-1)/N x S per AllReduce of S bytes through its NIC.
+NICs' payload counters before and after, launches the job (`collectives.launch`, with
+`--master-port` and `--ring`), and gathers from the workers' files: rank 0's workload
+result, every rank's backend record (unique ID, ring, per-operation model times and
+per-step timestamps and chunks). Every result has the job start of ch.14 Figs 14-1..14-3:
+the rank table (`slots`), the master's frontend address and port, each rank's MASTER_ADDR
+(127.0.0.1 on the master's host, L3487). For AllReduce it adds the ring's expected
+traffic (each rank whose ring successor is on another host sends 2(N-1)/N x S per
+AllReduce of S bytes through its NIC) and the book's step table of Figs 14-5..14-17
+(`ring_trace`): per ReduceScatter / AllGather step the chunk letters each rank sent.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from collectives.launch import run_job
+from collectives.launch import MASTER_PORT, run_job
 from fabric.timedil import TimeDilation
 from traffic.nic_client import request
 
@@ -47,8 +51,8 @@ def world_record(records: list[dict]) -> dict | None:
                                        if str(r["group"]).isdigit() else 0), default=None)
 
 
-def ring_steps(backend: dict[int, list[dict]], min_bytes: int = 1024) -> list[dict]:
-    """Per-step timeline of the last large AllReduce, every rank, aligned in model time."""
+def last_allreduce(backend: dict[int, list[dict]], min_bytes: int = 1024) -> dict[int, dict]:
+    """rank -> its record of the last AllReduce of at least min_bytes in the world group."""
     ops = {}
     for rank, recs in backend.items():
         w = world_record(recs)
@@ -56,6 +60,13 @@ def ring_steps(backend: dict[int, list[dict]], min_bytes: int = 1024) -> list[di
                if h["op"] == "allreduce" and h["bytes"] >= min_bytes]
         if big:
             ops[rank] = big[-1]
+    return ops
+
+
+def ring_steps(backend: dict[int, list[dict]], min_bytes: int = 1024) -> list[dict]:
+    """Per-step timeline of the last large AllReduce, every rank, aligned in model time
+    (with the chunk each rank sent and received at that step, where recorded)."""
+    ops = last_allreduce(backend, min_bytes)
     if not ops:
         return []
     t0 = min(o["t0_lab"] for o in ops.values())
@@ -64,8 +75,46 @@ def ring_steps(backend: dict[int, list[dict]], min_bytes: int = 1024) -> list[di
         shift = TimeDilation(o["tdf"]).model_time(o["t0_lab"] - t0)
         for s in o["steps"]:
             out.append({"rank": rank, "step": s["step"], "phase": s["phase"],
-                        "t_start_s": s["t_start_s"] + shift, "t_end_s": s["t_end_s"] + shift})
+                        "t_start_s": s["t_start_s"] + shift, "t_end_s": s["t_end_s"] + shift,
+                        **{k: s[k] for k in ("send_chunk", "recv_chunk") if k in s}})
     return out
+
+
+def chunk_letters(chunks: list[int], n: int) -> str:
+    """The book's chunk labels: A for chunk 0, B, ... ("ABCD"); past 26 chunks "0,1,..."."""
+    return "".join(chr(ord("A") + c) for c in chunks) if n <= 26 else ",".join(map(str, chunks))
+
+
+def ring_trace(backend: dict[int, list[dict]], min_bytes: int = 1024) -> dict:
+    """The book's ring AllReduce table (Figs 14-5..14-17) from the last large AllReduce:
+    {"trace": {"RS1": chunks sent by rank 0, 1, ..., ..., "AG<N-1>": ...}, "trace_recv"
+    (the same, received), "owned_after_rs" (what each rank received at the last RS step:
+    the chunk it holds fully reduced)}; {} unless every rank recorded its chunks."""
+    ops = last_allreduce(backend, min_bytes)
+    n = len(ops)
+    if n < 2 or any(o["ranks"] != n or len(o["steps"]) != 2 * (n - 1) or "send_chunk" not in s
+                    for o in ops.values() for s in o["steps"]):
+        return {}
+    out: dict = {"trace": {}, "trace_recv": {}}
+    for i in range(2 * (n - 1)):
+        name = f"RS{i + 1}" if i < n - 1 else f"AG{i - n + 2}"
+        for key, field in (("trace", "send_chunk"), ("trace_recv", "recv_chunk")):
+            out[key][name] = chunk_letters([ops[r]["steps"][i][field] for r in sorted(ops)], n)
+    out["owned_after_rs"] = out["trace_recv"][f"RS{n - 1}"]
+    return out
+
+
+def same_unique_id(backend: dict[int, list[dict]]) -> int:
+    """How many ranks hold rank 0's unique ID for the world group (the master made it and
+    sent it to every rank over the rendezvous, L3501)."""
+    uid = (world_record(backend.get(0, [])) or {}).get("unique_id")
+    return sum(1 for recs in backend.values()
+               if uid is not None and (world_record(recs) or {}).get("unique_id") == uid)
+
+
+def rank_table(slots: list[dict]) -> list[dict]:
+    """The job's ranks as the book's table (L3467-3481): rank, GPU, host, node and local rank."""
+    return [{k: s[k] for k in ("rank", "gpu", "host", "node_rank", "local_rank")} for s in slots]
 
 
 def fabric_senders(backend: dict[int, list[dict]]) -> list[str]:
@@ -82,16 +131,20 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
     """Launch, wait, gather; {"result", "ok", "text"} as `emu run` expects."""
     out_dir = Path(fnet.run_dir or ".") / "workers"
     before = {g: nic_payload_tx(s) for g, s in socks.items()}
-    job = run_job(fnet, target_argv(args), socks, out_dir)
+    port, ring = getattr(args, "master_port", MASTER_PORT), getattr(args, "ring", "rail")
+    job = run_job(fnet, target_argv(args), socks, out_dir, port=port, ring=ring)
     after = {g: nic_payload_tx(s) for g, s in socks.items()}
     tx = {g: after[g] - before[g] for g in socks}
     n = len(job["slots"])
     rank0 = job["results"].get(0, {})
     w0 = world_record(job["backend"].get(0, []))
     res = {"workload": args.workload, "backend": args.backend, "ranks": n, "job": job["job"],
-           "master": job["master"], "seconds_lab": job["seconds_lab"],
+           "master": job["master"], "master_port": port,
+           "master_addr_by_rank": job["master_addr_by_rank"],
+           "slots": rank_table(job["slots"]), "ring_kind": ring, "seconds_lab": job["seconds_lab"],
            "returncodes": job["returncodes"], "failed": job["failed"],
-           "unique_id": (w0 or {}).get("unique_id"), "ring": [
+           "unique_id": (w0 or {}).get("unique_id"),
+           "unique_id_ranks": same_unique_id(job["backend"]), "ring": [
                w0["peers"][r]["gpu"] for r in w0["ring"]] if w0 else [],
            "nic_payload_tx_bytes": tx, "rank0": rank0,
            "workers_dir": str(out_dir)}
@@ -99,6 +152,11 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
         len(job["results"]) == n and all(r.get("ok") for r in job["results"].values())))
     lines = [f"{args.workload}: {n} ranks, master {job['master']}, backend {args.backend}, "
              f"{job['seconds_lab']:.1f} s lab; worker logs in {out_dir}"]
+    by_addr: dict[str, list[int]] = {}
+    for r, a in job["master_addr_by_rank"].items():
+        by_addr.setdefault(a, []).append(r)
+    lines.append("  MASTER_ADDR " + "; ".join(f"{a} for ranks {', '.join(map(str, rs))}"
+                                              for a, rs in by_addr.items()))
     if w0:
         lines.append(f"  world ring: {' -> '.join(res['ring'])}; unique ID "
                      f"{res['unique_id'][:16]}... ({len(res['unique_id']) // 2} bytes)")
@@ -108,6 +166,11 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
         res["expected_tx_bytes_per_fabric_sender"] = 2 * (n - 1) / n * total
         res["fabric_senders"] = fabric_senders(job["backend"])
         res["steps"] = ring_steps(job["backend"])
+        res.update(ring_trace(job["backend"]))
+        if res.get("trace"):
+            steps = "  ".join(f"{k} {v}" for k, v in res["trace"].items())
+            lines.append(f"  {ring} ring, chunk sent by rank 0..{n - 1} per step: {steps}; "
+                         f"owned after RS {res['owned_after_rs']}")
         for g in res["fabric_senders"]:
             lines.append(f"  {g} NIC sent {tx[g]} B payload = "
                          f"{tx[g] / res['expected_tx_bytes_per_fabric_sender']:.3f} x "

@@ -2,11 +2,16 @@
 
 One CPU PyTorch worker per emulated GPU, started inside its host's namespace with
 torchrun's environment (NODE_RANK = host index, LOCAL_RANK = GPU index in the host,
-RANK = node_rank x nproc_per_node + local_rank, WORLD_SIZE, MASTER_ADDR = Host-1's
-frontend address, MASTER_PORT) plus where its GPU's NIC is (EMU_NIC_SOCK, EMU_NIC_IP,
-EMU_GPU, EMU_HOST, EMU_RAIL) and the time dilation (EMU_TDF). Workers run through
-`python -m collectives.run`, which makes the "emu" backend available (and the default
-for CPU) before the user's script or module starts, so scripts need no emu import.
+RANK = node_rank x nproc_per_node + local_rank, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
+plus where its GPU's NIC is (EMU_NIC_SOCK, EMU_NIC_IP, EMU_GPU, EMU_HOST, EMU_RAIL), the
+time dilation (EMU_TDF) and the ring order (EMU_RING, `emu run --ring`: "rail" or the
+book's "rank", Fig 14-5). MASTER_ADDR is as in the book (ch.14 Figs 14-1..14-3, L3487):
+127.0.0.1 for the ranks on the master's host (Host-1), Host-1's frontend address for
+the others; rank 0's TCPStore listens on the wildcard address, so both reach it.
+MASTER_PORT is `emu run --master-port` (default torchrun's 29500; the book's 12345).
+Workers run through `python -m collectives.run`, which makes the "emu" backend available
+(and the default for CPU) before the user's script or module starts, so scripts need no
+emu import.
 
 Workers are forked from a zygote (collectives.zygote; issue 11 "Memory": torch is
 imported once per job, not once per GPU) unless EMU_ZYGOTE=0, which starts each as its
@@ -33,10 +38,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from collectives.rendezvous import global_rank, torchrun_env
+from collectives.ring import RING_KINDS
 from fabric.netns import NETNS_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 MASTER_PORT = 29500  #: torchrun's default
+LOOPBACK = "127.0.0.1"  #: MASTER_ADDR of the master host's own ranks (book L3487)
 
 #: Threads of a worker's torch. One process per emulated GPU already puts N workers on
 #: the machine's few cores, so torch's intra-op parallelism only oversubscribes them:
@@ -88,17 +95,26 @@ def frontend_ip(fabric: Any, host: str) -> str:
     raise ValueError(f"{host} has no frontend interface")
 
 
+def master_addr(fabric: Any, slot: Slot) -> str:
+    """MASTER_ADDR of a rank: loopback on the master's host (rank 0's), else the master's
+    frontend address (book L3487: local ranks 1-3 via 127.0.0.1, ranks 4-7 via .101)."""
+    master = plan(fabric)[0].host
+    return LOOPBACK if slot.host == master else frontend_ip(fabric, master)
+
+
 def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
-               result_dir: Path, job: str, port: int = MASTER_PORT) -> dict[str, str]:
+               result_dir: Path, job: str, port: int = MASTER_PORT,
+               ring: str = "rail") -> dict[str, str]:
     """The environment of one worker (torchrun's variables + where its NIC is)."""
     env = {k: v for k, v in os.environ.items()  # EMU_SLOT passes through
            if k == "EMU_SLOT" or not k.startswith(("EMU_", "MASTER_"))}
     env.update(torchrun_env(slot.node_rank, nproc, slot.local_rank, nnodes,
-                            frontend_ip(fabric, plan(fabric)[0].host), port))
+                            master_addr(fabric, slot), port))
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d: "hostname of the client socket cannot be retrieved" in a namespace
     env.update({"EMU_GPU": slot.gpu, "EMU_HOST": slot.host, "EMU_RAIL": str(slot.rail),
                 "EMU_NIC_IP": slot.ip, "EMU_NIC_SOCK": nic_sock, "EMU_TDF": f"{fabric.tdf:g}",
                 "EMU_JOB": job, "EMU_RESULT_DIR": str(result_dir), "EMU_BACKEND": "emu",
+                "EMU_RING": ring,
                 "TORCHELASTIC_RUN_ID": job, **WORKER_THREADS_ENV,
                 "GLOO_SOCKET_IFNAME": "fe0",  # gloo (for comparison) over the frontend
                 "PYTHONPATH": os.pathsep.join([str(REPO)] + [p for p in
@@ -109,22 +125,27 @@ def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
 
 def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path,
             timeout: float = 1800.0, echo: Callable[[str], None] | None = print,
-            port: int = MASTER_PORT) -> dict:
+            port: int = MASTER_PORT, ring: str = "rail") -> dict:
     """Start `python -m collectives.run TARGET...` on every GPU and wait for all.
 
     target: ["--module", "collectives.workloads.train", args...] or [script, args...].
-    Returns {"ok", "returncodes", "seconds_lab", "results" (rank -> JSON the worker
-    wrote), "backend" (rank -> the emu backend's record), "failed": [...]}.
+    port: MASTER_PORT; ring: EMU_RING (RING_KINDS). Returns {"ok", "returncodes",
+    "seconds_lab", "results" (rank -> JSON the worker wrote), "backend" (rank -> the emu
+    backend's record), "failed": [...], "slots", "master" (frontend address:port),
+    "master_addr_by_rank"}.
     Workers are forked from a zygote in the launcher's namespaces (`Forked`, which says
     why there), or with EMU_ZYGOTE=0 started one by one in their hosts' (`Popened`).
     """
+    if ring not in RING_KINDS or not 0 < port < 65536:
+        raise ValueError(f"run_job: ring {ring!r} (one of {', '.join(RING_KINDS)}), "
+                         f"port {port!r} (1..65535)")
     fab = fnet.fabric
     slots = plan(fab)
     nnodes = len({s.host for s in slots})
     nproc = len(slots) // nnodes
     out_dir.mkdir(parents=True, exist_ok=True)
     job = f"emu-{fnet.tag}-{int(time.time())}"
-    envs = {s.rank: worker_env(fab, s, nproc, nnodes, sockets[s.gpu], out_dir, job, port)
+    envs = {s.rank: worker_env(fab, s, nproc, nnodes, sockets[s.gpu], out_dir, job, port, ring)
             for s in slots}
     logs = {s.rank: out_dir / f"rank{s.rank}.log" for s in slots}
     for path in logs.values():
@@ -167,7 +188,8 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     return {"ok": not failed, "returncodes": returncodes,
             "seconds_lab": elapsed, "results": results, "backend": backend, "failed": failed,
             "failed_tails": tails, "slots": [s.__dict__ for s in slots], "job": job,
-            "master": f"{frontend_ip(fab, slots[0].host)}:{port}"}
+            "master": f"{frontend_ip(fab, slots[0].host)}:{port}",
+            "master_addr_by_rank": {r: e["MASTER_ADDR"] for r, e in envs.items()}}
 
 
 class Popened:

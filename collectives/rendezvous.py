@@ -3,8 +3,11 @@
 
 torchrun gives every worker NODE_RANK, LOCAL_RANK, RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT, with global rank = node_rank x nproc_per_node + local_rank. Rank 0 (Host-1
-GPU-1) is the master: it listens on MASTER_ADDR:MASTER_PORT on the frontend network
-(torch's TCPStore server; ranks of its own host connect over loopback), waits until the
+GPU-1) is the master: it listens on MASTER_PORT (torch's TCPStore server, which binds the
+wildcard address - libuv: "::", else 0.0.0.0 - whatever MASTER_ADDR says), so the ranks
+of its own host reach it over loopback (MASTER_ADDR 127.0.0.1, book L3487) and the
+others over the frontend network (MASTER_ADDR Host-1's frontend address; the launcher
+sets both, `collectives.launch`). emu binds no socket of its own here. It waits until the
 WORLD_SIZE-1 other ranks have reported (job ID, rank, WORLD_SIZE and their fabric
 address: the IP of their GPU NIC on the backend), then generates a 128-byte unique ID and
 hands it to every rank together with the table of everybody's fabric address. The

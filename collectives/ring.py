@@ -1,11 +1,14 @@
 """Collective schedules, pure (book ch.14 "ring AllReduce step by step", "Broadcast").
 
 Everything here is arithmetic on ranks and chunk indices, used by the communicator
-(`collectives.comm`) and unit-tested against the ch.14 walk-through.
+(`collectives.comm`) and unit-tested against the ch.14 walk-through (Figs 14-5..14-17).
 
-* Ring order: rail-aware, as NCCL builds its rings: rail 1 through hosts 1..H, rail 2
-  back through hosts H..1, ... so every inter-host hop stays on one rail (one rail
-  switch, no spine) and the hops between two GPUs of a host use shared memory.
+* Ring order (`ring_by`, chosen by EMU_RING / `emu run --ring`): "rail" (default) is
+  rail-aware, as NCCL builds its rings: rail 1 through hosts 1..H, rail 2 back through
+  hosts H..1, ... so every inter-host hop stays on one rail (one rail switch, no spine)
+  and the hops between two GPUs of a host use shared memory. "rank" is the book's ring
+  of Fig 14-5, 0 -> 1 -> ... -> N-1 -> 0 in rank order (its inter-host hops may cross
+  rails, through a spine).
 * Ring AllReduce (ch.14): the buffer is cut into N chunks. ReduceScatter, N-1 steps: at
   step s the rank at ring position r sends chunk (r - s) mod N to r+1 and adds what it
   receives, chunk (r - s - 1) mod N, from r-1; then r owns the reduced chunk (r + 1) mod
@@ -23,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
+
+RING_KINDS = ("rail", "rank")  #: ring orders: rail-aware (NCCL-like), the book's rank order
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,16 @@ def ring_positions(members: Iterable[Member]) -> list[int]:
         for h in (hosts if i % 2 == 0 else hosts[::-1]):
             order += sorted(m.rank for m in ms if m.host == h and m.rail == rail)
     return order
+
+
+def ring_by(kind: str, members: Iterable[Member]) -> list[int]:
+    """Ranks in ring order: "rail" (`ring_positions`) or "rank" (0 -> 1 -> ..., Fig 14-5)."""
+    if kind == "rail":
+        return ring_positions(members)
+    if kind == "rank":
+        return sorted(m.rank for m in members)
+    raise ValueError(f"EMU_RING: ring order must be one of {', '.join(RING_KINDS)}, "
+                     f"got {kind!r}")
 
 
 def ring_order(fabric: Any) -> list[str]:

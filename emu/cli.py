@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import topologies
+from collectives.launch import MASTER_PORT
+from collectives.ring import RING_KINDS
 from emu import nsutil
 from emu.lab import command as lab_command
 from emu.mncli import open_cli
@@ -132,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "over the frontend's kernel TCP, for comparison)")
     p.add_argument("--iters", type=int, default=None,
                    help="allreduce: timed iterations per size (default 3); train: steps")
+    p.add_argument("--ring", default="rail", choices=RING_KINDS,
+                   help="torch workloads, backend emu: ring order of the collectives: rail "
+                        "(rail-aware, as NCCL: inter-host hops stay on a rail; default) or "
+                        "rank (the book's ring 0 -> 1 -> ... -> N-1 -> 0 of Fig 14-5; its "
+                        "inter-host hops may cross rails through a spine)")
+    p.add_argument("--master-port", type=int, default=MASTER_PORT, metavar="N",
+                   help="torch workloads: MASTER_PORT, the TCP port rank 0's rendezvous "
+                        f"store listens on (default {MASTER_PORT}, torchrun's; the book's "
+                        "ch.14 example uses 12345)")
     p.add_argument("--dtype", default="float32",
                    help="allreduce: element type(s), comma list of float32, float64, int32, "
                         "int64 (integer results are checked exactly)")

@@ -32,7 +32,8 @@ A selector SEL is a mapping of event fields (ev, node, port, prio, queue, qp, di
 ...; a list means any of) plus `port: "A->B"` (node A, its port towards B), `flow:` /
 `flow_rx:` (the flow's sender / receiver NIC and QPs), `after:` / `before:` (µs or a
 duration). `expect` is "OP value" (>=, <=, >, <, ==, !=), "a..b", "x ± y" or "x ± y%",
-"none", "any" (informational), true/false, a mapping of fields or a list (equal). Values may carry
+"none", "any" (informational), true/false, "is TEXT" (the text), a mapping of fields or
+a list (equal). Values may carry
 units: KB/MB/B (bytes), Gbps/Mbps (bit/s), ns/us/ms/s (microseconds).
 """
 
@@ -85,12 +86,9 @@ def parse_expect(exp: Any) -> tuple[Callable[[Any], bool], str]:
         return (lambda m: isinstance(m, (int, float)) and OPS["=="](m, exp)), f"== {exp:g}"
     if isinstance(exp, list):
         return (lambda m: isinstance(m, list) and len(m) == len(exp) and all(
-            str(a).lower() == str(b).lower() for a, b in zip(m, exp))), _list_text(exp)
+            _same(a, b) for a, b in zip(m, exp))), _list_text(exp)
     if isinstance(exp, dict):
-        want = {k: str(v).lower() for k, v in exp.items()}
-        return (lambda m: isinstance(m, dict) and all(str(m.get(k, "")).lower() == v
-                                                      for k, v in want.items())), \
-            ", ".join(f"{k}={v}" for k, v in exp.items())
+        return (lambda m: _same(m, exp)), ", ".join(f"{k}={v}" for k, v in exp.items())
     if not isinstance(exp, str):
         raise ValueError(f"an expectation like '>= 0.9', got {exp!r}")
     low = exp.strip().lower()
@@ -102,6 +100,9 @@ def parse_expect(exp: Any) -> tuple[Callable[[Any], bool], str]:
         return (lambda m: isinstance(m, str) and m.split("/")[0] == m.split("/")[-1]), "all"
     if low in ("true", "false"):
         return (lambda m: m is (low == "true")), low
+    if low.startswith("is "):  # text equality: "is BCDA"
+        want = exp.strip()[3:].strip()
+        return (lambda m: str(m) == want), f"is {want}"
     m = EXPECT_RE.match(exp)
     if m:
         op, v = m.group(1), value(m.group(2))
@@ -123,6 +124,17 @@ def parse_expect(exp: Any) -> tuple[Callable[[Any], bool], str]:
         return (lambda x: isinstance(x, (int, float)) and OPS["=="](x, v)), f"== {exp.strip()}"
     raise ValueError(f"not an expectation: {exp!r} (try '>= 0.9', '0..150KB', '83.9us ± 2%', "
                      f"'none', 'any')")
+
+
+def _same(m: Any, want: Any) -> bool:
+    """`m` matches `want`: a mapping by the keys `want` names (keys compared as text, so
+    JSON's "0" is YAML's 0), anything else as text, case-insensitive."""
+    if isinstance(want, dict):
+        if not isinstance(m, dict):
+            return False
+        got = {str(k): v for k, v in m.items()}
+        return all(_same(got.get(str(k), ""), v) for k, v in want.items())
+    return str(m).lower() == str(want).lower()
 
 
 def _list_text(xs: list) -> str:

@@ -268,6 +268,18 @@ def variant_of(name: str, d: dict, title: str, tdf: float | None = None) -> Vari
     return Variant(name, title, fab, qos, dcqcn, dict(nic), off, flows, caps, wl)
 
 
+def _no_bool_keys(x: Any, where: str) -> None:
+    """YAML 1.1 reads an unquoted on/off/yes/no key as a boolean: name it, once."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            _need(not isinstance(k, bool), where, f"a key read as {k} - YAML turns an unquoted "
+                  "on/off/yes/no into a boolean; quote it (\"on\": true)")
+            _no_bool_keys(v, f"{where}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            _no_bool_keys(v, f"{where}[{i}]")
+
+
 def check_of(c: Any, i: int, variants: list[str]) -> dict:
     """One checks[] entry, its shape checked (emu.lab.checks judges it)."""
     w = f"checks[{i}]"
@@ -281,6 +293,7 @@ def check_of(c: Any, i: int, variants: list[str]) -> dict:
     for name in _str_list(v, f"{w}.variant"):
         _need(name == "all" or name in variants, f"{w}.variant",
               f"no variant {name!r} (the lab has: {', '.join(variants)})")
+    _no_bool_keys(c[kinds[0]], f"{w}.{kinds[0]}")
     if "expect" in c:
         try:
             parse_expect(c["expect"])

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from collectives.launch import plan as job_plan
+from collectives.launch import MASTER_PORT, plan as job_plan
+from collectives.ring import RING_KINDS
 from fabric.timedil import parse_size
 from topologies.model import Fabric
 
@@ -56,7 +57,13 @@ def _torch_options(args: argparse.Namespace, fab: Fabric) -> dict:
         raise ValueError(f"--dtype: {bad[0]!r} is not float32, float64, int32 or int64")
     if args.iters is not None and args.iters < 1:
         raise ValueError(f"--iters: must be >= 1, got {args.iters}")
+    port, ring = getattr(args, "master_port", MASTER_PORT), getattr(args, "ring", "rail")
+    if not 1 <= port <= 65535:
+        raise ValueError(f"--master-port: must be 1..65535, got {port}")
+    if ring not in RING_KINDS:
+        raise ValueError(f"--ring: must be {' or '.join(RING_KINDS)}, got {ring!r}")
     sizes = [parse_size(x) for x in (args.size or "64MB").split(",") if x.strip()]
     if not sizes or not all(0 < x < 1 << 31 for x in sizes):
         raise ValueError(f"--size: 1 B .. 2 GiB per rank, got {args.size!r}")
-    return {"gpus": list(fab.gpus), "sizes": sizes, "size": max(sizes)}
+    return {"gpus": list(fab.gpus), "sizes": sizes, "size": max(sizes), "master_port": port,
+            "ring": ring}

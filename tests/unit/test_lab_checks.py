@@ -176,3 +176,19 @@ def test_result_paths_and_list_expectations():
         C.measure(ev, {**c, "result": {"path": "trace.RS9"}})
     with pytest.raises(ValueError, match="ran no workload"):
         C.measure(C.Evidence([]), c)
+
+
+def test_text_expectation():
+    pred, text = C.parse_expect("is BCDA")
+    assert text == "is BCDA" and pred("BCDA") and not pred("bcda") and not pred("BCD")
+
+
+def test_mappings_match_by_the_keys_named_and_lists_of_mappings_element_by_element():
+    pred, _ = C.parse_expect({0: "127.0.0.1", "4": "192.168.10.101"})
+    assert pred({"0": "127.0.0.1", "1": "x", "4": "192.168.10.101"})
+    assert pred({0: "127.0.0.1", 4: "192.168.10.101"})
+    assert not pred({"0": "192.168.10.101", "4": "192.168.10.101"})
+    table, _ = C.parse_expect([{"rank": 0, "host": "h1"}, {"rank": 4, "host": "h2"}])
+    assert table([{"rank": 0, "host": "h1", "gpu": "h1g1"}, {"rank": 4, "host": "h2"}])
+    assert not table([{"rank": 0, "host": "h1"}, {"rank": 4, "host": "h1"}])
+    assert not table([{"rank": 0, "host": "h1"}])

@@ -121,3 +121,11 @@ def test_a_workload_lab_and_interface_captures():
     e["flows"] = BASE["flows"]
     with pytest.raises(ValueError, match="flows or a workload, not both"):
         S.parse(e)
+
+
+def test_a_yaml_boolean_key_in_a_selector_is_named():
+    import yaml
+    d = copy.deepcopy(BASE)
+    d["checks"] = yaml.safe_load("- {name: c, count: {ev: pfc_oper, on: true}}")
+    with pytest.raises(ValueError, match=r"checks\[0\]\.count: a key read as True"):
+        S.parse(d)
