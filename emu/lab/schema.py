@@ -1,10 +1,11 @@
 """A lab file: the book's experiment as data (docs/LABS.md has the format).
 
 A lab is a YAML mapping: id, title, figure (the book's), story, watch, steps (the book's
-step list), topology (a preset plus RailSpec overrides), tdf, qos (a preset, a file or
-off) with `qos_overrides` merged into its YAML form, dcqcn (paper, nvidia, off), nic
-(NicConfig overrides), lldp_off, flows (or a torch `workload`), captures, checks and
-variants (each a mapping of the same top-level keys, merged over the lab). `load` checks
+step list), topology (a preset plus RailSpec overrides), tdf, qos (a preset, a file -
+relative to the lab file's folder - or off) with `qos_overrides` merged into its YAML
+form, dcqcn (paper, nvidia, off), nic (NicConfig overrides), lldp_off, flows (or a
+torch `workload`), captures, checks and variants (each a mapping of the same top-level
+keys, merged over the lab). `load` checks
 everything against the fabric before any namespace exists; a ValueError names the field:
 `flows[2].start: ...`.
 """
@@ -323,6 +324,9 @@ def parse(data: Any, path: Path | None = None, tdf: float | None = None) -> Lab:
             merged["qos_overrides"] = merge(base["qos_overrides"], over["qos_overrides"])
         if "topology" in over and "topology" in base:
             merged["topology"] = merge(base["topology"], over["topology"])
+        q = merged.get("qos")
+        if path is not None and isinstance(q, str) and (path.parent / q).is_file():
+            merged["qos"] = str(path.parent / q)  # a QoS file beside the lab file
         variants.append(variant_of(str(name), merged, str(over.get("title", name)), tdf))
     vnames = [v.name for v in variants]
     checks_raw = data["checks"]
