@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabric.qos.wred import Wred
 from fabric.timedil import parse_duration, parse_rate, parse_size
 
 OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
@@ -353,15 +354,6 @@ def binom_interval(n: int, p: float, alpha: float) -> tuple[int, int]:
     return lo or 0, hi
 
 
-def wred_p(d: float, lo: float, hi: float, pmax: float) -> float:
-    """Example 11-3's curve: 0 below min, linear to pmax at max, 1 from max on."""
-    if d < lo:
-        return 0.0
-    if d >= hi:
-        return 1.0
-    return pmax * (d - lo) / (hi - lo)
-
-
 def curve_bins(ev: Evidence, spec: dict) -> list[dict]:
     """Per depth bin of a queue: arrivals, counted (marked or dropped), expected p and
     the interval; `ok` None where the bin has too few arrivals to judge."""
@@ -379,8 +371,9 @@ def curve_bins(ev: Evidence, spec: dict) -> list[dict]:
     if of not in ("marked", "dropped"):
         raise ValueError(f"curve.of: marked or dropped, got {of!r}")
     w = bins["bin_bytes"]
-    lo, hi = value(spec.get("min", "150KB")), value(spec.get("max", "3000KB"))
-    pmax, min_seen = float(spec.get("pmax", 0.07)), int(spec.get("min_seen", 20))
+    wred = Wred(int(value(spec.get("min", "150KB"))), int(value(spec.get("max", "3000KB"))),
+                100 * float(spec.get("pmax", 0.07)), 0, True)  # the book's curve, Ex 11-3
+    min_seen = int(spec.get("min_seen", 20))
     judged = sum(1 for n in bins["seen"] if n >= min_seen)
     alpha = 0.01 / max(judged, 1)
     out = []
@@ -389,9 +382,9 @@ def curve_bins(ev: Evidence, spec: dict) -> list[dict]:
             continue
         a, z = b * w, (b + 1) * w
         # the bin's mean probability (arrivals taken as spread evenly over the bin)
-        pe = sum(wred_p(a + (i + 0.5) * w / 16, lo, hi, pmax) for i in range(16)) / 16
+        pe = sum(wred.probability(a + (i + 0.5) * w / 16) for i in range(16)) / 16
         ci = binom_interval(n, pe, alpha)
-        out.append({"bin": b, "from": a, "seen": n, of: k, "p": pe, "interval": ci,
+        out.append({"bin": b, "from": a, "to": z, "seen": n, of: k, "p": pe, "interval": ci,
                     "ok": (ci[0] <= k <= ci[1]) if n >= min_seen else None})
     return out
 

@@ -82,7 +82,7 @@ def curve_png(bins: list[dict], of: str, title: str) -> str | None:
     if not bins:
         return None
     fig, ax = plt.subplots(figsize=(10, 3.2))
-    x = [(b["from"] + 75e3) / 1e3 for b in bins]
+    x = [(b["from"] + b["to"]) / 2e3 for b in bins]
     ax.plot(x, [b["p"] for b in bins], color="grey", lw=1, label="the book's p(d)")
     lo = [b["interval"][0] / b["seen"] for b in bins]
     hi = [b["interval"][1] / b["seen"] for b in bins]
@@ -102,7 +102,8 @@ def curve_png(bins: list[dict], of: str, title: str) -> str | None:
                        marker="^", zorder=3, label=f"measured, {label}, > {top:.2g} (value "
                        f"{min(p[1] for p in high):.2f}..{max(p[1] for p in high):.2f})")
     ax.set_ylim(0, top * 1.05)
-    ax.set_xlabel("queue depth the packet found (KB, 150 KB bins)")
+    width = (bins[0]["to"] - bins[0]["from"]) / 1e3
+    ax.set_xlabel(f"queue depth the packet found (KB, {width:g} KB bins)")
     ax.set_ylabel(f"fraction {of}")
     ax.set_title(title)
     ax.legend(fontsize=8)

@@ -5,9 +5,8 @@ step list), topology (a preset plus RailSpec overrides), tdf, qos (a preset, a f
 relative to the lab file's folder - or off) with `qos_overrides` merged into its YAML
 form, dcqcn (paper, nvidia, off), nic (NicConfig overrides), lldp_off, flows (or a
 torch `workload`), captures, checks and variants (each a mapping of the same top-level
-keys, merged over the lab). `load` checks
-everything against the fabric before any namespace exists; a ValueError names the field:
-`flows[2].start: ...`.
+keys, merged over the lab). `load` checks everything against the fabric before any
+namespace exists; a ValueError names the field: `flows[2].start: ...`.
 """
 
 from __future__ import annotations
@@ -21,6 +20,10 @@ from typing import Any
 import yaml
 
 import topologies
+from collectives.jobresult import MODULES
+from collectives.launch import MASTER_PORT
+from collectives.launch import plan as job_plan
+from collectives.ring import RING_KINDS
 from emu.lab.checks import parse_expect
 from fabric.qos.config import QosConfig
 from fabric.qos.load import load_qos
@@ -37,7 +40,7 @@ VARIANT_KEYS = {"topology", "tdf", "qos", "qos_overrides", "dcqcn", "nic", "lldp
                 "flows", "workload", "captures", "title"}
 #: a torch job as a lab's traffic (the `emu run` options of the same names)
 WORKLOAD_KEYS = {"name", "size", "dtype", "iters", "ring", "master_port"}
-WORKLOADS = ("allreduce", "train", "pipeline", "tensor")
+WORKLOADS = tuple(MODULES)  # allreduce, train, pipeline, tensor
 FLOW_KEYS = {"name", "src", "dst", "size", "start", "qps", "write_only", "message", "gap",
              "dscp", "ecn"}
 CHECK_KINDS = ("first", "order", "count", "rate", "util", "ratio", "max", "counter",
@@ -220,20 +223,22 @@ def workload_of(d: Any, fab: Fabric, where: str) -> dict:
     out = {"name": d["name"], "size": str(d.get("size", "64MB")),
            "dtype": d.get("dtype", "float32"),
            "iters": d.get("iters"), "ring": d.get("ring", "rail"),
-           "master_port": d.get("master_port", 29500)}
+           "master_port": d.get("master_port", MASTER_PORT)}
     try:
         _need(parse_size(out["size"]) > 0, f"{w}.size", "must be > 0")
     except ValueError as exc:
         raise ValueError(f"{w}.size: {exc}") from None
-    _need(out["ring"] in ("rail", "rank"), f"{w}.ring", f"rail or rank, got {out['ring']!r}")
+    _need(out["ring"] in RING_KINDS, f"{w}.ring",
+          f"{' or '.join(RING_KINDS)}, got {out['ring']!r}")
     _need(out["iters"] is None or isinstance(out["iters"], int) and out["iters"] >= 1,
           f"{w}.iters", f"an integer >= 1, got {out['iters']!r}")
     mp = out["master_port"]
     _need(isinstance(mp, int) and 1 <= mp <= 65535, f"{w}.master_port",
           f"a port 1..65535, got {mp!r}")
-    hosts = {g.host for g in fab.gpus.values()}
-    per = {h: sum(g.host == h for g in fab.gpus.values()) for h in hosts}
-    _need(len(set(per.values())) == 1, f"{w}", f"every host of {fab.name} needs as many GPUs")
+    try:
+        job_plan(fab)  # torchrun's rule: as many GPUs on every host
+    except ValueError as exc:
+        raise ValueError(f"{w}: {exc}") from None
     return out
 
 

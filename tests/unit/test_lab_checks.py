@@ -5,6 +5,7 @@ import math
 import pytest
 
 from emu.lab import checks as C
+from fabric.qos.wred import Wred
 
 EVENTS = [
     {"t": 1.0, "node": "lab", "ev": "flow_start", "flow": "a"},
@@ -132,9 +133,10 @@ def test_binomial_interval_is_exact_and_central():
 
 
 def test_the_wred_curve_of_example_11_3():
-    assert C.wred_p(100e3, 150e3, 3000e3, 0.07) == 0.0
-    assert C.wred_p(1575e3, 150e3, 3000e3, 0.07) == pytest.approx(0.035)
-    assert C.wred_p(3000e3, 150e3, 3000e3, 0.07) == 1.0
+    wred = Wred(150_000, 3_000_000, 7.0, 0, True)  # what curve checks against
+    assert wred.probability(100e3) == 0.0
+    assert wred.probability(1575e3) == pytest.approx(0.035)
+    assert wred.probability(3000e3) == 1.0
 
 
 def _curve_ev(marked):
