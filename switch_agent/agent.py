@@ -43,6 +43,7 @@ from fabric.qos.wred import WredVerdict
 from fabric.timedil import TimeDilation
 from fabric.wire.ether import mac_bytes
 from fabric.wire.pfc import parse_pfc
+from fabric.wire.roce import is_cnp
 from switch_agent.config import AgentConfig
 from switch_agent.dcbx import Dcbx
 from switch_agent.events import pause_events, pfc_rx_events, queue_events
@@ -237,7 +238,7 @@ class Agent:
             self.log.emit("drop", now, port=out.name, queue=q, reason="test_hook")
             verdict = WredVerdict.DROP
         else:
-            verdict = pq.enqueue(q, frame, tag, tos)
+            verdict = pq.enqueue(q, frame, tag, tos, now)
             if pq.events:
                 queue_events(self.log, out, now)
         if verdict is WredVerdict.DROP:
@@ -304,6 +305,7 @@ class Agent:
         wake = None
         done = []
         p_by_tos = self.p_by_tos
+        us = 1e6 / self.cfg.tdf  # lab seconds -> model µs
         for p in list(self.backlog):  # release() may add ingress ports meanwhile
             sh = p.shaper
             pq = p.queues
@@ -319,17 +321,22 @@ class Agent:
                         break
                     if pq.events:
                         queue_events(self.log, p, now)
-                    frame = item[1]
-                    tag = item[2]
+                    q, frame, tag, queued = item
                     if tag is not None:
                         self.release(tag, p_by_tos[frame[15]], len(frame), now)
                     free = sh.free_at
                     due = sh.depart(len(frame), now) + p.delay
                     if now > free and now > p.eligible_at:  # booked late: model due earlier
-                        p.inflight.append((due, frame, due - now + (
-                            free if free > p.eligible_at else p.eligible_at)))
+                        start = free if free > p.eligible_at else p.eligible_at
+                        p.inflight.append((due, frame, due - now + start))
                     else:
+                        start = free if free > now else now
                         p.inflight.append((due, frame, due))
+                    wait = (start - queued) * us if start > queued else 0.0
+                    pq.note_sojourn(q, wait)
+                    if len(frame) < 100 and is_cnp(frame):  # its wait: ch.11 L2468-2476
+                        self.log.emit("cnp_fwd", now, port=p.name, queue=q,
+                                      sojourn=round(wait, 3))
             t = self.flush(p, now)
             if pq.packets:
                 if blocked:  # every backlogged queue paused: eligible again at the expiry
@@ -418,7 +425,7 @@ class Agent:
                         entries = p.queues.flush(ev.priority, "pfc_watchdog")
                         if p.queues.events:
                             queue_events(self.log, p, now)
-                        for frame, tag in entries:
+                        for frame, tag, _queued in entries:
                             if tag is not None:
                                 self.release(tag, self.p_by_tos[frame[15]], len(frame), now)
                         wd.note_dropped(ev.priority, len(entries))

@@ -27,10 +27,17 @@ its first CE mark, every frame dropped. A frame pays one integer comparison for 
 crossings (against the next level up on enqueue, down on dequeue); a note is made only
 when an event happens. Per WRED queue, arrivals, CE marks and drops are also counted by
 the depth they found (``wred_bins``: the measured WRED curve, ch.11 Fig 11-2).
+
+Every entry carries the time it was queued (the caller's clock); the caller, which knows
+when the frame starts on the wire, reports each frame's sojourn (`note_sojourn`, model
+µs): per queue the largest and a histogram over SOJOURN_EDGES_US - how long CNPs and
+data waited (ch.11 L2468-2476: "feedback arrives quickly even during severe congestion"
+because the CNP queue is strict).
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import random
 from collections.abc import Callable
@@ -44,6 +51,9 @@ from fabric.qos.wred import WredVerdict, ewma_depth, wred_decide
 WRED_BIN_BYTES = 150_000
 WRED_BINS = 40  #: bins reported; arrivals at 39 x 150 KB and deeper count in the last
 NEVER = 1 << 62  # a depth no queue reaches
+#: sojourn histogram bin edges, model µs: bin i counts sojourns < SOJOURN_EDGES_US[i]
+#: (after the previous edge), the last bin those from 1000 µs on
+SOJOURN_EDGES_US = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 
 
 class Drr:
@@ -107,7 +117,7 @@ class PortQueues:
                  "tier_of", "weighted", "scavenger", "l3", "rng", "enq_packets", "enq_bytes",
                  "deq_packets", "deq_bytes", "marks", "drops", "max_qbytes", "avg", "wmin",
                  "wmax", "up_at", "down_at", "bin_seen", "bin_marked", "bin_dropped",
-                 "events")
+                 "events", "sojourn_max", "sojourn_hist")
 
     def __init__(self, cfg: Queuing | None = None, mtu: int = 9216,
                  rng: Callable[[], float] | None = None, l3: int = 14) -> None:
@@ -117,7 +127,8 @@ class PortQueues:
         #: uniform [0, 1) source for WRED, drawn only when a queue is past WRED min
         self.rng = rng if rng is not None else random.Random(1).random
         self.cfg = cfg
-        self.fifo: list[collections.deque[tuple[bytes, object]]] = [
+        #: per queue: (frame, tag, time queued)
+        self.fifo: list[collections.deque[tuple[bytes, object, float]]] = [
             collections.deque() for _ in range(NUM_QUEUES)]
         self.qbytes = [0] * NUM_QUEUES
         self.avg = [0.0] * NUM_QUEUES  # WRED averaged depth (only for weight > 0)
@@ -162,6 +173,8 @@ class PortQueues:
         self.marks = [0] * NUM_QUEUES
         self.max_qbytes = [0] * NUM_QUEUES
         self.drops: list[dict[str, int]] = [{} for _ in range(NUM_QUEUES)]
+        self.sojourn_max = [0.0] * NUM_QUEUES  # model µs
+        self.sojourn_hist = [[0] * (len(SOJOURN_EDGES_US) + 1) for _ in range(NUM_QUEUES)]
 
     def note_events(self) -> None:
         """Note events in `events` from now on."""
@@ -183,10 +196,11 @@ class PortQueues:
         if self.events is not None:
             self.events.extend([("drop", {"queue": q, "reason": reason})] * n)
 
-    def enqueue(self, q: int, frame: bytes, tag: object = None, tos: int = 0) -> WredVerdict:
+    def enqueue(self, q: int, frame: bytes, tag: object = None, tos: int = 0,
+                now: float = 0.0) -> WredVerdict:
         """Tail drop at the queue limit, WRED (ECN bits from `tos`; 0 for non-IP), then
-        append; FORWARD/MARK = queued (MARK: the queued copy carries CE), DROP = not
-        queued (counted)."""
+        append (stamped `now`); FORWARD/MARK = queued (MARK: the queued copy carries CE),
+        DROP = not queued (counted)."""
         depth = self.qbytes[q]
         n = len(frame)
         limit = self.limit[q]
@@ -221,7 +235,7 @@ class PortQueues:
             tier = self.tier_of[q]
             if tier is not None:
                 tier.activate(q)
-        entries.append((frame, tag))
+        entries.append((frame, tag, now))
         after = depth + n
         self.qbytes[q] = after
         if after > self.max_qbytes[q]:
@@ -234,8 +248,9 @@ class PortQueues:
             self._crossed(q, depth, after)
         return verdict
 
-    def dequeue(self, paused_mask: int = 0) -> tuple[int, bytes, object] | None:
-        """(queue, frame, tag) of the next frame to send, or None (empty or all paused)."""
+    def dequeue(self, paused_mask: int = 0) -> tuple[int, bytes, object, float] | None:
+        """(queue, frame, tag, time queued) of the next frame to send, or None (empty or
+        all paused)."""
         if not self.packets:
             return None
         fifo = self.fifo
@@ -247,8 +262,8 @@ class PortQueues:
             q = self.scavenger.pick(fifo, paused_mask)
         return None if q < 0 else self._pop(q)
 
-    def _pop(self, q: int) -> tuple[int, bytes, object]:
-        frame, tag = self.fifo[q].popleft()
+    def _pop(self, q: int) -> tuple[int, bytes, object, float]:
+        frame, tag, t = self.fifo[q].popleft()
         n = len(frame)
         after = self.qbytes[q] - n
         self.qbytes[q] = after
@@ -258,7 +273,13 @@ class PortQueues:
         self.deq_bytes[q] += n
         if after < self.down_at[q]:
             self._crossed(q, after + n, after)
-        return q, frame, tag
+        return q, frame, tag, t
+
+    def note_sojourn(self, q: int, us: float) -> None:
+        """A frame of queue q waited `us` model µs from its arrival to its first bit."""
+        if us > self.sojourn_max[q]:
+            self.sojourn_max[q] = us
+        self.sojourn_hist[q][bisect.bisect_right(SOJOURN_EDGES_US, us)] += 1
 
     def _crossed(self, q: int, before: int, after: int) -> None:
         """Note the WRED levels queue q's depth crossed going from `before` to `after`
@@ -271,9 +292,9 @@ class PortQueues:
                 self.events.append((ev, {"queue": q, "dir": "down", "depth": after}))
         self._levels(q, after)
 
-    def flush(self, q: int, reason: str) -> list[tuple[bytes, object]]:
-        """Drop every frame queued in q (PFC watchdog); return the (frame, tag) entries
-        so the caller can release their ingress accounting."""
+    def flush(self, q: int, reason: str) -> list[tuple[bytes, object, float]]:
+        """Drop every frame queued in q (PFC watchdog); return the (frame, tag, time
+        queued) entries so the caller can release their ingress accounting."""
         entries = list(self.fifo[q])
         if not entries:
             return entries
@@ -301,7 +322,9 @@ class PortQueues:
                  "max_depth_bytes": self.max_qbytes[q], "enqueued": self.enq_packets[q],
                  "enqueued_bytes": self.enq_bytes[q], "dequeued": self.deq_packets[q],
                  "dequeued_bytes": self.deq_bytes[q], "ecn_marked": self.marks[q],
-                 "drops": dict(self.drops[q])} for q in range(NUM_QUEUES)]
+                 "drops": dict(self.drops[q]),
+                 "sojourn_max_us": round(self.sojourn_max[q], 3),
+                 "sojourn_hist": list(self.sojourn_hist[q])} for q in range(NUM_QUEUES)]
 
     def wred_bins(self) -> dict[str, dict]:
         """The WRED curve as measured: per WRED queue that saw arrivals, arrivals

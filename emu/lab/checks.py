@@ -14,6 +14,8 @@ a capture (tshark). A check names one primitive (docs/LABS.md "Checks"):
   window [a, b] µs: the mean of its QPs' sampled tx_bps); `of_link: true` -> fraction
 * util: {link: "A->B", window?} -> mean sampled tx_bps of A's port towards B / link rate
 * max: {metric, link, queue?, window?} over metrics, or {ev..., field} over events
+* pct: {ev..., field, p} -> the p-th percentile (nearest rank; p 50 if not given) of an
+  event field, e.g. the CNPs' sojourn in a switch (`cnp_fwd`)
 * counter: {node, port?, name, queue?, prio?, reason?} -> summed last counters
 * ratio: {num, den} -> measured value of "variant.check" (or a number) over another's
 * frames: {capture: "A->B", filter, fields, index?} -> tshark fields of the index-th
@@ -283,6 +285,16 @@ def maximum(ev: Evidence, spec: dict) -> float | None:
     return max((r["value"] for r in rows), default=None)
 
 
+def percentile(ev: Evidence, spec: dict) -> float | None:
+    """The p-th percentile (nearest rank) of an event field over the matching events."""
+    name = spec["field"]
+    vals = sorted(e[name] for e in select(ev, {k: v for k, v in spec.items()
+                                               if k not in ("field", "p")}) if name in e)
+    if not vals:
+        return None
+    return vals[max(1, math.ceil(float(spec.get("p", 50)) / 100 * len(vals))) - 1]
+
+
 def counter(ev: Evidence, spec: dict) -> float:
     """A last-counter value summed over the matching nodes and ports."""
     name = spec.get("name")
@@ -427,6 +439,8 @@ def measure(ev: Evidence, check: dict) -> tuple[Any, bool | None]:
         return util(ev, spec), None
     if kind == "max":
         return maximum(ev, spec), None
+    if kind == "pct":
+        return percentile(ev, spec), None
     if kind == "counter":
         return counter(ev, spec), None
     if kind == "frames":

@@ -44,7 +44,7 @@ WORKLOADS = tuple(MODULES)  # allreduce, train, pipeline, tensor
 FLOW_KEYS = {"name", "src", "dst", "size", "start", "qps", "write_only", "message", "gap",
              "dscp", "ecn"}
 CHECK_KINDS = ("first", "order", "count", "rate", "util", "ratio", "max", "counter",
-               "frames", "flows", "span", "curve", "result")
+               "frames", "flows", "span", "curve", "result", "pct")
 CHECK_KEYS = {"name", "source", "expect", "variant", "note", *CHECK_KINDS}
 NIC_KEYS = {"cnp_dscp", "mtu", "window", "timeout_s", "retry_cnt"}
 LINK_RE = re.compile(r"^([\w-]+)->([\w-]+)$")
@@ -300,6 +300,13 @@ def check_of(c: Any, i: int, variants: list[str]) -> dict:
         _need(name == "all" or name in variants, f"{w}.variant",
               f"no variant {name!r} (the lab has: {', '.join(variants)})")
     _no_bool_keys(c[kinds[0]], f"{w}.{kinds[0]}")
+    if kinds[0] == "pct":
+        spec = c["pct"]
+        _need(isinstance(spec, dict) and isinstance(spec.get("field"), str), f"{w}.pct.field",
+              "the event field to take the percentile of, e.g. sojourn")
+        p = spec.get("p", 50)
+        _need(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p <= 100,
+              f"{w}.pct.p", f"a percentile in (0, 100], got {p!r}")
     if "expect" in c:
         try:
             parse_expect(c["expect"])

@@ -44,7 +44,8 @@ from fabric.wire.ib import IMM_OPS, RETH_OPS, Op
 
 __all__ = ["RETH", "ImmDt", "AETH", "BTH", "CNPPadding", "ROCE_UDP_PORT",
            "DATA_ECN", "CNP_ECN", "IP_ID", "IP_FLAGS_DF", "DEFAULT_TTL",
-           "pad_count", "udp_sport", "scapy_frame", "scapy_cnp", "icrc_reference", "icrc_of"]
+           "pad_count", "udp_sport", "scapy_frame", "scapy_cnp", "icrc_reference", "icrc_of",
+           "is_cnp"]
 
 ROCE_UDP_PORT = 4791  #: RoCEv2 UDP destination port (IANA, annex A17)
 
@@ -171,3 +172,13 @@ def icrc_reference(frame: bytes) -> int:
 def icrc_of(frame: bytes) -> int:
     """The ICRC stored in a frame's last 4 bytes (little-endian on the wire, as Scapy and rxe)."""
     return struct.unpack_from("<I", frame, len(frame) - 4)[0]
+
+
+_ROCE_DPORT = ROCE_UDP_PORT.to_bytes(2, "big")
+
+
+def is_cnp(frame: bytes) -> bool:
+    """True for a RoCEv2 CNP frame: IPv4 without options, UDP 4791, BTH opcode 0x81
+    (annex A17.9.2; ch.11 Figure 11-3). Cheap enough for a switch's data path."""
+    return (72 <= len(frame) < 100 and frame[42] == Op.CNP and frame[12:14] == b"\x08\x00"
+            and frame[14] == 0x45 and frame[23] == 17 and frame[36:38] == _ROCE_DPORT)

@@ -346,3 +346,44 @@ def test_port_counters_show_wred_bins_of_queues_that_saw_traffic():
     assert ports["eth4"]["wred_bins"] == {"3": {"bin_bytes": 150_000, "seen": bins_of({0: 3}),
                                                 "marked": bins_of({}), "dropped": bins_of({})}}
     assert ports["eth1"]["wred_bins"] == {}
+
+
+# -- CNP sojourn (ch.11 L2468-2476) -------------------------------------------------------
+
+def cnp_to(dst):
+    """A real CNP (scapy_cnp) from h1 to host dst, bytes as a NIC sends it."""
+    from fabric.wire.roce import scapy_cnp
+    return bytes(scapy_cnp(H[0], H[dst], "10.0.1.11", f"10.0.1.{11 + dst}", 0xC0DE, 0x42))
+
+
+@pytest.mark.parametrize("cnp_dscp, queue, want_us", [
+    # strict q7: booked after the three data frames already on the wire (27 ms lab) but
+    # ahead of the fourth: 27 - 1 = 26 ms lab = 26 us model
+    (48, 7, 26.0),
+    # behind all four data frames in q3 (with DSCP 24, as `nic: {cnp_dscp: 24}`): 36 - 1
+    (24, 3, 35.0),
+])
+def test_cnp_sojourn_event_and_histogram(tmp_path, cnp_dscp, queue, want_us):
+    a = agent(tmp_path)
+    for _ in range(4):  # 4 x 9 ms of data to eth4; 3 are booked at once (burst 18.4 ms)
+        a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
+    a.service(0.0)
+    cnp = bytearray(cnp_to(3))
+    cnp[15] = cnp_dscp << 2 | cnp[15] & 3
+    a.on_frame(a.ports["eth2"], bytes(cnp), 0.001)
+    t = 0.001
+    while a.ports["eth4"].queues.packets:
+        t = round(t + 0.001, 6)
+        a.service(t)
+    got = logged(a, "cnp_fwd")
+    assert got == [ev(got[0]["t"], "cnp_fwd", port="eth4", queue=queue, sojourn=want_us)]
+    pq = a.ports["eth4"].queues
+    assert pq.sojourn_max[queue] == pytest.approx(want_us)
+    # data frames start at 0, 9, 18 ms and 27 ms (or 27.074, after the CNP): 0, 9, 18,
+    # 27 us model -> bins [0, 1), [5, 10), [10, 20), [20, 50); the CNP 26 / 35 us in [20, 50)
+    data = [1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0]
+    if queue == 3:
+        data[5] += 1
+    else:
+        assert pq.counters()[7]["sojourn_hist"] == [0] * 5 + [1] + [0] * 5
+    assert pq.counters()[3]["sojourn_hist"] == data

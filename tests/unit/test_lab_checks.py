@@ -194,3 +194,27 @@ def test_mappings_match_by_the_keys_named_and_lists_of_mappings_element_by_eleme
     assert table([{"rank": 0, "host": "h1", "gpu": "h1g1"}, {"rank": 4, "host": "h2"}])
     assert not table([{"rank": 0, "host": "h1"}, {"rank": 4, "host": "h1"}])
     assert not table([{"rank": 0, "host": "h1"}])
+
+
+def test_percentile_of_an_event_field_nearest_rank():
+    evs = [{"t": float(i), "node": "rail1", "ev": "cnp_fwd", "port": "eth2", "queue": 7,
+            "sojourn": s} for i, s in enumerate([0.4, 0.1, 30.0, 0.2, 0.3])]
+    evs.append({"t": 9.0, "node": "rail1", "ev": "cnp_fwd", "port": "eth3", "sojourn": 99.0})
+    ev = C.Evidence(evs, links={"rail1->h2": ("rail1", "eth2")})
+    sel = {"ev": "cnp_fwd", "port": "rail1->h2", "field": "sojourn"}
+    assert C.percentile(ev, {**sel, "p": 50}) == 0.3
+    assert C.percentile(ev, {**sel, "p": 80}) == 0.4
+    assert C.percentile(ev, {**sel, "p": 99}) == 30.0
+    assert C.percentile(ev, {**sel, "p": 20}) == 0.1
+    assert C.percentile(ev, {**sel, "queue": 3}) is None
+    assert C.measure(ev, {"kind": "pct", "pct": sel}) == (0.3, None)
+
+
+def test_pct_check_shape_is_validated():
+    from emu.lab.schema import check_of
+    c = check_of({"name": "x", "pct": {"ev": "cnp_fwd", "field": "sojourn", "p": 99}}, 0, [])
+    assert c["kind"] == "pct"
+    with pytest.raises(ValueError, match=r"checks\[0\].pct.field"):
+        check_of({"name": "x", "pct": {"ev": "cnp_fwd"}}, 0, [])
+    with pytest.raises(ValueError, match=r"checks\[0\].pct.p: a percentile"):
+        check_of({"name": "x", "pct": {"field": "sojourn", "p": 0}}, 0, [])

@@ -34,7 +34,7 @@ def fill(pq, q, n, rng, sizes=SIZES):
 def shares(pq, n):
     served = {}
     for _ in range(n):
-        q, frame, _tag = pq.dequeue(0)
+        q, frame, _tag, _t = pq.dequeue(0)
         served[q] = served.get(q, 0) + len(frame)
     total = sum(served.values())
     return {q: b / total for q, b in served.items()}
@@ -59,7 +59,7 @@ def test_strict_priority_always_first():
     fill(pq, 3, 50, rng)
     for i in range(20):
         pq.enqueue(7, FRAMES[64], tag=i)
-        q, _f, tag = pq.dequeue()
+        q, _f, tag, _t = pq.dequeue()
         assert (q, tag) == (7, i)
     assert pq.dequeue()[0] in (0, 3)
 
@@ -106,7 +106,7 @@ def test_paused_queue_is_skipped_and_resumes_in_order():
         pq.enqueue(0, FRAMES[1500], tag=("q0", i))
     paused = 1 << 3
     out = [pq.dequeue(paused) for _ in range(4)]
-    assert [t for _q, _f, t in out] == [("q0", i) for i in range(4)]
+    assert [t for _q, _f, t, _at in out] == [("q0", i) for i in range(4)]
     assert pq.dequeue(paused) is None  # only paused frames left
     assert pq.packets == 10
     assert [pq.dequeue(0)[2] for _ in range(10)] == [("q3", i) for i in range(10)]

@@ -180,3 +180,15 @@ def test_scapy_binds_every_extension_header_of_the_table(op):
         layer = layer.payload
     want = [h for h, flag in ((RETH, "R"), (ImmDt, "I")) if flag in op.headers] + [Raw]
     assert got == want
+
+
+def test_is_cnp_only_for_cnp_frames():
+    cnp = bytes(scapy_cnp(*MACS, *IPS, udp_sport(5, 9), dqpn=0x42, pkey=0x8012))
+    assert roce.is_cnp(cnp)
+    ack = bytes(scapy_frame(*MACS, *IPS, udp_sport(5, 9), Op.ACK, 0x42, 7, aeth=(0, 1)))
+    write = bytes(frame(Op.WRITE_MIDDLE, payload=b"abcd"))
+    assert not roce.is_cnp(ack) and not roce.is_cnp(write)
+    assert not roce.is_cnp(cnp[:60])  # truncated
+    other_port = cnp[:36] + b"\x12\xb8" + cnp[38:]
+    options = cnp[:14] + b"\x46" + cnp[15:]  # IHL 6: the BTH is not at byte 42
+    assert not roce.is_cnp(other_port) and not roce.is_cnp(options)
