@@ -218,3 +218,26 @@ def test_pct_check_shape_is_validated():
         check_of({"name": "x", "pct": {"ev": "cnp_fwd"}}, 0, [])
     with pytest.raises(ValueError, match=r"checks\[0\].pct.p: a percentile"):
         check_of({"name": "x", "pct": {"field": "sojourn", "p": 0}}, 0, [])
+
+
+def test_after_and_before_another_event():
+    evs = [{"t": t, "node": "rail1", "ev": e, "port": "eth3"} for t, e in
+           [(1.0, "wred_min"), (5.0, "xoff"), (7.0, "wred_min"), (9.0, "xon"), (2009.5, "xoff")]]
+    ev = C.Evidence(evs)
+    t5 = {"ev": "xoff"}
+    assert C.first(ev, {"ev": "wred_min", "after": {"first": t5}}) == 7.0
+    assert C.first(ev, {"ev": "wred_min", "before": {"first": t5}}) == 1.0
+    late = {"ev": "xoff", "after": {"first": {"ev": "xon"}, "plus": "2ms"}}
+    assert C.first(ev, late) == 2009.5
+    assert len(C.select(ev, {**late, "after": {"first": {"ev": "xon"}, "plus": "2001us"}})) == 0
+    assert C.select(ev, {"ev": "xoff", "after": {"first": {"ev": "none"}}}) == []
+    with pytest.raises(ValueError, match="after: a time or"):
+        C.select(ev, {"ev": "xoff", "after": {"first": t5, "minus": 1}})
+
+
+def test_an_order_with_expect_any_is_shown_not_judged():
+    c = {"kind": "order", "order": [{"ev": "xon"}, {"ev": "xoff"}]}
+    assert C.judge([60.0, 20.0], False, c) == (False, "in this order")
+    assert C.judge([60.0, 20.0], False, {**c, "expect": "any"}) == (
+        True, "(shown: in this order - no)")
+    assert C.judge([1.0, 2.0], True, {**c, "expect": "any"})[1] == "(shown: in this order - yes)"
