@@ -33,10 +33,11 @@ a capture (tshark). A check names one primitive (docs/LABS.md "Checks"):
 A selector SEL is a mapping of event fields (ev, node, port, prio, queue, qp, dir, why,
 ...; a list means any of) plus `port: "A->B"` (node A, its port towards B), `flow:` /
 `flow_rx:` (the flow's sender / receiver NIC and QPs), `after:` / `before:` (µs or a
-duration, or `{first: SEL, plus: duration}`: relative to another event). `expect` is "OP value" (>=, <=, >, <, ==, !=), "a..b", "x ± y" or "x ± y%",
-"none", "any" (informational), true/false, "is TEXT" (the text), a mapping of fields or
-a list (equal). Values may carry
-units: KB/MB/B (bytes), Gbps/Mbps (bit/s), ns/us/ms/s (microseconds).
+duration, or `{first: SEL, plus: duration}`: relative to another event). `expect` is
+"OP value" (>=, <=, >, <, ==, !=), "a..b", "x ± y" or "x ± y%", "none", "any"
+(informational; an order with "any" is shown, not judged), true/false, "is TEXT" (the
+text), a mapping of fields or a list (equal). Values may carry units: KB/MB/B (bytes),
+Gbps/Mbps (bit/s), ns/us/ms/s (microseconds).
 """
 
 from __future__ import annotations
