@@ -286,9 +286,7 @@ def util(ev: Evidence, spec: dict) -> float | None:
 def maximum(ev: Evidence, spec: dict) -> float | None:
     """The largest sampled metric of a link (or of an event field)."""
     if "field" in spec:
-        vals = [e[spec["field"]] for e in select(ev, {k: v for k, v in spec.items()
-                                                      if k != "field"}) if spec["field"] in e]
-        return max(vals, default=None)
+        return max(_field_values(ev, spec), default=None)
     link = spec.get("link")
     if link not in ev.links:
         raise ValueError(f"max.link: no link {link!r}")
@@ -298,11 +296,16 @@ def maximum(ev: Evidence, spec: dict) -> float | None:
     return max((r["value"] for r in rows), default=None)
 
 
+def _field_values(ev: Evidence, spec: dict) -> list:
+    """The values of spec["field"] in the events matching the rest of spec (less p)."""
+    name = spec["field"]
+    sel = {k: v for k, v in spec.items() if k not in ("field", "p")}
+    return [e[name] for e in select(ev, sel) if name in e]
+
+
 def percentile(ev: Evidence, spec: dict) -> float | None:
     """The p-th percentile (nearest rank) of an event field over the matching events."""
-    name = spec["field"]
-    vals = sorted(e[name] for e in select(ev, {k: v for k, v in spec.items()
-                                               if k not in ("field", "p")}) if name in e)
+    vals = sorted(_field_values(ev, spec))
     if not vals:
         return None
     return vals[max(1, math.ceil(float(spec.get("p", 50)) / 100 * len(vals))) - 1]
@@ -430,11 +433,17 @@ def result_value(result: dict, path: str) -> Any:
     return cur
 
 
+#: the primitives whose value is one function of the evidence and the check's spec
+VALUE_OF: dict[str, Callable[[Evidence, dict], Any]] = {
+    "first": first, "rate": rate, "util": util, "max": maximum, "pct": percentile,
+    "counter": counter, "frames": frames}
+
+
 def measure(ev: Evidence, check: dict) -> tuple[Any, bool | None]:
     """The measured value of one check (and, for order, whether it held)."""
     kind, spec = check["kind"], check[check["kind"]]
-    if kind == "first":
-        return first(ev, spec), None
+    if kind in VALUE_OF:
+        return VALUE_OF[kind](ev, spec), None
     if kind == "count":
         hits = select(ev, spec)
         if "distinct" in spec:  # e.g. [node, port]: how many ports did it
@@ -446,18 +455,6 @@ def measure(ev: Evidence, check: dict) -> tuple[Any, bool | None]:
     if kind == "span":
         a, b = first(ev, spec["from"]), first(ev, spec["to"])
         return (None if a is None or b is None else round(b - a, 2)), None
-    if kind == "rate":
-        return rate(ev, spec), None
-    if kind == "util":
-        return util(ev, spec), None
-    if kind == "max":
-        return maximum(ev, spec), None
-    if kind == "pct":
-        return percentile(ev, spec), None
-    if kind == "counter":
-        return counter(ev, spec), None
-    if kind == "frames":
-        return frames(ev, spec), None
     if kind == "flows":
         ok = [f for f in ev.flows.values() if f["status"] == "SUCCESS" and f["byte_exact"]]
         return f"{len(ok)}/{len(ev.flows)}", None
