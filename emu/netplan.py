@@ -17,9 +17,10 @@ What the plan encodes (book ch.13, docs/ARCHITECTURE.md):
   copies every frame larger than a page into one linear buffer before the veth takes
   it (__pskb_pull_tail, ~6 % of an agent's CPU at 4,170-byte RoCE frames, perf);
 * a rail switch holds each SVI address (the rail's gateway, 10.0.r.1) on a port-less
-  bridge with the switch's router MAC (the kernel has no dummy driver); its routes to
-  the other rails go over every spine (ECMP); a spine routes each rail subnet over
-  that rail's link;
+  bridge with the switch's router MAC (the kernel has no dummy driver); switch routes
+  are `Fabric.routes`, shortest paths with every equal-cost next hop in local port order
+  (`topologies.routing`): a rail switch reaches the other rails over every spine (ECMP),
+  a spine each rail subnet over that rail's link (or its super-spines, between pods);
 * a multi-rail host has one routing table per NIC (100 + rail) selected by source
   address, ahead of the local table, so a packet leaves through the NIC whose address
   it carries, even towards a sibling NIC of the same host;

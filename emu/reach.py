@@ -3,7 +3,10 @@
 Each ordered pair (src GPU, dst GPU) is pinged from the source's host, sourced from
 its NIC address (so the per-NIC routing table sends it through its own rail). The
 reply TTL tells the number of routed hops: 64 for intra-rail (layer 2 in the rail
-VLAN, ch.13), 61 for cross-rail (Rail -> Spine -> Rail, three routers).
+VLAN, ch.13), 63 between two rails of one switch, 61 for cross-rail (Rail -> Spine ->
+Rail, three routers), 59 between pods (Rail -> Spine -> Super-Spine -> Spine -> Rail,
+five routers, ch.13 Fig 13-9). `expected_hops` derives the number from the fabric's
+shortest switch path, so partially connected leaf-spines (longer paths) are judged too.
 """
 
 from __future__ import annotations
@@ -53,17 +56,16 @@ def parse_ping(src: str, dst: str, text: str) -> PairResult:
 
 
 def expected_hops(fabric: Fabric, src: str, dst: str) -> int | None:
-    """Routers a packet crosses between two GPUs: 0 on one rail, 1 between two rails of
-    one switch, 3 across rail switches (rail -> spine -> rail); None when the pair must
-    not be reachable over the fabric (rail-only designs, ch.13: cross-rail data first
-    crosses NVLink to the GPU on the destination rail)."""
+    """Routers a packet crosses between two GPUs: 0 on one rail (switched in its VLAN),
+    otherwise the switches on the shortest path between the two rail switches (1 between
+    two rails of one switch, 3 for rail -> spine -> rail, 5 between pods); None when the
+    pair must not be reachable over the fabric (rail-only designs, ch.13: cross-rail data
+    first crosses NVLink to the GPU on the destination rail)."""
     a, b = fabric.gpus[src].rail, fabric.gpus[dst].rail
     if a == b:
         return 0
-    if fabric.switch_of_rail(a) == fabric.switch_of_rail(b):
-        return 1
-    has_spine = any(n.role == "spine" for n in fabric.switches())
-    return 3 if has_spine else None
+    hops = fabric.switch_distance(fabric.switch_of_rail(a), fabric.switch_of_rail(b))
+    return None if hops is None else hops + 1
 
 
 def as_expected(fabric: Fabric, r: PairResult) -> bool:

@@ -13,9 +13,12 @@ Figs 13-10/13-11 with `rails_per_switch`):
   ports of that VLAN: intra-rail traffic is switched at layer 2 (one hop), everything
   else is routed by the rail switch (a switch carrying several rails routes between
   them itself, one routed hop).
-* rail <-> spine links are routed point-to-point /31s: Spine-s / Rail-r =
-  172.16.s.(2(r-1))/31, rail side even, spine side odd. Rails reach other rails' subnets
-  through every spine (ECMP); spines reach rail subnets through that rail's link.
+* switch <-> switch links are routed point-to-point /31s, the lower tier's side even:
+  Spine-s / Rail-k = 172.16.s.(2(k-1))/31 (multi-pod numbering and the super-spine links
+  in `topologies.clos`). Routes are shortest paths with ECMP over every equal-cost next
+  hop (`topologies.routing`): rails reach other rails' subnets through every spine they
+  share with the destination; spines reach rail subnets through that rail's link; in a
+  multi-pod fabric (ch.13 Fig 13-9) spines reach other pods through every super-spine.
 * every host has a frontend interface ``fe0`` = 192.168.10.(100+h)/24 on a plain
   frontend switch (a Linux bridge): the book's management/frontend network (ch.14).
 """
@@ -26,6 +29,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from fabric.timedil import DEFAULT_TDF, TimeDilation, format_rate
+from topologies.routing import closer_hops, distances
 
 HOST = "host"
 SWITCH = "switch"
@@ -33,6 +37,7 @@ FRONTEND = "frontend"
 
 ROLE_RAIL = "rail"
 ROLE_SPINE = "spine"
+ROLE_SUPER = "superspine"  #: the third tier of a multi-pod fabric (ch.13 Fig 13-9)
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class Link:
     b: Port
     model_bps: float
     delay_s: float = 0.0  # model one-way propagation delay
-    kind: str = ""  # "host-rail", "rail-spine", "frontend"
+    kind: str = ""  # "host-rail", "rail-spine", "spine-superspine", "frontend"
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,7 @@ class Fabric:
     gpus: dict[str, Gpu] = field(default_factory=dict)
     tdf: float = DEFAULT_TDF
     mtu: int = 9216
+    pods: int = 1  # ch.13 Fig 13-8/13-9: > 1 with a super-spine tier
 
     @property
     def td(self) -> TimeDilation:
@@ -192,25 +198,35 @@ class Fabric:
         return list(self.gpus.values())
 
     # -- control plane -----------------------------------------------------
+    def switch_graph(self) -> dict[str, list[str]]:
+        """switch -> the switches at the far end of its routed links (parallel links repeat)."""
+        out: dict[str, list[str]] = {n.name: [] for n in self.switches()}
+        for lk in self.links:
+            if lk.a.node in out and lk.b.node in out:
+                out[lk.a.node].append(lk.b.node)
+                out[lk.b.node].append(lk.a.node)
+        return out
+
+    def switch_distance(self, a: str, b: str) -> int | None:
+        """Hops between two switches on the shortest path; None when unconnected."""
+        return distances(self.switch_graph(), a).get(b)
+
     def routes(self, node: str) -> list[Route]:
-        """The static routes the control plane installs on a switch (besides connected)."""
+        """The static routes the control plane installs on a switch (besides connected):
+        every rail subnet the switch does not carry, over every next hop on a shortest
+        path, in local port order (`topologies.routing`)."""
         n = self.nodes[node]
-        rails = self.rail_subnets()
         out: list[Route] = []
         if n.kind != SWITCH:
             return out
-        uplinks = [(local, remote) for local, remote, link in self.node_links(node)
-                   if link.kind == "rail-spine"]
-        if n.role == ROLE_RAIL:
-            own = {str(ipaddress.ip_interface(v.ip).network) for v in n.svis}
-            for subnet in rails.values():
-                if subnet not in own and uplinks:
-                    out.append(Route(subnet, tuple((r.address, l.ifname) for l, r in uplinks)))
-        elif n.role == ROLE_SPINE:
-            for local, remote in uplinks:
-                for v in self.nodes[remote.node].svis:
-                    subnet = str(ipaddress.ip_interface(v.ip).network)
-                    out.append(Route(subnet, ((remote.address, local.ifname),)))
+        graph = self.switch_graph()
+        links = [(local.ifname, remote.node, remote.address)
+                 for local, remote, _ in self.node_links(node) if remote.node in graph]
+        for rail, subnet in self.rail_subnets().items():
+            dist = distances(graph, self.switch_of_rail(rail))
+            here = dist.get(node)
+            if here:
+                out.append(Route(subnet, closer_hops(links, dist, here)))
         return out
 
     def neighbours(self, node: str) -> list[tuple[str, str, str]]:
@@ -266,6 +282,8 @@ class Fabric:
             "rails": sum(len(n.svis) for n in self.switches()),
             "rail_switches": len([n for n in self.switches() if n.role == ROLE_RAIL]),
             "spines": len([n for n in self.switches() if n.role == ROLE_SPINE]),
+            "super_spines": len([n for n in self.switches() if n.role == ROLE_SUPER]),
+            "pods": self.pods,
             "links": len(self.links),
             "fabric_links": len([lk for lk in self.links if lk.kind != "frontend"]),
             "addresses": len([p for p in self.ports.values() if p.ip])
@@ -273,12 +291,13 @@ class Fabric:
         }
 
     def to_dict(self) -> dict:
-        """JSON-able description (topology.json of a run)."""
+        """JSON-able description (topology.json of a run); "pods" only when more than one."""
         return {
             "name": self.name,
             "description": self.description,
             "tdf": self.tdf,
             "mtu": self.mtu,
+            **({"pods": self.pods} if self.pods > 1 else {}),
             "nodes": [{**vars(n), "svis": [vars(v) for v in n.svis]} for n in self.nodes.values()],
             "links": [
                 {"a": vars(lk.a), "b": vars(lk.b), "kind": lk.kind,
@@ -296,23 +315,27 @@ class Fabric:
             f"{self.name}: {self.description}",
             f"  {c['hosts']} hosts x {c['gpus'] // max(c['hosts'], 1)} GPUs, "
             f"{c['rails']} rails on {c['rail_switches']} rail switches, {c['spines']} spines, "
-            f"{c['links']} links; "
+            + (f"{c['super_spines']} super-spines, {c['pods']} pods, "
+               if c["super_spines"] or c["pods"] > 1 else "")
+            + f"{c['links']} links; "
             f"TDF {self.tdf:g} (lab rate = model rate / {self.tdf:g}), MTU {self.mtu}",
             "",
             "Nodes:",
         ]
+        width = max([10] + [len(n.label) for n in self.nodes.values()])
         for n in self.nodes.values():
             extra = "".join(f"  SVI {v.ifname} {v.ip} (VLAN {v.vlan})" for v in n.svis)
-            lines.append(f"  {n.name:<8} {n.label:<10} {n.kind:<8}{extra}")
+            lines.append(f"  {n.name:<8} {n.label:<{width}} {n.kind:<8}{extra}")
         lines += ["", "GPU NICs:"]
         for g in self.gpus.values():
             lines.append(f"  {g.name:<6} {g.host}:{g.nic:<5} {g.ip:<14} Rail-{g.rail}  "
                          f"gw {g.gateway}  mac {g.mac}")
         lines += ["", "Links (model speed / lab speed):"]
-        for lk in self.links:
-            a = f"{lk.a.node}:{lk.a.ifname}" + (f" {lk.a.ip}" if lk.a.ip else "")
-            b = f"{lk.b.node}:{lk.b.ifname}" + (f" {lk.b.ip}" if lk.b.ip else "")
-            lines.append(f"  {a:<28} <-> {b:<28} {format_rate(lk.model_bps):>9} / "
+        ends = [tuple(f"{p.node}:{p.ifname}" + (f" {p.ip}" if p.ip else "") for p in (lk.a, lk.b))
+                for lk in self.links]
+        w = max([28] + [len(e) for pair in ends for e in pair])
+        for lk, (a, b) in zip(self.links, ends):
+            lines.append(f"  {a:<{w}} <-> {b:<{w}} {format_rate(lk.model_bps):>9} / "
                          f"{format_rate(self.td.lab_rate(lk.model_bps)):<9} {lk.kind}")
         sw_routes = [(s.name, r) for s in self.switches() for r in self.routes(s.name)]
         if sw_routes:

@@ -20,11 +20,11 @@ def flow_pairs(fab: Fabric) -> list[tuple[Gpu, Gpu]]:
     GPU on the next rail (cyclic), so every flow is routed across rails."""
     gpus = fab.gpu_list()
     hosts = sorted({g.host for g in gpus}, key=lambda h: int(h[1:]))
-    rails = sorted({g.rail for g in gpus})
+    idx = sorted({g.index for g in gpus})
     out = []
-    for g in gpus:
+    for g in gpus:  # by local GPU number: a rail number is global across pods
         nxt = hosts[(hosts.index(g.host) + 1) % len(hosts)]
-        other = rails[(rails.index(g.rail) + 1) % len(rails)]
+        other = idx[(idx.index(g.index) + 1) % len(idx)]
         out.append((g, fab.gpus[f"{nxt}g{other}"]))
     return out
 
