@@ -103,6 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="switch QoS: book (ch.11, default), paper, a YAML file, an NX-OS "
                         "snippet (.nxos/.cfg/.conf, Examples 11-1..11-7), or off (plain "
                         "forwarding)")
+    p.add_argument("--lb", action="append", default=None, metavar="[WHO=]SPEC",
+                   help="load balancing over equal-cost next hops (ch.12), repeatable: SPEC "
+                        "is MODE[,key=value...] with MODE ecmp (default; hash=5-tuple|"
+                        "no-sport|3-tuple|dst-ip), flowlet (flowlet_gap=256us, estimator="
+                        "bytes|queue, util_threshold=0.7, queue_threshold=150KB) or spray "
+                        "(spray=round-robin|random|least-queue); also order=route|port|"
+                        "nexthop, interfaces=eth5+eth6, dlb_mac=M. WHO= limits it to a "
+                        "switch (rail1=spray) or a role (spine=...). On top of --qos's "
+                        "(an NX-OS 'hardware profile dlb')")
     p.add_argument("--no-shaping", action="store_true",
                    help="do not shape links to their lab rate (forward as fast as possible)")
     p.add_argument("--pcap", default="hosts", metavar="WHICH",
@@ -204,10 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_list(_args) -> int:
     """`emu list`."""
     print("Topologies (presets; any rail{R}x{H} is generated, e.g. rail4x8 --spines 4):")
-    for name, desc in topologies.presets().items():
-        print(f"  {name:<14} {desc}")
-    print("  rail{R}x{H}    generated: H hosts x R GPUs, R rail switches, --spines N (default 2)")
-    print("  FILE.yaml      your own fabric (see topologies/presets/*.yaml for the format)")
+    pre = topologies.presets()
+    w = max([len(n) for n in pre] + [12])
+    for name, desc in pre.items():
+        print(f"  {name:<{w}} {desc}")
+    print(f"  {'rail{R}x{H}':<{w}} generated: H hosts x R GPUs, R rail switches, --spines N (default 2)")
+    print(f"  {'FILE.yaml':<{w}} your own fabric (see topologies/presets/*.yaml for the format)")
     return 0
 
 

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from emu import netlink, nsutil
+from emu import lbplan, netlink, nsutil
 from emu.netplan import plan_node
 from emu.nics import NicProcesses, start_host_lldp
 from emu.nodes import AgentSwitch, build_mininet, mininet_classes
@@ -40,7 +40,8 @@ class FabricNet:
     def __init__(self, fabric: Fabric, run_dir: Path | None = None, tag: str | None = None,
                  shaping: bool = True, test_drop_rate: float = 0.0,
                  switch_kind: str = "agent", qos=None,
-                 lldp_off: dict[str, list[str]] | None = None) -> None:
+                 lldp_off: dict[str, list[str]] | None = None,
+                 lb: dict | None = None) -> None:
         if switch_kind not in ("agent", "bridge"):
             raise ValueError(f"switch_kind: 'agent' or 'bridge', got {switch_kind!r}")
         self.switch_kind = switch_kind
@@ -64,6 +65,9 @@ class FabricNet:
             for ifname in ports:
                 if ifname not in names:
                     raise ValueError(f"lldp_off[{node}]: no port {ifname!r}")
+        #: switch -> its fabric.lb.LoadBalance (emu.lbplan.resolve); None = the QoS
+        #: config's, else flow ECMP
+        self.lb = dict(lb or {})
         self.host_procs: list = []  # LLDP speakers
         self.nics: NicProcesses | None = None
 
@@ -143,6 +147,8 @@ class FabricNet:
                            test_drop_rate=self.test_drop_rate,
                            qos=self.qos.to_dict() if self.qos is not None else None,
                            lldp_off=self.lldp_off.get(node, ()),
+                           lb=self.lb[node].to_dict() if node in self.lb else None,
+                           dlb_macs=lbplan.dlb_macs(self.lb),
                            events_path=str(self.run_dir / "events" / f"{node}.jsonl")
                            if self.run_dir is not None else None)
 

@@ -4,8 +4,9 @@ rx (AF_PACKET, one raw socket per port)
  -> MAC control: PFC frames stop our egress priorities (ch.11 Step 4), LLDP/DCBX
     neighbours decide where PFC is active (`priority-flow-control mode auto`)
  -> layer 2 (access ports of a rail VLAN, ch.13: intra-rail traffic is switched) or
-    layer 3 (frames to the router MAC: FIB + seeded ECMP, TTL - 1, MAC rewrite;
-    `switch_agent.forward`; expired packets get ICMP Time Exceeded)
+    layer 3 (frames to the router MAC: FIB, then flow ECMP, flowlet or per-packet
+    spraying over the equal-cost next hops (`switch_agent.lb`, ch.12), TTL - 1, MAC
+    rewrite; `switch_agent.forward`; expired packets get ICMP Time Exceeded)
  -> classify (DSCP -> qos-group -> queue and PFC priority; `classify`)
  -> ingress PFC accounting per (ingress port, priority): pause upstream above xOFF,
     resume below xON (`pfc.IngressPfc`)
@@ -36,6 +37,7 @@ import time
 from fabric import rawsock
 from fabric.events import EventLog
 from fabric.fidelity import LagMeter
+from fabric.lb import LoadBalance
 from fabric.qos.classify import Classification, Classifier
 from fabric.qos.config import QosConfig
 from fabric.qos.pfc import Admission
@@ -47,7 +49,8 @@ from fabric.wire.roce import is_cnp
 from switch_agent.config import AgentConfig
 from switch_agent.dcbx import Dcbx
 from switch_agent.events import pause_events, pfc_rx_events, queue_events
-from switch_agent.forward import Fib, flow_key, icmp_time_exceeded, route_rewrite
+from switch_agent.forward import Fib, ecmp_index, flow_key, icmp_time_exceeded, route_rewrite
+from switch_agent.lb import Balancer, Dre, Path
 from switch_agent.port import Port
 
 log = logging.getLogger("switch_agent")
@@ -84,11 +87,24 @@ class Agent:
             for mac, ifname in table.items():
                 self.l2[mac_bytes(mac)] = self.ports[ifname]
         self.router_macs = {p.mac for p in self.ports.values()}
-        self.fib = Fib([], {}, {}, cfg.ecmp_seed)
-        self.cache: dict[bytes, tuple[Port, bytes] | str] = {}  # flow -> (port, L2 header)
+        self.lb = (LoadBalance.from_dict(cfg.lb, "lb") if cfg.lb is not None else
+                   self.qos.load_balance if self.qos is not None and self.qos.load_balance
+                   else LoadBalance())
+        self.balancer = Balancer(self.lb, self.ports, cfg.tdf, cfg.test_drop_seed)
+        #: DLB virtual next-hop MACs: routed here like our own (ch.12 Example 12-1)
+        self.dlb_macs = {mac_bytes(m) for m in cfg.dlb_macs}
+        if self.lb.dlb_mac:
+            self.dlb_macs.add(mac_bytes(self.lb.dlb_mac))
+        self.router_macs |= self.dlb_macs
+        if self.lb.mode == "flowlet" and self.lb.estimator == "bytes":
+            for p in self.ports.values():
+                p.dre = Dre(p.cfg.model_bps / 8 / cfg.tdf, self.td.lab_time(self.lb.ewma_tau_s))
+        self.fib = Fib([], {}, {}, cfg.ecmp_seed, hash_fields=self.lb.hash, order=self.lb.order)
+        #: flow -> its decision: a Path, a FlowLb (flowlet / spray) or a drop reason
+        self.cache: dict[bytes, Path | object | str] = {}
         # the common case's cache, keyed by one slice (src, dst IP, ports) per protocol:
         # IHL 5 TCP/UDP frames need no flow_key (~1 us) to find their decision
-        self.fast: dict[int, dict[bytes, tuple[Port, bytes] | str]] = {6: {}, 17: {}}
+        self.fast: dict[int, dict[bytes, Path | object | str]] = {6: {}, 17: {}}
         self.local: set[bytes] = set()
         self.port_ip: dict[str, bytes] = {}  # ingress port -> address to answer from
         self.rng = random.Random(cfg.test_drop_seed)
@@ -112,6 +128,7 @@ class Agent:
             for p in self.ports.values():
                 p.queues.note_events()
                 p.pause.expired = []
+            self.balancer.on_path = self.flowlet_event
         self.events: list[str] = []  # configuration / watchdog / LLDP events, newest last
         if self.qos is not None:
             self.check_qos()
@@ -120,7 +137,8 @@ class Agent:
     def install_fib(self, routes, neighbours, local_ips) -> None:
         """Replace the FIB (after a kernel change); empties the flow cache."""
         port_macs = {p.name: p.cfg.mac for p in self.ports.values()}
-        self.fib = Fib(routes, neighbours, port_macs, self.cfg.ecmp_seed, self.cfg.svi, local_ips)
+        self.fib = Fib(routes, neighbours, port_macs, self.cfg.ecmp_seed, self.cfg.svi, local_ips,
+                       hash_fields=self.lb.hash, order=self.lb.order)
         self.local = set(self.fib.local)
         by_dev = {dev: socket.inet_aton(ip) for ip, dev in dict(local_ips).items()} \
             if isinstance(local_ips, dict) else {}
@@ -155,7 +173,7 @@ class Agent:
         port.rx_bytes += len(frame)
         dst = frame[:6]
         if dst in self.router_macs:
-            if dst != port.mac or frame[12:14] != ETH_IPV4:
+            if dst != port.mac and dst not in self.dlb_macs or frame[12:14] != ETH_IPV4:
                 return  # not routed here (ARP reply to the kernel, other ethertypes)
             if frame[30:34] in self.local:
                 return  # for the switch itself: the kernel answers
@@ -166,18 +184,20 @@ class Agent:
                 cache, key = self.cache, flow_key(frame)
             hit = cache.get(key)
             if hit is None:
-                nh = self.fib.resolve(frame[30:34], flow_key(frame))
-                hit = nh if nh.__class__ is str else (self.ports[nh.ifname], nh.header + ETH_IPV4)
-                cache[key] = hit
-            if hit.__class__ is str:
-                port.drop(hit)
-                return
-            out = route_rewrite(frame, hit[1])
+                hit = cache[key] = self.route(frame, now)
+            if hit.__class__ is not Path:
+                if hit.__class__ is str:
+                    port.drop(hit)
+                    return
+                hit = hit.pick(now)  # flowlet or spray
+            out = route_rewrite(frame, hit.l2)
             if out is None:
                 port.drop("ttl_expired")
                 self.time_exceeded(port, frame, now)
                 return
-            self.admit(port, hit[0], out, now)
+            hit.packets += 1
+            hit.bytes += len(frame)
+            self.admit(port, hit.port, out, now)
             return
         if dst[:3] == LINK_LOCAL:
             self.on_control(port, frame, now)
@@ -195,6 +215,25 @@ class Agent:
         for other in self.vlan_ports[port.vlan]:
             if other is not port:
                 self.enqueue(other, 0, frame, None, 0, now)
+
+    def route(self, frame: bytes, now: float) -> Path | object | str:
+        """A new flow's decision (cached per flow): the FIB's equal-cost next hops, the
+        ECMP hash member, then the load-balancing mode (`switch_agent.lb.Balancer`)."""
+        members = self.fib.members(frame[30:34])
+        if members.__class__ is str:
+            return members
+        key5 = flow_key(frame)
+        n = len(members)
+        idx = ecmp_index(key5, self.fib.seed, n, self.fib.hash_fields) if n > 1 else 0
+        d = self.balancer.decide(members, key5, idx)
+        if n > 1 and d.__class__ is Path and self.log.enabled:
+            self.log.emit("path", now, flow=d.flow, port=d.port.name, mode="ecmp")
+        return d
+
+    def flowlet_event(self, flow: str, port: str, prev: str, load: float, now: float) -> None:
+        """A flow started a flowlet (flowlet mode): its port, the previous flowlet's
+        ("" for the first) and that port's load against the threshold (> 1: over)."""
+        self.log.emit("flowlet", now, flow=flow, port=port, prev=prev, load=round(load, 3))
 
     def admit(self, inp: Port, out: Port, frame: bytes, now: float) -> None:
         """Classify, account at the ingress (PFC), then WRED + enqueue at the egress."""
@@ -247,6 +286,9 @@ class Agent:
             return
         if pq.packets == 1:  # the port was idle: this frame may leave from now
             out.eligible_at = now
+        dre = out.dre
+        if dre is not None:
+            dre.add(len(frame), now)
         self.backlog.add(out)
 
     def release(self, inp: Port, prio: int, nbytes: int, now: float) -> None:
@@ -457,7 +499,11 @@ class Agent:
                 "tdf": self.cfg.tdf, "qos": self.qos is not None,
                 "ports": {p.name: p.counters(now) for p in self.ports.values()},
                 "events": list(self.events[-20:]),
-                "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time()}}
+                "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time()},
+                "lb": {"mode": self.lb.mode, "describe": self.lb.describe(),
+                       "paths": self.balancer.paths(),
+                       "flowlets": self.balancer.flowlet_counts(),
+                       "untracked": self.balancer.untracked}}
         if self.log.enabled:
             for p in self.ports.values():
                 if p.pause.expired:  # expiries the counters noticed

@@ -48,6 +48,12 @@ class AgentConfig:
     lldp_off: tuple[str, ...] = ()
     #: the event log (docs/EVENTS.md, RUNDIR/events/<node>.jsonl); None = no events
     events_path: str | None = None
+    #: load balancing (`fabric.lb.LoadBalance.to_dict()`); None = the QoS config's
+    #: (NX-OS `hardware profile dlb`), else flow ECMP on the 5-tuple
+    lb: dict | None = None
+    #: DLB virtual next-hop MACs to accept as our own (every switch of a run that
+    #: balances with a DLB MAC, ch.12 Example 12-1)
+    dlb_macs: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field."""
@@ -84,6 +90,7 @@ class AgentConfig:
         ports = tuple(PortConfig(**{**p, "lab_bps": math.inf if p["lab_bps"] is None
                                     else p["lab_bps"]}) for p in d.pop("ports"))
         d["lldp_off"] = tuple(d.get("lldp_off", ()))
+        d["dlb_macs"] = tuple(d.get("dlb_macs", ()))
         cfg = cls(ports=ports, **d)
         cfg.validate()
         return cfg

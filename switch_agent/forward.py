@@ -12,6 +12,7 @@ docs/ARCHITECTURE.md "Planes and processes"); this module only decides.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 import struct
 from hashlib import blake2b
@@ -121,13 +122,17 @@ class Fib:
     def __init__(self, routes: list[FibRoute], neighbours: dict[tuple[str, str], str],
                  port_macs: dict[str, str], seed: int = 0,
                  svi: dict[str, dict[str, str]] | None = None,
-                 local_ips: dict[str, str] | set[str] | None = None) -> None:
+                 local_ips: dict[str, str] | set[str] | None = None,
+                 hash_fields: str = "5-tuple", order: str = "route") -> None:
         self.seed = seed & 0xFFFFFFFF
+        self.hash_fields = hash_fields
+        self.order = order
         self.local = {socket.inet_aton(ip) for ip in (local_ips or set())}
         self._by_len: dict[int, dict[int, tuple[tuple[str | None, str], ...]]] = {}
         for r in routes:
             net = ipaddress.ip_network(r.prefix, strict=False)
-            self._by_len.setdefault(net.prefixlen, {})[int(net.network_address)] = r.nexthops
+            self._by_len.setdefault(net.prefixlen, {})[int(net.network_address)] = \
+                _ordered(r.nexthops, order)
         self._lens = sorted(self._by_len, reverse=True)
         self._masks = {n: (0xFFFFFFFF << (32 - n)) & 0xFFFFFFFF for n in self._lens}
         self.neigh = {(dev, ip): mac_bytes(mac) for (dev, ip), mac in neighbours.items()}
@@ -145,11 +150,31 @@ class Fib:
         return None
 
     def resolve(self, dst: bytes, key: bytes) -> NextHop | str:
-        """The next hop for destination `dst` and flow key `key`, or a drop reason."""
+        """The next hop for destination `dst` and flow key `key` (`flow_key`: the hash
+        takes the configured fields of it), or a drop reason."""
         hops = self.lookup(dst)
         if hops is None:
             return "no_route"
-        gw, dev = hops[ecmp_hash(key, self.seed) % len(hops)] if len(hops) > 1 else hops[0]
+        k = ecmp_index(key, self.seed, len(hops), self.hash_fields) if len(hops) > 1 else 0
+        return self._resolve_hop(dst, *hops[k])
+
+    def members(self, dst: bytes) -> list[NextHop] | str:
+        """Every equal-cost next hop towards `dst` that resolves, in member order; the
+        drop reason of the first when none does (or "no_route")."""
+        hops = self.lookup(dst)
+        if hops is None:
+            return "no_route"
+        out: list[NextHop] = []
+        reason = ""
+        for gw, dev in hops:
+            nh = self._resolve_hop(dst, gw, dev)
+            if isinstance(nh, str):
+                reason = reason or nh
+            else:
+                out.append(nh)
+        return out if out else reason
+
+    def _resolve_hop(self, dst: bytes, gw: str | None, dev: str) -> NextHop | str:
         nh_ip = gw if gw is not None else socket.inet_ntoa(dst)
         mac = self.neigh.get((dev, nh_ip))
         if mac is None:
@@ -165,3 +190,32 @@ class Fib:
             if src is None:
                 return "no_route"
         return NextHop(port, mac, src)
+
+
+def ecmp_index(key: bytes, seed: int, n: int, fields: str = "5-tuple") -> int:
+    """Member index of a flow over `n` equal-cost next hops: the seeded hash of the
+    configured fields of its key (`fabric.lb.HASH_FIELDS`). Pure, so a lab can choose
+    flows that collide (L10.4) before it runs."""
+    if fields == "5-tuple":
+        k = key
+    elif fields == "no-sport":
+        k = key[:9] + key[11:13]
+    elif fields == "3-tuple":
+        k = key[:9]
+    else:  # dst-ip
+        k = key[4:8]
+    return ecmp_hash(k, seed) % n
+
+
+def _port_sort_key(dev: str) -> tuple:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", dev))
+
+
+def _ordered(hops: tuple[tuple[str | None, str], ...], order: str) -> tuple[tuple[str | None, str], ...]:
+    """ECMP members in the configured order (`fabric.lb.LoadBalance.order`): as the route
+    lists them, by local port name (eth2 < eth10), or by next-hop address."""
+    if order == "port":
+        return tuple(sorted(hops, key=lambda h: _port_sort_key(h[1])))
+    if order == "nexthop":
+        return tuple(sorted(hops, key=lambda h: socket.inet_aton(h[0]) if h[0] else b""))
+    return tuple(hops)

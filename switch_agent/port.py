@@ -35,7 +35,7 @@ class Port:
                  "drops", "ingress", "pause", "watchdog", "pfc_mode", "pfc_active",
                  "neighbor", "neighbor_seen", "lldp_rx", "lldp_tx", "pause_tx", "resume_tx",
                  "pfc_rx_frames", "eligible_at", "tx_what", "ctrl_what", "refresh_what",
-                 "paused_logged")
+                 "paused_logged", "dre")
 
     def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int,
                  td: TimeDilation, qos: QosConfig | None = None,
@@ -60,6 +60,7 @@ class Port:
         #: lab time since which the head of the queues could have been sent (pause
         #: expiry while every backlogged queue is paused): the ideal start of a late booking
         self.eligible_at = 0.0
+        self.dre = None  # load estimate for flowlet routing (switch_agent.lb.Dre)
         self.tx_what = f"{cfg.ifname} tx"  # LagMeter labels, built once
         self.ctrl_what = f"{cfg.ifname} ctrl"
         self.refresh_what = f"{cfg.ifname} pfc refresh"

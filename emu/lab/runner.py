@@ -55,7 +55,7 @@ def plan_of(v: Variant, run_dir: Path, pcap_limit_mb: float) -> RunPlan:
     args = argparse.Namespace(no_shaping=False, pcap_limit=pcap_limit_mb, quiet=True,
                               workload=None, cli=False)
     plan = RunPlan(args, v.fabric, v.qos, targets, None, INTERVAL_MODEL_S, run_dir,
-                   run_dir.resolve(), {"mode": "given", "tdf": v.fabric.tdf})
+                   run_dir.resolve(), {"mode": "given", "tdf": v.fabric.tdf}, lb=v.lb)
     if v.lldp_off:
         plan.lldp_off = {}
         for link in v.lldp_off:

@@ -3,8 +3,9 @@
 A lab is a YAML mapping: id, title, figure (the book's), story, watch, steps (the book's
 step list), topology (a preset plus RailSpec overrides), tdf, qos (a preset, a file -
 relative to the lab file's folder - or off) with `qos_overrides` merged into its YAML
-form, dcqcn (paper, nvidia, off), nic (NicConfig overrides), lldp_off, flows (or a
-torch `workload`), captures, checks and variants (each a mapping of the same top-level
+form, dcqcn (paper, nvidia, off), nic (NicConfig overrides), lldp_off, lb (load
+balancing specs as `emu run --lb`, emu.lbplan), flows (a flow's `via: spine1` pins it on
+its first switch, to collide flows on purpose; or a torch `workload`), captures, checks and variants (each a mapping of the same top-level
 keys, merged over the lab). `load` checks everything against the fabric before any
 namespace exists; a ValueError names the field: `flows[2].start: ...`.
 """
@@ -24,6 +25,7 @@ from collectives.jobresult import MODULES
 from collectives.launch import MASTER_PORT
 from collectives.launch import plan as job_plan
 from collectives.ring import RING_KINDS
+from emu import lbplan
 from emu.lab.checks import parse_expect
 from fabric.qos.config import QosConfig
 from fabric.qos.load import load_qos
@@ -35,14 +37,14 @@ from traffic.workloads.flows import Flow
 LAB_DIR = Path(__file__).resolve().parents[2] / "labs"
 TOP_KEYS = {"id", "title", "figure", "story", "watch", "steps", "topology", "tdf", "qos",
             "qos_overrides", "dcqcn", "nic", "lldp_off", "flows", "workload", "captures", "checks",
-            "variants", "estimate_s", "timeout_s", "calibrated"}
-VARIANT_KEYS = {"topology", "tdf", "qos", "qos_overrides", "dcqcn", "nic", "lldp_off",
+            "variants", "estimate_s", "timeout_s", "calibrated", "lb"}
+VARIANT_KEYS = {"topology", "tdf", "qos", "qos_overrides", "dcqcn", "nic", "lldp_off", "lb",
                 "flows", "workload", "captures", "title"}
 #: a torch job as a lab's traffic (the `emu run` options of the same names)
 WORKLOAD_KEYS = {"name", "size", "dtype", "iters", "ring", "master_port"}
 WORKLOADS = tuple(MODULES)  # allreduce, train, pipeline, tensor
 FLOW_KEYS = {"name", "src", "dst", "size", "start", "qps", "write_only", "message", "gap",
-             "dscp", "ecn"}
+             "dscp", "ecn", "via"}
 CHECK_KINDS = ("first", "order", "count", "rate", "util", "ratio", "max", "counter",
                "frames", "flows", "span", "curve", "result", "pct")
 CHECK_KEYS = {"name", "source", "expect", "variant", "note", *CHECK_KINDS}
@@ -64,6 +66,8 @@ class Variant:
     flows: list[Flow]
     captures: list[str]  # links "A->B": a capture on A's port towards B; or "node:ifname"
     workload: dict | None = None  # a torch job instead of flows (WORKLOAD_KEYS)
+    #: switch -> fabric.lb.LoadBalance (`lb:` specs as `emu run --lb`, flows' `via` pins)
+    lb: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -271,7 +275,12 @@ def variant_of(name: str, d: dict, title: str, tdf: float | None = None) -> Vari
             for i, c in enumerate(_str_list(d.get("captures"), f"{where}captures"))]
     off = [link_ok(fab, c, f"{where}lldp_off[{i}]")
            for i, c in enumerate(_str_list(d.get("lldp_off"), f"{where}lldp_off"))]
-    return Variant(name, title, fab, qos, dcqcn, dict(nic), off, flows, caps, wl)
+    lb = lbplan.resolve(fab, qos, _str_list(d.get("lb"), f"{where}lb"), f"{where}lb")
+    for i, f in enumerate(flows_raw or []):
+        if isinstance(f, dict) and "via" in f:
+            _need(isinstance(f["via"], str), f"{where}flows[{i}].via", "a switch name")
+            lbplan.pin_via(fab, lb, f["src"], f["dst"], f["via"], f"{where}flows[{i}].via")
+    return Variant(name, title, fab, qos, dcqcn, dict(nic), off, flows, caps, wl, lb)
 
 
 def _no_bool_keys(x: Any, where: str) -> None:

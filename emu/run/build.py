@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from emu import lbplan
 from emu.capture import Captures
 from emu.metrics import Sampler
 from emu.net import FabricNet
@@ -74,6 +75,12 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
             print(f"emu: QoS warning: {w}", file=sys.stderr)
     term.say(f"Switch QoS: {'off (plain forwarding)' if qos is None else qos.name}")
     extra = {"lldp_off": plan.lldp_off} if plan.lldp_off else {}
+    if plan.lb:
+        extra["lb"] = plan.lb
+        (plan.run_dir / "lb.json").write_text(json.dumps(
+            {n: lb.to_dict() for n, lb in plan.lb.items()}, indent=1))
+        for line in lbplan.describe(plan.lb):
+            term.say(f"Load balancing: {line}")
     with FabricNet(fab, run_dir=plan.run_dir, shaping=not args.no_shaping, qos=qos,
                    **extra) as fnet:
         build_s = time.monotonic() - t0

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from emu import capture
+from emu import capture, lbplan
 from emu.run import options
 from fabric.qos.config import QosConfig
 from fabric.qos.load import load_qos
@@ -38,6 +38,8 @@ class RunPlan:
     tdf_choice: dict | None = None
     #: node -> ports that send no LLDP (a lab's `lldp_off`; emu.net.FabricNet)
     lldp_off: dict | None = None
+    #: switch -> fabric.lb.LoadBalance (`--lb`, a lab's `lb:`; emu.lbplan)
+    lb: dict | None = None
 
     @property
     def td(self) -> TimeDilation:
@@ -72,5 +74,6 @@ def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
     if not interval > 0:
         raise ValueError(f"--interval: must be > 0, got {args.interval!r}")
     shown = run_dir_arg(args.out, fabric)
+    lb = lbplan.resolve(fabric, qos, getattr(args, "lb", None) or ())
     return RunPlan(args, fabric, qos, targets, wl, interval, shown, shown.resolve(),
-                   {"mode": "given", "tdf": fabric.tdf})
+                   {"mode": "given", "tdf": fabric.tdf}, lb=lb)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from fabric.lb import LoadBalance
 from fabric.qos import checks, dicts
 from fabric.qos.classify import Classification
 from fabric.qos.fields import NUM_QUEUES, int_in, prefixed
@@ -49,6 +50,9 @@ class QosConfig:
     cnp_priority: int = 7  # book: strict queue 7; NVIDIA NICs use 6
     default_interface: InterfaceQos = field(default_factory=InterfaceQos)
     interfaces: tuple[tuple[str, InterfaceQos], ...] = ()
+    #: load balancing over equal-cost next hops (NX-OS `hardware profile dlb`, ch.12
+    #: Example 12-1); None = flow ECMP (`fabric.lb`)
+    load_balance: LoadBalance | None = None
 
     def __post_init__(self) -> None:
         int_in("mtu", self.mtu, *MTU_RANGE)
@@ -103,6 +107,7 @@ class QosConfig:
             "cnp": {"dscp": self.cnp_dscp, "priority": self.cnp_priority},
             "interfaces": {"default": dicts.interface_dict(self.default_interface),
                            **{n: dicts.interface_dict(iq) for n, iq in self.interfaces}},
+            **({"load_balance": self.load_balance.to_dict()} if self.load_balance else {}),
         }
 
     @classmethod
@@ -122,4 +127,6 @@ class QosConfig:
             if "default" in built:
                 kw["default_interface"] = built.pop("default")
             kw["interfaces"] = tuple(built.items())
+        if "load_balance" in d:
+            kw["load_balance"] = LoadBalance.from_dict(d["load_balance"], f"{source}.load_balance")
         return prefixed(source, cls, **kw)

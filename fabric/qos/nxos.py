@@ -20,11 +20,17 @@ effective switch configuration. Supported, and nothing more:
   ``priority-flow-control watch-dog``, ``priority-flow-control watch-dog-interval on|off``,
   ``service-policy type qos input NAME``
 * global ``priority-flow-control watch-dog-interval on|off`` (Example 11-5)
+* ``hardware profile dlb`` + ``dlb-interface Eth1/N`` + ``mac-address M`` +
+  ``mode per-packet|flowlet`` (ch.12 Example 12-1: Cisco Dynamic Load Balancing) ->
+  `QosConfig.load_balance` (`fabric.lb`): per-packet is spraying, flowlet is flowlet
+  adaptive routing (the mode when none is given); the DLB MAC defaults to
+  00:CC:CC:CC:CC:CC. Knobs the snippet does not carry (gap, thresholds) keep
+  `fabric.lb`'s defaults.
 
 Indentation does not matter; ``!`` lines are comments. The seed text of the book is a
-PDF extraction, so three of its artefacts are accepted: several commands on one line
+PDF extraction, so four of its artefacts are accepted: several commands on one line
 ("set qos-group 3 class CNP"), a word wrapped at a hyphen ("maximum-" / "threshold"),
-and ``...`` elision lines. Anything else unknown or malformed raises ValueError naming
+``...`` elision lines and CLI prompts printed with the commands (``switch(config-dlb)#``). Anything else unknown or malformed raises ValueError naming
 the line number and text.
 
 Semantics follow NX-OS: the paste is applied on top of a factory-default switch
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from fabric.lb import DEFAULT_DLB_MAC, LoadBalance
 from fabric.qos.classify import Classification, TrafficClass
 from fabric.qos.config import QosConfig
 from fabric.qos.fields import NUM_QUEUES
@@ -76,6 +83,7 @@ class _State:
     bound: dict[str, tuple[str, int]] = field(default_factory=dict)  # kind -> (policy, line)
     ifaces: dict[str, dict] = field(default_factory=dict)
     watchdog: bool | None = None
+    dlb: dict | None = None  # hardware profile dlb: {"interfaces", "mac", "mode"}
     ctx: tuple = ("top",)
 
 
@@ -95,9 +103,11 @@ def _queue_of_class(name: str, st: _State, kind: str, ln: Line) -> int:
 def _command(ln: Line, st: _State) -> None:
     w = ln.word("class-map", "policy-map", "class", "match", "set", "priority", "bandwidth",
                 "random-detect", "pause", "mtu", "system", "service-policy", "interface",
-                "priority-flow-control")
+                "priority-flow-control", "hardware", "dlb-interface", "mac-address", "mode")
     ctx = st.ctx
-    if w == "class-map":
+    if w in ("hardware", "dlb-interface", "mac-address", "mode"):
+        _dlb_command(w, ln, st)
+    elif w == "class-map":
         ln.word("type")
         kind = ln.word("qos", "queuing", "network-qos")
         mode = ln.word("match-all", "match-any") if ln.peek() in ("match-all", "match-any") \
@@ -224,6 +234,29 @@ def _command(ln: Line, st: _State) -> None:
                 st.ifaces[n]["mode"] = mode
 
 
+def _dlb_command(w: str, ln: Line, st: _State) -> None:
+    """ch.12 Example 12-1: ``hardware profile dlb`` and its sub-commands."""
+    if w == "hardware":
+        ln.word("profile")
+        ln.word("dlb")
+        st.dlb = st.dlb or {"interfaces": [], "mac": None, "mode": None}
+        st.ctx = ("dlb",)
+        return
+    if st.ctx[0] != "dlb" or st.dlb is None:
+        raise ln.error(f"{w!r} outside 'hardware profile dlb'")
+    if w == "dlb-interface":
+        st.dlb["interfaces"].extend(n for n in interfaces(ln) if n not in st.dlb["interfaces"])
+    elif w == "mac-address":
+        mac = ln.take("a MAC address")
+        try:
+            LoadBalance(dlb_mac=mac)
+        except ValueError:
+            raise ln.error(f"mac-address: not a MAC address, got {mac!r}") from None
+        st.dlb["mac"] = mac.lower()
+    else:
+        st.dlb["mode"] = ln.word("per-packet", "flowlet")
+
+
 def _random_detect(ln: Line) -> Wred:
     vals: dict[str, float] = {"weight": 0, "ecn": 0}
     while ln.more() and ln.peek() in ("minimum-threshold", "maximum-threshold",
@@ -301,6 +334,13 @@ def parse_nxos(text: str, base: QosConfig | None = None,
                                     "qos" in i or default.classify))
                    for n, i in st.ifaces.items())
     cfg = replace(cfg, default_interface=default, interfaces=ifaces)
+    if st.dlb is not None:
+        cfg = replace(cfg, load_balance=LoadBalance(
+            mode="spray" if st.dlb["mode"] == "per-packet" else "flowlet",
+            interfaces=tuple(st.dlb["interfaces"]), dlb_mac=st.dlb["mac"] or DEFAULT_DLB_MAC))
+        if not st.dlb["interfaces"]:
+            notes.append("hardware profile dlb: no dlb-interface, so no group is balanced "
+                         "by DLB on NX-OS; emu balances every group")
     for kind, pols in (("qos", st.qos_pols), ("queuing", st.queuing_pols),
                        ("network-qos", st.nq_pols)):
         bound = {st.bound[kind][0]} if kind in st.bound else set()

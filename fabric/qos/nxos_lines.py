@@ -9,6 +9,8 @@ import re
 
 _IFACE = re.compile(r"^(?:ethernet|eth)(\d+)(?:/(\d+)(?:-(\d+))?)?$", re.I)
 _SLOT = re.compile(r"^(\d+)/(\d+)(?:-(\d+))?$")
+#: a CLI prompt printed with the commands (book Example 12-1: ``switch(config-dlb)#``)
+_PROMPT = re.compile(r"^[\w.-]*\(config[\w-]*\)#$")
 
 
 def interface_name(nxos: str) -> str:
@@ -26,7 +28,7 @@ class Line:
 
     def __init__(self, num: int, text: str) -> None:
         self.num, self.text = num, text
-        self.tok = text.replace(", ", ",").split()
+        self.tok = [t for t in text.replace(", ", ",").split() if not _PROMPT.match(t)]
         self.i = 0
 
     def error(self, why: str) -> ValueError:

@@ -69,4 +69,12 @@ def to_nxos(cfg: QosConfig) -> str:
                 f"  priority-flow-control watch-dog-interval {'on' if iq.watchdog else 'off'}"]
         if iq.classify:
             out.append(f"  service-policy type qos input {c.policy}")
+    lb = cfg.load_balance
+    if lb is not None and lb.mode != "ecmp":  # ch.12 Example 12-1
+        out.append("hardware profile dlb")
+        out += [f"  dlb-interface {_nx_iface(n)}" for n in lb.interfaces]
+        if lb.dlb_mac:
+            out.append(f"  mac-address {lb.dlb_mac}")
+        out.append(f"  mode {'per-packet' if lb.mode == 'spray' else 'flowlet'}")
+        out.append(f"  ! {lb.describe()}")
     return "\n".join(out) + "\n"

@@ -14,15 +14,17 @@ H1, H2 = "02:00:00:00:01:01", "02:00:00:00:02:01"
 SPINE1, SPINE2 = "02:00:00:00:07:01", "02:00:00:00:08:01"
 
 
-def make_agent(rate=200e6, limit=10_000_000, drop_rate=0.0, delay=0.0):
+def make_agent(rate=200e6, limit=10_000_000, drop_rate=0.0, delay=0.0, lb=None, dlb_macs=()):
+    """rail1 of rail2x4 at TDF 1000 with in-memory ports; `lb` a fabric.lb.LoadBalance."""
     ports = (PortConfig("eth1", ROUTER, 200e9, rate, delay, 101, "h1:nic1"),
              PortConfig("eth2", ROUTER, 200e9, rate, delay, 101, "h2:nic1"),
              PortConfig("eth5", "02:00:00:00:05:05", 400e9, 2 * rate, delay, None, "spine1:eth1"),
              PortConfig("eth6", "02:00:00:00:05:06", 400e9, 2 * rate, delay, None, "spine2:eth1"))
     cfg = AgentConfig("rail1", 1000.0, "/nonexistent", ports,
                       svi={"vlan101": {H1: "eth1", H2: "eth2"}}, ecmp_seed=3,
-                      queue_limit_bytes=limit, test_drop_rate=drop_rate)
-    a = Agent(cfg, open_sockets=False)
+                      queue_limit_bytes=limit, test_drop_rate=drop_rate,
+                      lb=lb.to_dict() if lb else None, dlb_macs=dlb_macs)
+    a = Agent(AgentConfig.from_json(cfg.to_json()), open_sockets=False)
     for p in a.ports.values():
         p.sock = FakeSock()
     a.install_fib([FibRoute("10.0.1.0/24", ((None, "vlan101"),)),
