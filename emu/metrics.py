@@ -16,23 +16,38 @@ and lag_max_s, model seconds, of the actions of the interval - the p99 from the
 difference of two cumulative histograms (fabric.fidelity: the upper edge of its
 bucket), the max exact when the process's maximum rose in the interval, else the upper
 edge of the highest bucket that grew (a bucket is 1/8 decade wide).
+
+Per flow and egress port (book ch.12: which uplink each flow, flowlet or sprayed packet
+took), `path_rows` turns the agents' path accounting (the snapshot's ``lb.paths``,
+cumulative bytes per flow and port, only for flows that had a choice of equal-cost next
+hops) into ``t_model_s,node,flow,port,bps`` rows of RUNDIR/paths.csv: the model bit/s of
+that flow on that port over the interval, a row only where its bytes grew. The file is
+created by the first such row (a run without balanced flows has none); emu.paths
+summarises it and emu.plots draws it. RUNDIR/sampler.json states the files' t = 0 on
+the event log's axis (``t0_model_us``, model µs of CLOCK_MONOTONIC, fabric.events), so
+that events can be put on the sampled series.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fabric.events import model_us
 from fabric.fidelity import BUCKET_EDGES, P99, percentile
 from fabric.timedil import TimeDilation
 
 log = logging.getLogger("emu.metrics")
 
 FIELDS = ("t_model_s", "node", "port", "queue", "metric", "value")
+PATH_FIELDS = ("t_model_s", "node", "flow", "port", "bps")
+PATHS_CSV = "paths.csv"  #: next to metrics.csv
+SAMPLER_JSON = "sampler.json"  #: next to metrics.csv: the sampled files' time origin
 
 
 def switch_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tuple]:
@@ -70,6 +85,27 @@ def switch_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[
                     out += [(t, node, name, prio, "pause_tx", tx), (t, node, name, prio, "pause_rx", rx),
                             (t, node, name, prio, "paused", paused)]
     return out
+
+
+def path_bytes(snap: dict) -> dict[tuple[str, str], int]:
+    """{(flow, port): cumulative bytes} of a switch snapshot's path accounting."""
+    out: dict[tuple[str, str], int] = {}
+    for p in (snap.get("lb") or {}).get("paths", ()):
+        out[(p["flow"], p["port"])] = out.get((p["flow"], p["port"]), 0) + p["bytes"]
+    return out
+
+
+def path_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tuple]:
+    """paths.csv rows for one switch between two snapshots: the model bit/s of every
+    flow on every egress port whose bytes grew (a flow new since `prev` counts from 0)."""
+    dt = cur["t_lab"] - prev["t_lab"]
+    if dt <= 0:
+        return []
+    before, now = path_bytes(prev), path_bytes(cur)
+    t = td.model_time(cur["t_lab"] - t0_lab)
+    grew = {k: b - before.get(k, 0) for k, b in now.items() if b > before.get(k, 0)}
+    return [(t, cur["switch"], flow, port, td.model_rate(d * 8 / dt))
+            for (flow, port), d in grew.items()]
 
 
 def nic_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tuple]:
@@ -128,6 +164,9 @@ class Sampler:
         self.last: dict[str, dict] = {}
         self.first: dict[str, dict] = {}
         self.rows = 0
+        self.paths_path = path.parent / PATHS_CSV
+        self.paths_rows = 0
+        self._paths_fh = None  # opened by the first path row
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.t0 = time.monotonic()
@@ -136,6 +175,10 @@ class Sampler:
 
     def start(self) -> None:
         """Start sampling (takes a first snapshot at once)."""
+        (self.path.parent / SAMPLER_JSON).write_text(json.dumps(
+            {"t0_lab_s": self.t0, "t0_model_us": model_us(self.t0, self.td),
+             "interval_lab_s": self.interval_lab}))
+        self.paths_path.unlink(missing_ok=True)  # a rerun into the same directory
         self._fh = self.path.open("w", newline="")
         self._w = csv.writer(self._fh)
         self._w.writerow(FIELDS)
@@ -166,13 +209,27 @@ class Sampler:
                 rows += fidelity_rows(prev, cur, self.td, self.t0, name)
                 self._w.writerows(rows)
                 self.rows += len(rows)
+                if self.kinds.get(name) == "switch":
+                    self._write_paths(path_rows(prev, cur, self.td, self.t0))
             self.last[name] = cur
         self._fh.flush()
+        if self._paths_fh is not None:
+            self._paths_fh.flush()
         for hook in self.hooks:
             try:
                 hook()
             except OSError as exc:  # /proc of a process that is going away
                 log.debug("sampling hook: %s", exc)
+
+    def _write_paths(self, rows: list[tuple]) -> None:
+        if not rows:
+            return
+        if self._paths_fh is None:
+            self._paths_fh = self.paths_path.open("w", newline="")
+            self._pw = csv.writer(self._paths_fh)
+            self._pw.writerow(PATH_FIELDS)
+        self._pw.writerows(rows)
+        self.paths_rows += len(rows)
 
     def stop(self) -> dict[str, dict]:
         """Stop, take a last sample; returns the last snapshot of every source."""
@@ -181,6 +238,8 @@ class Sampler:
             self._thread.join()
         self.sample()
         self._fh.close()
+        if self._paths_fh is not None:
+            self._paths_fh.close()
         return dict(self.last)
 
 
@@ -191,5 +250,18 @@ def read_rows(path: Path) -> list[dict]:
         for r in csv.DictReader(fh):
             r["t_model_s"] = float(r["t_model_s"])
             r["value"] = float(r["value"])
+            out.append(r)
+        return out
+
+
+def read_paths(path: Path) -> list[dict]:
+    """paths.csv as a list of dicts (t_model_s and bps as floats); [] when absent."""
+    if not path.is_file():
+        return []
+    with path.open() as fh:
+        out = []
+        for r in csv.DictReader(fh):
+            r["t_model_s"] = float(r["t_model_s"])
+            r["bps"] = float(r["bps"])
             out.append(r)
         return out

@@ -8,6 +8,10 @@ pictures. Each plot is skipped (and logged) when the run has no data for it.
 * link utilisation heatmap: fabric ports x time, fraction of the model link rate;
 * fidelity: each process's p99 lag per interval over model time (log scale), with the
   guard's bound (emu.guard) as a line: where the lab fell behind the model;
+* paths (ch.12): per switch with balanced flows, one row per flow and in it one band
+  per egress port, filled where the flow sent on that port (opacity: its rate against
+  the port's model rate), ticks where a flowlet started: ECMP is one band per flow,
+  flowlets hop between bands, spraying fills them all (from paths.csv, emu.metrics);
 * collective step timeline (ch.14's ring steps): one row per rank, one bar per step,
   from ``summary.json["steps"]`` = [{"rank", "step", "phase", "t_start_s", "t_end_s"}]
   in model seconds (phase e.g. "reduce-scatter" / "all-gather"), written by collective
@@ -19,10 +23,13 @@ from __future__ import annotations
 
 import json
 import logging
+from bisect import bisect_left
 from collections import defaultdict
 from pathlib import Path
 
-from emu.metrics import read_rows
+from emu import paths as pathsum
+from emu.metrics import PATHS_CSV, SAMPLER_JSON, read_paths, read_rows
+from fabric.events import read_events
 
 log = logging.getLogger("emu.plots")
 
@@ -174,6 +181,94 @@ def fidelity_lag(rows, bound_s: float | None, path: Path, top: int = 6) -> bool:
                  "lag (us, model)", legend=True)
 
 
+def path_spans(prows, rows) -> dict[str, list[tuple[str, str, float, float, float]]]:
+    """{switch: [(flow, port, start_s, end_s, bps)]}: each paths.csv row as the interval
+    it covers, from the switch's sampling round before it (its metrics.csv times), or
+    one median sampling step before the first."""
+    grids = defaultdict(set)
+    for r in rows:
+        grids[r["node"]].add(r["t_model_s"])
+    by_node = defaultdict(list)
+    for r in prows:
+        by_node[r["node"]].append(r)
+    out = {}
+    for node, rs in by_node.items():
+        pts = sorted(grids[node] | {r["t_model_s"] for r in rs})
+        steps = sorted(b - a for a, b in zip(pts, pts[1:]))
+        step = steps[len(steps) // 2] if steps else pts[0] or 1e-6
+        out[node] = []
+        for r in rs:
+            i = bisect_left(pts, r["t_model_s"])
+            start = pts[i - 1] if i else r["t_model_s"] - step
+            out[node].append((r["flow"], r["port"], start, r["t_model_s"], r["bps"]))
+    return out
+
+
+def path_bands(prows, rows, summary_paths: dict, topology: dict, events: list[dict],
+               t0_us: float | None, path: Path, panels: int = 4, flows_shown: int = 8) -> bool:
+    """Flows x egress ports over model time, one panel per switch (the busiest)."""
+    spans = path_spans(prows, rows)
+    if not spans:
+        return False
+    rate = {(lk[e]["node"], lk[e]["ifname"]): lk["model_bps"]
+            for lk in topology.get("links", []) for e in ("a", "b")}
+    peers, names = pathsum.far_ends(topology), pathsum.gpu_names(topology)
+    layout = []
+    for node, ss in spans.items():
+        sent = defaultdict(float)  # bits per flow
+        for f, _, a, b, bps in ss:
+            sent[f] += bps * (b - a)
+        flows = sorted(sent, key=lambda f: (-sent[f], f))
+        ports = sorted({p for _, p, *_ in ss}, key=pathsum.port_key)
+        layout.append((sum(sent.values()), node, flows[:flows_shown], len(flows), ports))
+    layout = sorted(layout, key=lambda x: (-x[0], x[1]))[:panels]
+    plt = _pyplot()
+    from matplotlib.colors import to_rgba
+
+    heights = [1.0 + 0.4 * len(f) * max(1, len(p) / 2) for _, _, f, _, p in layout]  # inches
+    fig, axes = plt.subplots(len(layout), 1, squeeze=False, height_ratios=heights,
+                             figsize=(10, 0.6 + sum(heights)))
+    for ax, (_, node, flows, nflows, ports) in zip(axes[:, 0], layout):
+        h = 0.9 / len(ports)
+        y = {(f, p): i + 0.05 + j * h for i, f in enumerate(flows) for j, p in enumerate(ports)}
+        peak = defaultdict(float)
+        for _, p, _, _, bps in spans[node]:
+            peak[p] = max(peak[p], bps)
+        bands = defaultdict(lambda: ([], []))
+        for f, p, a, b, bps in spans[node]:
+            if (f, p) in y:
+                full = rate.get((node, p)) or peak[p]
+                bands[(f, p)][0].append((a * 1e6, (b - a) * 1e6))
+                alpha = max(0.2, min(1.0, bps / full))  # visible even when slow
+                bands[(f, p)][1].append(to_rgba(f"C{ports.index(p)}", alpha))
+        for k, (segs, colors) in bands.items():
+            ax.broken_barh(segs, (y[k], h), facecolors=colors)
+        for i in range(1, len(flows)):
+            ax.axhline(i, color="0.85", linewidth=0.5)
+        handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{j}",
+                                 label=f"{p} → {peers.get((node, p), '?')}")
+                   for j, p in enumerate(ports)]
+        ticks = [(e["t"] - t0_us, y[(e["flow"], e["port"])] + h / 2) for e in events
+                 if t0_us is not None and e.get("ev") == "flowlet" and e.get("node") == node
+                 and (e.get("flow"), e.get("port")) in y]
+        if ticks:
+            handles.append(ax.scatter(*zip(*ticks), marker="|", s=60, color="black",
+                                      linewidths=0.8, label="flowlet start"))
+        ax.set_yticks([i + 0.5 for i in range(len(flows))],
+                      [pathsum.short_flow(f, names) for f in flows], fontsize=7)
+        ax.set_ylim(len(flows), 0)
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        sw = summary_paths.get(node) or {}
+        more = f" ({len(flows)} busiest of {nflows} flows)" if nflows > len(flows) else ""
+        ax.set_title(f"{node}: {sw.get('describe', 'balanced flows')}{more}", fontsize=9)
+    axes[-1, 0].set_xlabel("model time (us)")
+    fig.suptitle("Paths: flows x egress ports (opacity: rate / the port's model rate)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
 def step_timeline(steps: list[dict], path: Path) -> bool:
     """Gantt chart of collective steps per rank (ch.14 ring AllReduce walk-through)."""
     if not steps:
@@ -203,6 +298,11 @@ def make_all(run_dir: Path) -> list[Path]:
     topo = json.loads((run_dir / "topology.json").read_text()) if (run_dir / "topology.json").is_file() else {}
     qos = json.loads((run_dir / "qos.json").read_text()) if (run_dir / "qos.json").is_file() else None
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
+    prows = read_paths(run_dir / PATHS_CSV)
+    logs = [run_dir / "events" / f"{n}.jsonl" for n in sorted({r["node"] for r in prows})]
+    events = read_events([p for p in logs if p.is_file()])
+    origin = run_dir / SAMPLER_JSON  # t = 0 of paths.csv on the events' axis
+    t0_us = json.loads(origin.read_text())["t0_model_us"] if origin.is_file() else None
     out_dir = run_dir / "plots"
     out_dir.mkdir(exist_ok=True)
     made = []
@@ -210,6 +310,8 @@ def make_all(run_dir: Path) -> list[Path]:
                      ("qp_rates", lambda p: qp_rates(rows, p)),
                      ("pfc_pauses", lambda p: pause_timeline(rows, topo, p)),
                      ("utilisation", lambda p: utilisation(rows, topo, p)),
+                     ("paths", lambda p: path_bands(prows, rows, summary.get("paths") or {}, topo,
+                                                    events, t0_us, p)),
                      ("fidelity_lag", lambda p: fidelity_lag(
                          rows, (summary.get("fidelity") or {}).get("bound_model_us", 0) / 1e6, p)),
                      ("collective_steps", lambda p: step_timeline(summary.get("steps", []), p))):

@@ -6,7 +6,8 @@ Totals per switch and traffic class come from the last counters snapshot of ever
 agent (kept by the sampler in RUNDIR/last_counters.json): packets and bytes sent per
 egress queue (= class: 0 default, 3 RoCE, 7 CNP in the book's config), ECN marks,
 drops, PFC pauses sent/received per priority; NIC totals (CNPs, retransmits) when the
-run had RDMA NICs.
+run had RDMA NICs. Where the balanced flows' bytes went, per switch, flow and egress
+port (summary.json's "paths", ch.12), comes from the same snapshots (emu.paths).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from emu import guard, plots, procstat
+from emu import guard, paths, plots, procstat
 
 SCHEMA_VERSION = 1
 #: "fidelity_lost": the lab fell behind the model (emu.guard), whatever the checks said
@@ -114,6 +115,8 @@ def table_text(summary: dict, run_dir: Path | None = None, width: int = 100,
         for g, c in nics.items():
             n.add_row(g, str(c["cnps_sent"]), str(c["cnps_rx"]), str(c["retransmits"]))
         con.print(n)
+    for t in paths.tables(summary.get("paths") or {}):
+        con.print(t)
     fid = guard.line(summary)
     if fid:
         con.print(fid, highlight=False, soft_wrap=True)
@@ -138,6 +141,9 @@ def report(run_dir: Path, out=sys.stdout) -> dict:
         counters = json.loads(last.read_text())
         summary["classes"] = class_totals(counters)
         summary["nics"] = nic_totals(counters) or summary.get("nics")
+        topo = run_dir / "topology.json"
+        summary["paths"] = paths.summarise(
+            counters, json.loads(topo.read_text()) if topo.is_file() else None)
     made = plots.make_all(run_dir)
     out.write(table_text(summary, run_dir, color=out.isatty() if hasattr(out, "isatty") else False))
     for p in made:

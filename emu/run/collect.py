@@ -1,7 +1,8 @@
 """Step 4 of `emu run`: stop sampling and keep every agent's and NIC's last counters
 (last_counters.json), then, after teardown, the run's summary.json (emu.report's
 schema: verdict, reachability, totals per switch and class, NIC totals, the workload's
-result and completion time in lab and model time, the fidelity guard's judgement
+result and completion time in lab and model time, where the balanced flows' bytes went
+per switch and egress port ("paths", emu.paths), the fidelity guard's judgement
 (emu.guard) with the TDF and how it was chosen, CPU and peak memory per process kind).
 
 The verdict is "fidelity_lost" when the lab did not keep up with the model during a
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from emu import guard, reach
+from emu import guard, paths, reach
 from emu.report import SCHEMA_VERSION, class_totals, nic_totals
 from emu.run.build import Live
 from emu.run.autotdf import machine_cores
@@ -67,6 +68,7 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "metrics_rows": live.sampler.rows,
         "classes": class_totals(counters),
         "nics": nic_totals(all_counters),
+        "paths": paths.summarise(counters, fab.to_dict()),
     }
     if wl is not None:
         summary["workload"] = {k: x for k, x in wl["result"].items()
