@@ -43,7 +43,9 @@ def resolve(fabric: Fabric, qos: QosConfig | None, specs: list[str] | tuple[str,
             targets, text = switches, spec
         for name in targets:
             out[name] = parse_lb(text, out[name], where)
-    for name, lb in out.items():
+    for name, lb in out.items():  # an NX-OS paste names the ports of the switch it was for
+        if lb.interfaces == base.interfaces:
+            continue
         ports = {p.ifname for p in fabric.node_ports(name)}
         for ifname in lb.interfaces:
             if ifname not in ports:

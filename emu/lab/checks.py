@@ -16,7 +16,8 @@ a capture (tshark). A check names one primitive (docs/LABS.md "Checks"):
 * max: {metric, link, queue?, window?} over metrics, or {ev..., field} over events
 * pct: {ev..., field, p} -> the p-th percentile (nearest rank; p 50 if not given) of an
   event field, e.g. the CNPs' sojourn in a switch (`cnp_fwd`)
-* counter: {node, port?, name, queue?, prio?, reason?} -> summed last counters
+* counter: {node, port?, name, queue?, prio?, reason?} -> summed last counters (a NIC's
+  per-QP counters, e.g. rx_out_of_order, rx_nak_seq, retransmits, summed over its QPs)
 * ratio: {num, den} -> measured value of "variant.check" (or a number) over another's
 * frames: {capture: "A->B", filter, fields, index?} -> tshark fields of the index-th
   frame matching the display filter (a dict), or the count with `count: true`
@@ -326,8 +327,10 @@ def counter(ev: Evidence, spec: dict) -> float:
     for node, c in ev.counters.items():
         if not node_ok(node):
             continue
-        if "ports" not in c:  # a NIC: its top-level counters
+        if "ports" not in c:  # a NIC: its top-level counters, else summed over its QPs
             v = c.get(name)
+            if v is None and isinstance(c.get("qps"), dict):
+                v = sum(q.get(name) or 0 for q in c["qps"].values())
             total += v if isinstance(v, (int, float)) else 0
             continue
         for pname, p in c["ports"].items():
