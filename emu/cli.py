@@ -21,7 +21,7 @@ from emu.run import autotdf, build, collect, workload
 from emu.run.plan import make_plan
 from emu.run.report import print_report
 from emu.run.terminal import Terminal
-from fabric.timedil import DEFAULT_TDF
+from fabric.timedil import DEFAULT_TDF, parse_size
 from switch_agent import control
 
 log = logging.getLogger("emu")
@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
     p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity",
-                                    "speed"],
+                                    "speed", "lb"],
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
                         "speed: emu's lowest TDF that keeps up vs ns-3's slowdown, same "
                         "fabric and load (--topo, --load 1.0 by default); "
@@ -200,13 +200,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "by side with their ratio and each run's fidelity verdict; "
                         "switch: per-packet cost of the pipeline, QoS on vs off; rnic: "
                         "one-QP RDMA WRITE goodput and frame build rate vs Scapy; allreduce: "
-                        "ring AllReduce busbw of 8 PyTorch workers (1, 16, 64 MB) vs gloo")
+                        "ring AllReduce busbw of 8 PyTorch workers (1, 16, 64 MB) vs gloo; "
+                        "lb: a rail2x4 permutation under ecmp, flowlet and spray (--size, "
+                        "--tdf): completion against S / link rate, uplink max/min")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     p.add_argument("--load", type=float, default=None,
                    help="bench tdf/speed: offered load per NIC as a fraction of its line "
                         "rate (default 0.5 for tdf, 1.0 for speed)")
     p.add_argument("--topo", default="rail2x4",
                    help="bench speed: topologies, comma-separated (e.g. rail2x4,rail8x4)")
+    p.add_argument("--size", default="8MB", help="bench lb: bytes per flow (default 8MB)")
+    p.add_argument("--tdf", type=float, default=10000.0, help="bench lb: TDF (default 10000)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="bench lb: keep the runs here (default a new temporary directory)")
     return ap
 
 
@@ -341,6 +347,13 @@ def cmd_bench(args) -> int:
         return bench.allreduce()
     if args.what == "fidelity":
         return bench.fidelity()
+    if args.what == "lb":
+        try:
+            parse_size(args.size)
+        except ValueError as exc:
+            print(f"emu bench: --size: {exc}", file=sys.stderr)
+            return 2
+        return bench.lb_bench(args.size, args.tdf, args.out)
     return bench.forward(duration=args.duration)
 
 
