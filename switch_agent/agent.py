@@ -151,6 +151,7 @@ class Agent:
         self.cache.clear()
         for c in self.fast.values():
             c.clear()
+        self.balancer.groups.clear()  # rebuilt from the new next hops (flows keep their counts)
 
     def event(self, text: str) -> None:
         """Log and remember an event (shown by `show` and the counters)."""
