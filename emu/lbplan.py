@@ -4,7 +4,7 @@ Sources, later ones on top of earlier ones, field by field:
 1. flow ECMP on the 5-tuple (`fabric.lb.LoadBalance()`);
 2. the QoS configuration's (`--qos` YAML `load_balance:` or an NX-OS paste with
    ``hardware profile dlb``, Example 12-1), on every switch;
-3. `--lb SPEC` / a lab's `lb:` entries: ``SPEC`` for every switch, ``WHO=SPEC`` for one
+3. the topology's `lb:` (`Fabric.lb`), then `--lb SPEC` / a lab's `lb:` entries: ``SPEC`` for every switch, ``WHO=SPEC`` for one
    switch (``rail1=spray``) or one role (``rail=flowlet``, ``spine=...``); SPEC is
    ``MODE[,key=value...]`` (`fabric.lb.parse_lb`);
 4. pins (`Pin`): a lab flow's ``via: spine1`` pins that flow on its first switch.
@@ -18,13 +18,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fabric.lb import LoadBalance, Pin, parse_lb
+from fabric.lb import LB_KEYS, LoadBalance, Pin, parse_lb
 from fabric.qos.config import QosConfig
 from topologies.model import Fabric
-
-#: keys of SPEC (so ``hash=dst-ip`` is a setting, ``rail1=spray`` a switch's)
-LB_KEYS = {"mode", "hash", "order", "flowlet_gap", "ewma_tau", "estimator", "util_threshold",
-           "queue_threshold", "spray", "interfaces", "dlb_mac"}
 
 
 def resolve(fabric: Fabric, qos: QosConfig | None, specs: list[str] | tuple[str, ...] = (),
@@ -34,8 +30,9 @@ def resolve(fabric: Fabric, qos: QosConfig | None, specs: list[str] | tuple[str,
     switches = [s.name for s in fabric.switches()]
     roles = {s.role for s in fabric.switches()}
     out = {name: base for name in switches}
-    for i, spec in enumerate(specs):
-        where = f"{source}[{i}]" if len(specs) > 1 else source
+    every = [(f"topology lb[{i}]", s) for i, s in enumerate(fabric.lb)]
+    every += [(f"{source}[{i}]" if len(specs) > 1 else source, s) for i, s in enumerate(specs)]
+    for where, spec in every:
         who, sep, rest = spec.partition("=")
         if sep and "," not in who and who.strip() not in LB_KEYS:
             targets, text = _targets(who.strip(), switches, fabric, roles, where), rest

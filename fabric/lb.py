@@ -49,6 +49,9 @@ SPRAY = ("round-robin", "random", "least-queue")
 ESTIMATORS = ("bytes", "queue")
 ORDERS = ("route", "port", "nexthop")
 DEFAULT_DLB_MAC = "00:cc:cc:cc:cc:cc"
+#: keys of a spec (so ``hash=dst-ip`` is a setting and ``rail1=spray`` one switch's)
+LB_KEYS = {"mode", "hash", "order", "flowlet_gap", "ewma_tau", "estimator", "util_threshold",
+           "queue_threshold", "spray", "interfaces", "dlb_mac"}
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,8 @@ class Fabric:
     tdf: float = DEFAULT_TDF
     mtu: int = 9216
     pods: int = 1  # ch.13 Fig 13-8/13-9: > 1 with a super-spine tier
+    #: load-balancing specs of the topology file (`lb:`; emu.lbplan applies them)
+    lb: tuple[str, ...] = ()
 
     @property
     def td(self) -> TimeDilation:
@@ -298,6 +300,7 @@ class Fabric:
             "tdf": self.tdf,
             "mtu": self.mtu,
             **({"pods": self.pods} if self.pods > 1 else {}),
+            **({"lb": list(self.lb)} if self.lb else {}),
             "nodes": [{**vars(n), "svis": [vars(v) for v in n.svis]} for n in self.nodes.values()],
             "links": [
                 {"a": vars(lk.a), "b": vars(lk.b), "kind": lk.kind,

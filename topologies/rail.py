@@ -75,7 +75,8 @@ def build_rail(spec: RailSpec) -> Fabric:
     R, H, S, M, P = spec.gpus_per_host, spec.hosts, spec.spines, spec.rails_per_switch, spec.pods
     K = R // M  # rail switches per pod
     name, desc = _name_and_description(spec)
-    fab = Fabric(name=name, description=desc, tdf=float(spec.tdf), mtu=spec.mtu, pods=P)
+    fab = Fabric(name=name, description=desc, tdf=float(spec.tdf), mtu=spec.mtu, pods=P,
+                 lb=spec.lb_specs())
     delay = parse_duration(spec.delay)
     p2p = ipaddress.ip_network(spec.p2p_subnet)
     fe_net = ipaddress.ip_network(spec.frontend_subnet)

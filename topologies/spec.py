@@ -14,6 +14,7 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from fabric.lb import LB_KEYS, parse_lb
 from fabric.timedil import DEFAULT_TDF, parse_duration, parse_rate
 from topologies.clos import MAX_PER_HALF
 from topologies.links import parse_links
@@ -53,6 +54,9 @@ class RailSpec:
     spine_uplink: str | float | None = None  # spine <-> super-spine; None = uplink
     links: Mapping = field(default_factory=dict)
     adjacency: Mapping = field(default_factory=dict)
+    #: load balancing per switch or role, as `emu run --lb` (fabric.lb.parse_lb): a spec
+    #: or a list, e.g. ["rail=flowlet,flowlet_gap=10us", "spine=ecmp,hash=dst-ip"]
+    lb: str | list = field(default_factory=list)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
@@ -96,6 +100,21 @@ class RailSpec:
                              f"{self.ecmp_seed!r}")
         parse_links(self.links)
         self._check_adjacency_form()
+        self._check_lb()
+
+    def lb_specs(self) -> tuple[str, ...]:
+        """`lb` as a tuple of specs."""
+        return (self.lb,) if isinstance(self.lb, str) else tuple(self.lb)
+
+    def _check_lb(self) -> None:
+        """Each spec's settings parse; who it names is checked with the fabric (emu.lbplan)."""
+        if not isinstance(self.lb, (str, list, tuple)) or not all(
+                isinstance(x, str) for x in self.lb_specs()):
+            raise ValueError(f"lb: a spec or a list of specs like 'rail=spray', got {self.lb!r}")
+        for i, spec in enumerate(self.lb_specs()):
+            who, sep, rest = spec.partition("=")
+            text = rest if sep and "," not in who and who.strip() not in LB_KEYS else spec
+            parse_lb(text, source=f"lb[{i}]")
 
     def _check_tiers(self) -> None:
         P, S, SS = self.pods, self.spines, self.super_spines

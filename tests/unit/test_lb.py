@@ -315,3 +315,48 @@ def test_dlb_defaults_and_errors():
     notes: list[str] = []
     parse_nxos("hardware profile dlb\n mode per-packet\n", warnings=notes)
     assert any("no dlb-interface" in n for n in notes)
+
+
+# -- where a run's settings come from (emu.lbplan) -------------------------------------------
+def test_topology_lb_then_command_line_then_pins():
+    import topologies
+    from emu import lbplan
+
+    fab = topologies.from_dict({"kind": "rail", "lb": ["rail=flowlet", "spine=ecmp,hash=dst-ip"]})
+    assert fab.to_dict()["lb"] == ["rail=flowlet", "spine=ecmp,hash=dst-ip"]
+    qos = QosConfig(load_balance=LoadBalance(mode="spray", spray="random"))
+    lbs = lbplan.resolve(fab, qos, ["rail1=spray", "util_threshold=0.5"])
+    assert {n: (lb.mode, lb.spray, lb.hash, lb.util_threshold) for n, lb in lbs.items()} == {
+        "rail1": ("spray", "random", "5-tuple", 0.5),
+        "rail2": ("flowlet", "random", "5-tuple", 0.5),
+        "spine1": ("ecmp", "random", "dst-ip", 0.5),
+        "spine2": ("ecmp", "random", "dst-ip", 0.5)}
+    lbplan.pin_via(fab, lbs, "h1g1", "h3g2", "spine2")
+    assert lbs["rail1"].pins == (Pin("10.0.1.11", "10.0.2.13", "eth6"),)
+    assert lbplan.dlb_macs({"a": LoadBalance(dlb_mac="00:cc:cc:cc:cc:cc"), "b": LoadBalance()}) == \
+        ("00:cc:cc:cc:cc:cc",)
+
+
+@pytest.mark.parametrize("topo, specs, msg", [
+    ({"lb": 3}, [], "lb: a spec or a list"),
+    ({"lb": ["rail=zig"]}, [], r"lb\[0\]\.mode"),
+    ({"lb": ["rail9=spray"]}, [], "topology lb\\[0\\]: 'rail9' is neither a switch"),
+    ({}, ["superspine=spray"], "--lb: 'superspine' is neither"),
+    ({}, ["rail1=spray,interfaces=eth9"], "--lb: interface 'eth9' is not a port of rail1"),
+])
+def test_lb_errors_name_the_entry(topo, specs, msg):
+    import topologies
+    from emu import lbplan
+
+    with pytest.raises(ValueError, match=msg):
+        lbplan.resolve(topologies.from_dict({"kind": "rail", **topo}), None, specs)
+
+
+def test_via_needs_a_neighbour_of_the_first_switch():
+    import topologies
+    from emu import lbplan
+
+    fab = topologies.load("rail2x4")
+    lbs = lbplan.resolve(fab, None)
+    with pytest.raises(ValueError, match="rail1 .* has no link to 'rail2'"):
+        lbplan.pin_via(fab, lbs, "h1g1", "h3g2", "rail2", "flows[0].via")
