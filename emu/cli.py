@@ -112,6 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "nexthop, interfaces=eth5+eth6, dlb_mac=M. WHO= limits it to a "
                         "switch (rail1=spray) or a role (spine=...). On top of --qos's "
                         "(an NX-OS 'hardware profile dlb')")
+    p.add_argument("--fault", action="append", default=None, metavar="SCHEDULE",
+                   help="faults during the workload, repeatable, ';'-separated events "
+                        "'TIME KIND TARGET [ACTION] [k=v..]', TIME in model units after the "
+                        "workload starts: link rail1:eth5 down|up (or rail1-spine1), "
+                        "link X degrade rate=100G loss=1%% delay=2us corrupt=0.1%%, "
+                        "link X restore, switch spine1 down|up, nic h1g1 down|up, "
+                        "storm h1g1 prio=3 for=5ms, storm h1g1 stop, pause h1g1 prio=3 "
+                        "quanta=65535; e.g. \"1ms link rail1:eth5 down; 3ms link "
+                        "rail1:eth5 up\"")
     p.add_argument("--no-shaping", action="store_true",
                    help="do not shape links to their lab rate (forward as fast as possible)")
     p.add_argument("--pcap", default="hosts", metavar="WHICH",

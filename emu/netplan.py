@@ -30,9 +30,10 @@ What the plan encodes (book ch.13, docs/ARCHITECTURE.md):
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from topologies.model import FRONTEND, HOST, SWITCH, Fabric
+from topologies.model import FRONTEND, HOST, SWITCH, Fabric, Link
 
 HOST_TABLE_BASE = 100  #: per-NIC routing table = 100 + rail
 MAIN_TABLE = 254
@@ -125,8 +126,9 @@ class NamespacePlan:
     neighbours: tuple[Neighbour, ...] = ()
 
 
-def plan_node(fabric: Fabric, node: str) -> NamespacePlan:
-    """The plan of one node's namespace."""
+def plan_node(fabric: Fabric, node: str, down: Collection[Link] = ()) -> NamespacePlan:
+    """The plan of one node's namespace; with links `down`, a switch's routes are those
+    of the fabric without them (emu.faultplan: reconvergence)."""
     n = fabric.nodes[node]
     interfaces = [Interface("lo")]
     for p in fabric.node_ports(node):
@@ -143,7 +145,7 @@ def plan_node(fabric: Fabric, node: str) -> NamespacePlan:
         sysctls += SWITCH_SYSCTLS
         bridges = tuple(Bridge(v.ifname, n.router_mac, fabric.mtu, v.ip) for v in n.svis)
         routes = tuple(RouteEntry(r.prefix, tuple(NextHop(gw, dev) for gw, dev in r.nexthops))
-                       for r in fabric.routes(node))
+                       for r in fabric.routes(node, down))
     elif n.kind == HOST:
         sysctls += HOST_SYSCTLS
         rules, routes = _per_nic_routing(fabric, node)

@@ -106,6 +106,7 @@ class Agent:
         # IHL 5 TCP/UDP frames need no flow_key (~1 us) to find their decision
         self.fast: dict[int, dict[bytes, Path | object | str]] = {6: {}, 17: {}}
         self.local: set[bytes] = set()
+        self.fib_table: dict | None = None  # prefix -> next hops last installed
         self.port_ip: dict[str, bytes] = {}  # ingress port -> address to answer from
         self.rng = random.Random(cfg.test_drop_seed)
         self.drop_rate = cfg.test_drop_rate
@@ -114,6 +115,7 @@ class Agent:
         self.meter = LagMeter(self.td)  # the fidelity guard: lag of every scheduled action
         self.started = time.monotonic()
         self.running = True
+        self.admin_up = True  # False: switch down (set_admin), nothing is forwarded
         self.next_refresh = math.inf
         self.wd_period = min((p.watchdog.detect_s / 4 for p in self.ports.values()
                               if p.watchdog), default=math.inf)
@@ -148,10 +150,62 @@ class Agent:
             addr = by_dev.get(svi) if svi else by_dev.get(p.name)
             if addr:
                 self.port_ip[p.name] = addr
+        table = {r.prefix: r.nexthops for r in routes}
+        if self.fib_table is not None and table != self.fib_table:  # reconvergence
+            old = self.fib_table
+            changed = sorted(k for k in set(table) | set(old) if table.get(k) != old.get(k))
+            self.log.emit("fib", time.monotonic(), changed={
+                k: [h[1] for h in table.get(k, ())] for k in changed})
+        self.fib_table = table
         self.cache.clear()
         for c in self.fast.values():
             c.clear()
         self.balancer.groups.clear()  # rebuilt from the new next hops (flows keep their counts)
+
+    def link_states(self, states: dict[str, bool], now: float) -> None:
+        """The kernel's carrier of our ports (after a netlink change): a port that went
+        down loses what it had queued or in flight (`link` events, docs/EVENTS.md)."""
+        for name, up in states.items():
+            p = self.ports.get(name)
+            if p is None or p.link_up == up:
+                continue
+            p.link_up = up
+            lost = 0 if up else self.flush_port(p, "link_down", now)
+            self.event(f"{name}: link {'up' if up else 'down'}" +
+                       (f", {lost} frames dropped" if lost else ""))
+            self.log.emit("link", now, port=name, state="up" if up else "down", dropped=lost)
+
+    def flush_port(self, p: Port, reason: str, now: float) -> int:
+        """Drop every frame queued on or in flight from port p; how many."""
+        n = 0
+        for q in range(8):
+            entries = p.queues.flush(q, reason)
+            n += len(entries)
+            for frame, tag, _queued in entries:
+                if tag is not None:
+                    self.release(tag, self.p_by_tos[frame[15]], len(frame), now)
+        n += len(p.inflight)
+        p.inflight.clear()
+        return n
+
+    def set_admin(self, up: bool, now: float) -> int:
+        """Switch down (issue 14 `switch ... down`): stop forwarding, drop every frame
+        queued or in flight and stop sending LLDP and PFC; up: forward again. Returns
+        the frames dropped. The serve loop discards what arrives while down."""
+        dropped = 0
+        if not up:
+            for p in self.ports.values():
+                dropped += self.flush_port(p, "switch_down", now)
+            for p in self.ports.values():  # after the releases (which may queue XONs)
+                p.ctrl.clear()
+            self.backlog.clear()
+        else:  # timers missed while down are not lateness: due again from now
+            self.next_wd = self.next_lldp = -math.inf
+        self.admin_up = up
+        self.event(f"switch {'up' if up else 'down'}" + (f": {dropped} frames dropped"
+                                                          if dropped else ""))
+        self.log.emit("switch_admin", now, up=up, dropped=dropped)
+        return dropped
 
     def event(self, text: str) -> None:
         """Log and remember an event (shown by `show` and the counters)."""
@@ -412,6 +466,14 @@ class Agent:
                     nxt = due if nxt is None or due < nxt else nxt
                     break
                 line.popleft()
+                if p.impair is not None and line is p.inflight:  # a degraded link
+                    lost = p.impair.verdict()
+                    if lost is not None:
+                        p.drop(lost)
+                        self.log.emit("drop", now, port=p.name, reason=lost,
+                                      queue=self.q_by_tos[frame[15]]
+                                      if frame[12:14] == ETH_IPV4 else 0)
+                        continue
                 if send is not None:
                     try:
                         send(frame)

@@ -3,7 +3,9 @@
 Requests: {"cmd": "ping"}, {"cmd": "counters"}, {"cmd": "fib"}, {"cmd": "fidelity_reset"},
 {"cmd": "show", "text": "show queuing interface eth3"} (NX-OS-like, `switch_agent.show`),
 {"cmd": "set", "test_drop_rate": 0.01} (test hook), {"cmd": "reset"} (port counters and
-the fidelity guard's lags). The counters carry "fidelity": the agent's
+the fidelity guard's lags), and the faults of issue 14: {"cmd": "admin", "state": "down"}
+(switch down / up: `Agent.set_admin`), {"cmd": "degrade", "port": "eth5", "rate_model_bps",
+"loss", "corrupt", "delay_model_s"} or {"cmd": "degrade", "port": "eth5", "restore": true}. The counters carry "fidelity": the agent's
 fabric.fidelity.LagMeter snapshot plus "cpu_s", the process's CPU seconds.
 Served from the agent's poll loop (no thread, so counters are read consistently).
 `request(path, payload)` is the client used by `emu` and the tests.
@@ -16,6 +18,7 @@ import json
 import logging
 import os
 import socket
+import time
 from typing import TYPE_CHECKING
 
 from switch_agent import show
@@ -96,6 +99,34 @@ class ControlServer:
                 if not 0.0 <= rate < 1.0:
                     return {"ok": False, "error": f"test_drop_rate: must be in [0, 1), got {rate}"}
                 a.drop_rate = rate
+            return {"ok": True}
+        if cmd == "admin":  # switch down / up (issue 14 faults)
+            state = req.get("state")
+            if state not in ("up", "down"):
+                return {"ok": False, "error": f"state: 'up' or 'down', got {state!r}"}
+            return {"ok": True, "dropped": a.set_admin(state == "up", time.monotonic())}
+        if cmd == "degrade":  # a degraded link's egress (issue 14 faults)
+            port = a.ports.get(str(req.get("port")))
+            if port is None:
+                return {"ok": False, "error": f"port: no port {req.get('port')!r}"}
+            if req.get("restore"):
+                port.restore()
+            else:
+                try:
+                    loss, corrupt = float(req.get("loss", 0)), float(req.get("corrupt", 0))
+                    delay = float(req.get("delay_model_s", 0))
+                    rate = req.get("rate_model_bps")
+                    rate = float(rate) if rate is not None else None
+                except (TypeError, ValueError) as exc:
+                    return {"ok": False, "error": f"degrade: {exc}"}
+                if not (0 <= loss < 1 and 0 <= corrupt < 1 and loss + corrupt < 1 and delay >= 0
+                        and (rate is None or rate > 0)):
+                    return {"ok": False, "error": "degrade: loss, corrupt in [0, 1), delay >= 0,"
+                                                  " rate > 0"}
+                port.degrade(a.td.lab_rate(rate) if rate is not None else None, loss, corrupt,
+                             a.td.lab_time(delay), a.cfg.test_drop_seed)
+            a.event(f"{port.name}: {'restored' if req.get('restore') else 'degraded'} "
+                    f"({json.dumps({k: v for k, v in req.items() if k != 'cmd'})})")
             return {"ok": True}
         if cmd == "fidelity_reset":  # the run's measurement window starts now
             a.meter.reset()

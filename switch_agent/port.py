@@ -27,6 +27,26 @@ from switch_agent.shaper import Shaper
 from switch_agent.watchdog import PfcWatchdog
 
 
+class Impair:
+    """Random loss and corruption of a degraded link's data frames (pure)."""
+
+    __slots__ = ("loss", "corrupt", "random")
+
+    def __init__(self, loss: float, corrupt: float, rng: random.Random) -> None:
+        self.loss = loss
+        self.corrupt = corrupt
+        self.random = rng.random
+
+    def verdict(self) -> str | None:
+        """None: delivered; else the drop reason ("degrade_loss", "degrade_corrupt")."""
+        r = self.random()
+        if r < self.loss:
+            return "degrade_loss"
+        if r < self.loss + self.corrupt:
+            return "degrade_corrupt"
+        return None
+
+
 class Port:
     """One switch port (the agent holds one per interface)."""
 
@@ -35,7 +55,7 @@ class Port:
                  "drops", "ingress", "pause", "watchdog", "pfc_mode", "pfc_active",
                  "neighbor", "neighbor_seen", "lldp_rx", "lldp_tx", "pause_tx", "resume_tx",
                  "pfc_rx_frames", "eligible_at", "tx_what", "ctrl_what", "refresh_what",
-                 "paused_logged", "dre")
+                 "paused_logged", "dre", "impair", "link_up")
 
     def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int,
                  td: TimeDilation, qos: QosConfig | None = None,
@@ -61,6 +81,9 @@ class Port:
         #: expiry while every backlogged queue is paused): the ideal start of a late booking
         self.eligible_at = 0.0
         self.dre = None  # load estimate for flowlet routing (switch_agent.lb.Dre)
+        #: a degraded link's loss / corruption on this egress (`degrade`); None = healthy
+        self.impair: Impair | None = None
+        self.link_up = True  # the kernel's carrier (Agent.link_states)
         self.tx_what = f"{cfg.ifname} tx"  # LagMeter labels, built once
         self.ctrl_what = f"{cfg.ifname} ctrl"
         self.refresh_what = f"{cfg.ifname} pfc refresh"
@@ -100,6 +123,24 @@ class Port:
     def drop(self, reason: str) -> None:
         """Count a frame dropped at this port (not in a queue)."""
         self.drops[reason] = self.drops.get(reason, 0) + 1
+
+    def degrade(self, lab_bps: float | None, loss: float, corrupt: float, extra_delay_lab_s: float,
+                seed: int = 1) -> None:
+        """A degraded link (issue 14 `link ... degrade`): this egress runs at `lab_bps`
+        (None: its nominal rate), loses a fraction `loss` of its data frames on the wire,
+        corrupts a fraction `corrupt` (the receiver's MAC discards a frame whose FCS fails,
+        so a corrupted frame is counted here and never delivered) and adds a one-way delay.
+        `restore` undoes it."""
+        self.shaper.rate_Bps = (lab_bps if lab_bps is not None else self.cfg.lab_bps) / 8.0
+        self.delay = self.cfg.delay_lab_s + extra_delay_lab_s
+        self.impair = Impair(loss, corrupt, random.Random(f"{seed}:{self.name}:impair"))\
+            if loss or corrupt else None
+
+    def restore(self) -> None:
+        """Back to the link's nominal rate and delay, no loss."""
+        self.shaper.rate_Bps = self.cfg.lab_bps / 8.0
+        self.delay = self.cfg.delay_lab_s
+        self.impair = None
 
     def send_ctrl(self, frame: bytes, now: float) -> None:
         """Queue a MAC control frame (PFC, LLDP): it bypasses the data queues and the

@@ -13,6 +13,7 @@ non-blocking `epoll.poll(0)`; it asks the kernel for a 1 us timer slack
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import select
@@ -40,6 +41,13 @@ def wait(ep: select.epoll, timeout: float) -> list[tuple[int, int]]:
     return ep.poll(0)
 
 
+def discard(port, frame: bytes, now: float) -> None:
+    """A switch that is down (Agent.set_admin) drops what still arrives."""
+    port.rx_packets += 1
+    port.rx_bytes += len(frame)
+    port.drop("switch_down")
+
+
 def serve(agent: Agent) -> None:
     """Serve until SIGTERM/SIGINT (the signal handler clears `agent.running`)."""
     name = agent.cfg.name
@@ -64,7 +72,7 @@ def serve(agent: Agent) -> None:
     try:
         while agent.running:
             now = clock()
-            wake = agent.timers(now)
+            wake = agent.timers(now) if agent.admin_up else math.inf
             if agent.backlog:
                 w = agent.service(now)
                 if w is not None and w < wake:
@@ -81,23 +89,28 @@ def serve(agent: Agent) -> None:
                 port = by_fd.get(fd)
                 if port is not None:
                     recv = port.sock.recv
+                    handle = on_frame if agent.admin_up else discard
                     for _ in range(RX_BUDGET):
                         try:
                             frame = recv(65535)
                         except BlockingIOError:
                             break
-                        except OSError as exc:  # interface gone (teardown)
-                            log.warning("%s: %s: %s", name, port.name, exc)
+                        except OSError as exc:
+                            if exc.errno == errno.ENETDOWN:  # reported once after the
+                                port.drop("rx_netdown")  # port went down: it may come back
+                                break
+                            log.warning("%s: %s: %s", name, port.name, exc)  # gone (teardown)
                             ep.unregister(fd)
                             del by_fd[fd]
                             break
-                        on_frame(port, frame, now)
+                        handle(port, frame, now)
                 elif fd == ctl.fileno():
                     ctl.handle()
                 else:
                     rawsock.drain(nl)
                     reload_at = now + RELOAD_DEBOUNCE_S  # debounce bursts of netlink events
             if reload_at is not None and now >= reload_at:
+                agent.link_states(kernel.port_states(ipr), clock())
                 agent.install_fib(*kernel.read_control_plane(ipr))
                 reload_at = None
     finally:

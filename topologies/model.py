@@ -26,6 +26,7 @@ Figs 13-10/13-11 with `rails_per_switch`):
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from fabric.timedil import DEFAULT_TDF, TimeDilation, format_rate
@@ -200,11 +201,12 @@ class Fabric:
         return list(self.gpus.values())
 
     # -- control plane -----------------------------------------------------
-    def switch_graph(self) -> dict[str, list[str]]:
-        """switch -> the switches at the far end of its routed links (parallel links repeat)."""
+    def switch_graph(self, down: Collection[Link] = ()) -> dict[str, list[str]]:
+        """switch -> the switches at the far end of its routed links (parallel links
+        repeat), without the links in `down` (failed: issue 14 faults)."""
         out: dict[str, list[str]] = {n.name: [] for n in self.switches()}
         for lk in self.links:
-            if lk.a.node in out and lk.b.node in out:
+            if lk.a.node in out and lk.b.node in out and lk not in down:
                 out[lk.a.node].append(lk.b.node)
                 out[lk.b.node].append(lk.a.node)
         return out
@@ -213,17 +215,20 @@ class Fabric:
         """Hops between two switches on the shortest path; None when unconnected."""
         return distances(self.switch_graph(), a).get(b)
 
-    def routes(self, node: str) -> list[Route]:
+    def routes(self, node: str, down: Collection[Link] = ()) -> list[Route]:
         """The static routes the control plane installs on a switch (besides connected):
         every rail subnet the switch does not carry, over every next hop on a shortest
-        path, in local port order (`topologies.routing`)."""
+        path, in local port order (`topologies.routing`); with links `down`, the routes
+        of the fabric without them (reconvergence; a subnet it no longer reaches has
+        no route)."""
         n = self.nodes[node]
         out: list[Route] = []
         if n.kind != SWITCH:
             return out
-        graph = self.switch_graph()
+        graph = self.switch_graph(down)
         links = [(local.ifname, remote.node, remote.address)
-                 for local, remote, _ in self.node_links(node) if remote.node in graph]
+                 for local, remote, lk in self.node_links(node)
+                 if remote.node in graph and lk not in down]
         for rail, subnet in self.rail_subnets().items():
             dist = distances(graph, self.switch_of_rail(rail))
             here = dist.get(node)

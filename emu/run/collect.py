@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from emu import guard, paths, reach
+from emu import faultreport, guard, paths, reach
 from emu.report import SCHEMA_VERSION, class_totals, nic_totals
 from emu.run.build import Live
 from emu.run.autotdf import machine_cores
@@ -44,7 +44,8 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
     """summary.json of the run (written, and returned)."""
     fab, v, wl = plan.fabric, out.reach, out.workload
     counters = {k: c for k, c in all_counters.items() if "ports" in c}
-    checks = v.passed and (wl is None or wl["ok"])
+    fault_errors = [a for a in out.faults or () if a.get("error")]
+    checks = v.passed and (wl is None or wl["ok"]) and not fault_errors
     cores = machine_cores()
     cpu = {**live.procs.report(cores), "machine_cores": cores}
     judged = guard.judge(fab, all_counters, cpu, cores)
@@ -70,6 +71,8 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "nics": nic_totals(all_counters),
         "paths": paths.summarise(counters, fab.to_dict()),
     }
+    if out.faults is not None:
+        summary["faults"] = faultreport.summarise(plan.run_dir, out.faults)
     if wl is not None:
         summary["workload"] = {k: x for k, x in wl["result"].items()
                                if k not in ("rate_samples", "steps")}

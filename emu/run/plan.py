@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from emu import capture, lbplan
+from emu import capture, faultplan, lbplan
 from emu.run import options
+from fabric.faults import parse_schedule
 from fabric.qos.config import QosConfig
 from fabric.qos.load import load_qos
 from fabric.timedil import TimeDilation, parse_duration
@@ -40,6 +41,8 @@ class RunPlan:
     lldp_off: dict | None = None
     #: switch -> fabric.lb.LoadBalance (`--lb`, a lab's `lb:`; emu.lbplan)
     lb: dict | None = None
+    #: the fault schedule resolved against the fabric (`--fault`; emu.faultplan)
+    faults: tuple = ()
 
     @property
     def td(self) -> TimeDilation:
@@ -75,5 +78,8 @@ def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
         raise ValueError(f"--interval: must be > 0, got {args.interval!r}")
     shown = run_dir_arg(args.out, fabric)
     lb = lbplan.resolve(fabric, qos, getattr(args, "lb", None) or ())
+    faults = faultplan.resolve(fabric, parse_schedule(getattr(args, "fault", None) or ()))
+    if faults and wl is None:
+        raise ValueError("--fault: faults happen during a workload; add --workload or --script")
     return RunPlan(args, fabric, qos, targets, wl, interval, shown, shown.resolve(),
-                   {"mode": "given", "tdf": fabric.tdf}, lb=lb)
+                   {"mode": "given", "tdf": fabric.tdf}, lb=lb, faults=faults)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from emu import plots
+from emu import faultreport, plots
 from emu.report import table_text, verdict_text
 from emu.run.plan import RunPlan
 from emu.run.workload import Outcome
@@ -30,6 +30,8 @@ def print_report(plan: RunPlan, summary: dict, out: Outcome, pcaps: dict) -> int
     print(table_text(summary, color=sys.stdout.isatty()).rstrip("\n").rsplit("\n", 1)[0])
     if made:
         print(f"  plots: {', '.join(p.name for p in made)} in {shown / 'plots'}")
+    if summary.get("faults"):
+        print(faultreport.table(summary["faults"]))
     for r in [r for r in v.bad if not r.ok][:SHOWN]:
         print(f"  UNREACHABLE {r.src} -> {r.dst}")
     for r in [r for r in v.bad if r.ok and r in v.by_design][:SHOWN]:

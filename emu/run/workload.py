@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from collectives.jobresult import run_torch_workload
 from emu import reach
+from emu.faultrun import FaultRunner
 from emu.reach import Verdicts
 from emu.run.build import Live
 from emu.run.options import TORCH_WORKLOADS
@@ -25,12 +26,18 @@ from traffic.dcqcn import DcqcnProfile
 from traffic.workloads import bookexample, rdma
 
 
-def run(fnet, args: argparse.Namespace, w: dict, sampler=None) -> dict:
-    """Start the NICs of the GPUs involved and run the workload; result and verdict."""
+def run(fnet, args: argparse.Namespace, w: dict, sampler=None, faults=None) -> dict:
+    """Start the NICs of the GPUs involved and run the workload; result and verdict.
+    A fault schedule (emu.faultrun.FaultRunner) starts its clock at the first data frame
+    any of these NICs sends."""
     if args.workload == "bookexample":
         r = bookexample.run()
         return {"result": r, "ok": bookexample.check(r), "text": bookexample.describe(r)}
     socks = fnet.start_nics(dcqcn=args.dcqcn, gpus=sorted(set(w["gpus"])))
+    if faults is not None:
+        faults.start(trigger=lambda: any(
+            nic_client.request(p, {"cmd": "counters"}).get("tx_frames", 0)
+            for p in socks.values()))
     if fnet.run_dir is not None:  # the effective congestion-control configuration
         prof = (dataclasses.asdict(DcqcnProfile.by_name(args.dcqcn)) if args.dcqcn != "off"
                 else {"name": "off"})
@@ -58,6 +65,7 @@ class Outcome:
     reach: Verdicts
     workload: dict | None  # {"result", "ok", "text"}, None without a workload
     workload_lab_s: float
+    faults: list | None = None  # emu.faultrun.FaultRunner.applied, with --fault
 
 
 def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
@@ -69,9 +77,21 @@ def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
         results = reach.check_all(live.fnet)
     wl = None
     t_work = time.monotonic()
+    faults = FaultRunner(live.fnet, plan.faults) if plan.faults else None
     if plan.workload is not None:
         term.say(f"Running workload {args.workload} ...", flush=True)
-        with term.phase(f"{args.workload}: running over the fabric (TDF {fab.tdf:g})"):
-            wl = run(live.fnet, args, plan.workload, live.sampler)
+        if faults is not None:
+            term.say(f"  {len(plan.faults)} faults scheduled, in model time from the first "
+                     f"data frame (x TDF {fab.tdf:g} in the lab)", flush=True)
+        try:
+            with term.phase(f"{args.workload}: running over the fabric (TDF {fab.tdf:g})"):
+                wl = run(live.fnet, args, plan.workload, live.sampler, faults)
+        except Exception as exc:  # the job failed: a verdict, and the fabric torn down
+            wl = {"result": {"error": f"{type(exc).__name__}: {exc}"}, "ok": False,
+                  "text": f"{args.workload} FAILED: {exc}"}
+        finally:
+            if faults is not None:
+                faults.stop()
         print(wl["text"], flush=True)
-    return Outcome(reach.judge(fab, results), wl, time.monotonic() - t_work)
+    return Outcome(reach.judge(fab, results), wl, time.monotonic() - t_work,
+                   faults.applied if faults is not None else None)

@@ -1,0 +1,276 @@
+"""Carry out a fault schedule on a live fabric (issue 14; thin I/O around emu.faultplan).
+
+`FaultRunner(fnet, steps)` is a thread started with the workload; its clock starts at
+the workload's first data frame (a NIC's first transmitted frame, after the NICs started
+and connected), and each fault happens at its model time x TDF after that, in the
+namespaces of the nodes it touches:
+
+* link / nic down, up: both ends administratively down (each end then has no carrier)
+  or up again, with pyroute2 in each end's namespace. The kernel flushes a downed
+  port's routes and permanent neighbours; on the way up they are put back (`replace`).
+* after every change of the set of failed links, every switch's routes are recomputed
+  on the fabric without them (emu.faultplan) and pushed: routes replaced, rail subnets
+  no longer reachable withdrawn. The agents follow their kernels (`fib` events).
+* switch down, up: the agent stops forwarding (`admin` control request) and its links
+  go down; up is the reverse.
+* degrade, restore: the agents at the link's switch ends change that port's egress
+  (`degrade` control request; a host end has no agent, so a host link is degraded in
+  the switch -> host direction only).
+* storm: PFC XOFF frames (quanta 65535) for the priority from the GPU NIC's port,
+  re-sent every half pause time, until `for` runs out or `storm ... stop`; pause: one.
+  They are sent from a raw socket of this process in the host namespace, with the
+  NIC's source MAC, as a malfunctioning NIC would (ch.11 "PFC storm").
+
+Every fault is written to RUNDIR/events/faults.jsonl (`fault` events: the model time it
+happened, how late it was) and kept in `applied`; the faults report of a run reads
+them with the agents' `link` and `fib` events (emu.faultreport).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+from emu import netlink, nsutil
+from emu.faultplan import FaultState, Step
+from emu.netplan import MAIN_TABLE, plan_node
+from fabric.events import EventLog
+from fabric.wire.ether import mac_bytes
+from fabric.wire.pfc import MAX_QUANTA, pause_frame
+
+log = logging.getLogger("emu.faultrun")
+
+NUD_PERMANENT = 0x80
+QUANTUM_BITS = 512  # a PFC quantum is 512 bit times (IEEE 802.1Qbb)
+TRIGGER_POLL_S = 0.02
+
+
+class FaultRunner:
+    """Run `steps` against `fnet` (an emu.net.FabricNet) from `start()` on."""
+
+    def __init__(self, fnet, steps: tuple[Step, ...]) -> None:
+        self.fnet = fnet
+        self.fabric = fnet.fabric
+        self.td = fnet.td
+        self.steps = steps
+        self.state = FaultState(self.fabric)
+        #: rail subnets every switch may route (withdrawn ones are deleted)
+        self.managed = {s.name: {r.dst for r in plan_node(self.fabric, s.name).routes}
+                        for s in self.fabric.switches()}
+        self.applied: list[dict] = []
+        self.errors: list[str] = []
+        self.t0 = 0.0
+        self.trigger = None
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.storms: dict[str, threading.Event] = {}  # gpu -> stop flag
+        self.storm_threads: list[threading.Thread] = []
+        path = (str(fnet.run_dir / "events" / "faults.jsonl")
+                if fnet.run_dir is not None else None)
+        if path:
+            (fnet.run_dir / "events").mkdir(parents=True, exist_ok=True)
+        self.log = EventLog(path, "faults", self.td)
+
+    # -- lifecycle -----------------------------------------------------------
+    def start(self, trigger=None) -> None:
+        """Start the schedule: its clock starts now, or when `trigger()` first returns
+        true (polled every TRIGGER_POLL_S of lab time, e.g. a NIC sent its first frame)."""
+        self.trigger = trigger
+        self.thread = threading.Thread(target=self.run, name="faults", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop: faults not yet due are skipped (and listed as such), storms end."""
+        self.stopping.set()
+        for flag in self.storms.values():
+            flag.set()
+        if self.thread is not None:
+            self.thread.join(timeout=30)
+        for t in self.storm_threads:
+            t.join(timeout=5)
+        done = {a["text"] for a in self.applied}
+        for st in self.steps:
+            if st.fault.text not in done:
+                self.applied.append({"text": st.fault.text, "at_s": st.fault.at_s,
+                                     "skipped": "the workload ended first"})
+        self.log.close(time.monotonic())
+
+    def run(self) -> None:
+        while self.trigger is not None and not self.stopping.is_set():
+            try:
+                if self.trigger():
+                    break
+            except Exception as exc:  # a NIC not answering yet
+                log.debug("fault trigger: %s", exc)
+            self.stopping.wait(TRIGGER_POLL_S)
+        if self.stopping.is_set():
+            return
+        self.t0 = time.monotonic()
+        self.log.emit("faults_start", self.t0, events=len(self.steps))
+        for st in self.steps:
+            due = self.t0 + self.td.lab_time(st.fault.at_s)
+            if self.stopping.wait(max(0.0, due - time.monotonic())):
+                return
+            t = time.monotonic()
+            try:
+                self.apply(st)
+                err = None
+            except Exception as exc:  # a fault that cannot be applied is reported
+                err = f"{type(exc).__name__}: {exc}"
+                self.errors.append(f"{st.fault.text}: {err}")
+                log.warning("fault %r: %s", st.fault.text, err)
+            done = time.monotonic()
+            rec = {"text": st.fault.text, "at_s": st.fault.at_s,
+                   "late_model_s": self.td.model_time(t - due),
+                   "took_model_s": self.td.model_time(done - t)}
+            if err:
+                rec["error"] = err
+            self.applied.append(rec)
+            self.log.emit("fault", t, text=st.fault.text, at=round(st.fault.at_s * 1e6, 3),
+                          kind=st.fault.kind,
+                          target=st.fault.target, action=st.fault.action,
+                          late=round(rec["late_model_s"] * 1e6, 3), error=err or "")
+
+    # -- one fault ---------------------------------------------------------------
+    def apply(self, st: Step) -> None:
+        f = st.fault
+        if f.kind == "switch" and f.action == "down":
+            self.agent(st.switch, {"cmd": "admin", "state": "down"})
+        if f.kind == "link" and f.action in ("degrade", "restore"):
+            self.degrade(st)
+        elif f.kind == "storm" and f.action == "start":
+            self.storm(st)
+        elif f.kind == "storm" and st.gpu in self.storms:
+            self.storms[st.gpu].set()
+        elif f.kind == "pause":
+            self.send_pause(st.gpu, int(f.param("prio")), int(f.param("quanta")))
+        lost, back = self.state.apply(st)
+        for lk in lost:
+            for p in (lk.a, lk.b):
+                self.set_link(p.node, p.ifname, False)
+        if lost:
+            self.push_routes()
+        for lk in back:
+            for p in (lk.a, lk.b):
+                self.set_link(p.node, p.ifname, True)
+            for p in (lk.a, lk.b):
+                self.restore_node(p.node, p.ifname)
+        if back:
+            self.push_routes()  # the links are up: the routes over them again
+        if f.kind == "switch" and f.action == "up":
+            self.agent(st.switch, {"cmd": "admin", "state": "up"})
+
+    def agent(self, switch: str, req: dict) -> None:
+        r = self.fnet.agent_request(switch, req)
+        if not r.get("ok"):
+            raise RuntimeError(f"{switch}: {r.get('error')}")
+
+    def ns(self, node: str) -> str:
+        return nsutil.ns_name(self.fnet.tag, node)
+
+    def set_link(self, node: str, ifname: str, up: bool) -> None:
+        from pyroute2 import IPRoute
+
+        with nsutil.in_netns(self.ns(node)), IPRoute() as ipr:
+            idx = ipr.link_lookup(ifname=ifname)[0]
+            ipr.link("set", index=idx, state="up" if up else "down")
+
+    def restore_node(self, node: str, ifname: str) -> None:
+        """After a port came back up: the routes (hosts) and permanent neighbours over it
+        that the kernel flushed when it went down."""
+        from pyroute2 import IPRoute
+
+        plan = plan_node(self.fabric, node)
+        with nsutil.in_netns(self.ns(node)), IPRoute() as ipr:
+            idx = ipr.link_lookup(ifname=ifname)[0]
+            if self.fabric.nodes[node].kind != "switch":
+                for r in plan.routes:
+                    if any(h.dev == ifname for h in r.nexthops):
+                        ipr.route("replace", **netlink.route_request(
+                            r, lambda dev: ipr.link_lookup(ifname=dev)[0]))
+            for nb in plan.neighbours:
+                if nb.dev == ifname:
+                    ipr.neigh("replace", dst=nb.ip, lladdr=nb.mac, ifindex=idx,
+                              state=NUD_PERMANENT)
+
+    def push_routes(self) -> None:
+        """Every switch's routes on the fabric without the failed links."""
+        from pyroute2 import IPRoute
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        for sw, routes in self.state.routes().items():
+            if sw in self.state.down_switches:
+                continue
+            with nsutil.in_netns(self.ns(sw)), IPRoute() as ipr:
+                have = {r.dst for r in routes}
+                for r in routes:
+                    ipr.route("replace", **netlink.route_request(
+                        r, lambda dev: ipr.link_lookup(ifname=dev)[0]))
+                for dst in self.managed[sw] - have:
+                    try:
+                        ipr.route("del", dst=dst, table=MAIN_TABLE)
+                    except NetlinkError:
+                        pass  # already flushed with its port
+
+    def degrade(self, st: Step) -> None:
+        f = st.fault
+        lk = st.links[0]
+        for p in (lk.a, lk.b):
+            if self.fabric.nodes[p.node].kind != "switch":
+                continue
+            if f.action == "restore":
+                self.agent(p.node, {"cmd": "degrade", "port": p.ifname, "restore": True})
+            else:
+                self.agent(p.node, {"cmd": "degrade", "port": p.ifname,
+                                    "rate_model_bps": f.param("rate"),
+                                    "loss": f.param("loss"), "corrupt": f.param("corrupt"),
+                                    "delay_model_s": f.param("delay")})
+
+    # -- PFC from a host -------------------------------------------------------
+    def pfc_socket(self, gpu: str) -> tuple[socket.socket, bytes, float]:
+        """A send-only raw socket on the GPU NIC's port, its MAC, its link's model bit/s."""
+        g = self.fabric.gpus[gpu]
+        with nsutil.in_netns(self.ns(g.host)):
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # protocol 0: no rx
+            s.bind((g.nic, 0))
+        return s, mac_bytes(g.mac), self.fabric.link_of(g.host, g.nic).model_bps
+
+    def send_pause(self, gpu: str, prio: int, quanta: int) -> None:
+        s, mac, _ = self.pfc_socket(gpu)
+        with s:
+            s.send(pause_frame(mac, prio, quanta))
+        self.log.emit("pfc_inject", time.monotonic(), gpu=gpu, prio=prio, quanta=quanta)
+
+    def storm(self, st: Step) -> None:
+        """XOFF for the priority, refreshed every half pause time (a stuck NIC)."""
+        f = st.fault
+        prio = int(f.param("prio"))
+        s, mac, bps = self.pfc_socket(st.gpu)
+        frame = pause_frame(mac, prio, MAX_QUANTA)
+        period = self.td.lab_time(MAX_QUANTA * QUANTUM_BITS / bps) / 2
+        until = (time.monotonic() + self.td.lab_time(f.param("for"))
+                 if f.param("for") else float("inf"))
+        flag = self.storms.setdefault(st.gpu, threading.Event())
+        flag.clear()
+        gpu = st.gpu
+
+        def run() -> None:
+            sent = 0
+            with s:
+                while not flag.is_set() and not self.stopping.is_set() \
+                        and time.monotonic() < until:
+                    try:
+                        s.send(frame)
+                        sent += 1
+                    except OSError as exc:
+                        log.warning("storm from %s: %s", gpu, exc)
+                    flag.wait(min(period, max(0.0, until - time.monotonic())))
+            self.log.emit("storm_end", time.monotonic(), gpu=gpu, prio=prio, frames=sent)
+
+        t = threading.Thread(target=run, name=f"storm-{gpu}", daemon=True)
+        self.storm_threads.append(t)
+        self.log.emit("storm_start", time.monotonic(), gpu=gpu, prio=prio,
+                      period=round(self.td.model_time(period) * 1e6, 3))
+        t.start()
