@@ -22,6 +22,7 @@ from pathlib import Path
 import topologies
 from collectives.launch import run_job
 from emu.bench_lb import lb as lb_bench  # noqa: F401 (emu bench lb)
+from emu.bench_fuzz import fuzz_bench  # noqa: F401 (`emu bench fuzz`)
 from emu import calibrate, guard
 from emu.net import FabricNet
 from emu.peers import ns3_env, spec

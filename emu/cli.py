@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
     p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity",
-                                    "speed", "lb"],
+                                    "speed", "lb", "fuzz"],
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
                         "speed: emu's lowest TDF that keeps up vs ns-3's slowdown, same "
                         "fabric and load (--topo, --load 1.0 by default); "
@@ -211,7 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "one-QP RDMA WRITE goodput and frame build rate vs Scapy; allreduce: "
                         "ring AllReduce busbw of 8 PyTorch workers (1, 16, 64 MB) vs gloo; "
                         "lb: a rail2x4 permutation under ecmp, flowlet and spray (--size, "
-                        "--tdf): completion against S / link rate, uplink max/min")
+                        "--tdf): completion against S / link rate, uplink max/min; fuzz: "
+                        "--frames malformed frames (truncated, bad lengths and checksums, "
+                        "bogus BTH opcodes, PSNs, R_Keys, PFC, LLDP/DCBX, random) into a "
+                        "running agent and NIC during an RDMA WRITE; exit 0 only with 0 "
+                        "crashes and the WRITE byte-exact")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     p.add_argument("--load", type=float, default=None,
                    help="bench tdf/speed: offered load per NIC as a fraction of its line "
@@ -219,9 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topo", default="rail2x4",
                    help="bench speed: topologies, comma-separated (e.g. rail2x4,rail8x4)")
     p.add_argument("--size", default="8MB", help="bench lb: bytes per flow (default 8MB)")
-    p.add_argument("--tdf", type=float, default=10000.0, help="bench lb: TDF (default 10000)")
+    p.add_argument("--tdf", type=float, default=None,
+                   help="bench lb: TDF (default 10000); bench fuzz: TDF (default 1000)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="bench lb: keep the runs here (default a new temporary directory)")
+    p.add_argument("--frames", type=int, default=100_000,
+                   help="bench fuzz: malformed frames to send (default 100000)")
+    p.add_argument("--seed", type=int, default=1, help="bench fuzz: frame generator seed")
     return ap
 
 
@@ -362,7 +370,12 @@ def cmd_bench(args) -> int:
         except ValueError as exc:
             print(f"emu bench: --size: {exc}", file=sys.stderr)
             return 2
-        return bench.lb_bench(args.size, args.tdf, args.out)
+        return bench.lb_bench(args.size, args.tdf or 10000.0, args.out)
+    if args.what == "fuzz":
+        if args.frames < 1:
+            print(f"emu bench: --frames: must be >= 1, got {args.frames}", file=sys.stderr)
+            return 2
+        return bench.fuzz_bench(args.frames, args.seed, args.tdf or 1000.0)
     return bench.forward(duration=args.duration)
 
 

@@ -225,7 +225,11 @@ class Agent:
     def on_frame(self, port: Port, frame: bytes, now: float) -> None:
         """Process one received frame (the hot path)."""
         port.rx_packets += 1
-        port.rx_bytes += len(frame)
+        n = len(frame)
+        port.rx_bytes += n
+        if n < 34 and (n < 14 or frame[12:14] == ETH_IPV4):  # shorter than its IPv4 header
+            port.drop("malformed")
+            return
         dst = frame[:6]
         if dst in self.router_macs:
             if dst != port.mac and dst not in self.dlb_macs or frame[12:14] != ETH_IPV4:
@@ -385,7 +389,7 @@ class Agent:
     def time_exceeded(self, port: Port, frame: bytes, now: float) -> None:
         """Answer an expired packet with ICMP Time Exceeded (so traceroute shows hops)."""
         src = self.port_ip.get(port.name)
-        if src is None or frame[23] == 1 and frame[34] == 11:
+        if src is None or frame[23] == 1 and (len(frame) < 35 or frame[34] == 11):
             return  # no address here, or never answer an ICMP error
         packet = icmp_time_exceeded(frame, src)
         nh = self.fib.resolve(frame[26:30], packet[12:20] + b"\x01")

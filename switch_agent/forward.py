@@ -19,6 +19,7 @@ from hashlib import blake2b
 from dataclasses import dataclass
 
 from fabric.wire.ether import mac_bytes
+from fabric.wire.inet import inet_checksum
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,10 @@ def ecmp_hash(key: bytes, seed: int) -> int:
 
 
 def flow_key(frame: bytes | memoryview, l3: int = 14) -> bytes:
-    """5-tuple key of an IPv4 frame: src, dst, proto, and ports for TCP/UDP."""
+    """5-tuple key of an IPv4 frame: src, dst, proto, and ports for TCP/UDP; of a frame
+    cut inside its IPv4 header, the bytes it has of it (issue 14: fuzzed frames)."""
+    if len(frame) < l3 + 20:
+        return bytes(frame[l3:l3 + 20])
     ihl = (frame[l3] & 0x0F) * 4
     proto = frame[l3 + 9]
     addrs = bytes(frame[l3 + 12:l3 + 20])
@@ -94,13 +98,8 @@ def icmp_time_exceeded(frame: bytes, src_ip: bytes) -> bytes:
 
 
 def ipv4_checksum(header: bytes) -> int:
-    """Full IPv4 header checksum (for tests and cross-checks)."""
-    if len(header) % 2:
-        header += b"\0"
-    s = sum(struct.unpack(f"!{len(header) // 2}H", header))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
+    """Full IPv4 header checksum (`fabric.wire.inet.inet_checksum`)."""
+    return inet_checksum(header)
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,10 @@ class Fib:
                     for dev, table in (svi or {}).items()}
 
     def lookup(self, dst: bytes) -> tuple[tuple[str | None, str], ...] | None:
-        """Next hops of the longest matching prefix for a 4-byte destination."""
+        """Next hops of the longest matching prefix for a 4-byte destination (None for a
+        shorter one: a frame cut inside its IPv4 header, issue 14)."""
+        if len(dst) != 4:
+            return None
         d = int.from_bytes(dst, "big")
         for n in self._lens:
             hops = self._by_len[n].get(d & self._masks[n])

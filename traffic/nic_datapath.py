@@ -46,9 +46,9 @@ from fabric.qos.pfc import EgressPause
 from fabric.rawsock import PACKET_IGNORE_OUTGOING, SOL_PACKET, tighten_timer_slack
 from fabric.wire.ib import AckKind, Op, RocePkt
 from fabric.wire.dscp import ECN_CE
-from fabric.wire.pfc import parse_pfc
+from fabric.wire.pfc import OPCODE_PFC, parse_pfc
 from fabric.wire.roce import ROCE_UDP_PORT
-from fabric.wire.templates import FrameTemplate, RoceFields, parse
+from fabric.wire.templates import FrameTemplate, RoceFields, malformed, parse
 from traffic.nic_config import NicConfig
 from traffic.nic_verbs import NicVerbs
 
@@ -100,7 +100,8 @@ class Nic(NicVerbs):
         self.waiters = 0
         self.running = True
         self.c.update({"rx_frames": 0, "rx_bytes": 0, "tx_frames": 0, "tx_bytes": 0,
-                       "tx_errors": 0, "rx_other": 0, "rx_unknown_qp": 0, "pfc_rx": 0})
+                       "tx_errors": 0, "rx_other": 0, "rx_unknown_qp": 0, "pfc_rx": 0,
+                       "rx_malformed": 0, "rx_bad_checksum": 0})
         self.raw = self.udp = None
         self._buf = bytearray(16384)
         self.wake_r, self.wake_w = socket.socketpair()
@@ -142,18 +143,32 @@ class Nic(NicVerbs):
         return True
 
     def on_frame(self, mv: memoryview, now: float) -> None:
-        """One received frame: PFC, CNP, data or ACK/NAK for one of our QPs."""
+        """One received frame: PFC, CNP, data or ACK/NAK for one of our QPs. A frame the
+        NIC cannot parse is dropped and counted (rx_malformed), one whose IPv4 header
+        checksum, non-zero UDP checksum or ICRC is wrong too (rx_bad_checksum), as a
+        RoCEv2 receiver does (IBA annex A17.3.3; issue 14: fuzzed frames)."""
         c = self.c
         c["rx_frames"] += 1
         c["rx_bytes"] += len(mv)
+        if len(mv) < 14:
+            c["rx_malformed"] += 1
+            return
         if mv[12] == 0x88 and mv[13] == 0x08:
             parsed = parse_pfc(bytes(mv[:60]))
             if parsed is not None:
                 c["pfc_rx"] += 1
                 self.on_pfc(parsed[0], parsed[1], now)
+            else:  # a cut PFC frame, or another MAC control opcode (802.3x PAUSE)
+                c["rx_malformed" if len(mv) < 16 or mv[14:16] == OPCODE_PFC else "rx_other"] += 1
             return
-        f = parse(mv)
-        if f is None or f.dst_ip != self.cfg.ip:
+        f = parse(mv, verify_icrc=True, verify_csum=True)
+        if f is None:
+            c["rx_malformed" if malformed(mv) else "rx_other"] += 1
+            return
+        if not (f.icrc_ok and f.csum_ok):
+            c["rx_bad_checksum"] += 1
+            return
+        if f.dst_ip != self.cfg.ip:
             c["rx_other"] += 1
             return
         q = self.qps.get(f.dqpn)
@@ -262,6 +277,9 @@ class Nic(NicVerbs):
                 try:
                     n = self.raw.recv_into(buf)
                 except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:  # ENETDOWN once after the port lost carrier (a fault):
+                    self.c["rx_errors"] = self.c.get("rx_errors", 0) + 1  # keep serving
                     break
                 self.on_frame(memoryview(buf)[:n], now)
         for q in self.order:

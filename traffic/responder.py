@@ -4,8 +4,12 @@ Book ch.9 (Figure 9-6: the responder checks P_Key and R_Key, places the payload 
 registered memory, completes a WRITE with immediate on the receive CQ) and ch.12
 (Figure 12-7: sprayed WRITE ONLY packets placed in any order). IBA Vol. 1 ch.9.7
 (expected PSN, duplicates re-ACKed not re-executed 9.9.2, one PSN-sequence NAK per gap,
-NAK codes of Table 45), 10.9.3 (P_Key check); packets for a wrong QP or P_Key are
-dropped silently.
+NAK codes of Table 45), 10.9.3 (P_Key check); packets for a wrong QP or P_Key, or with
+an opcode of another transport service (bits 7:5 of the opcode not RC, Table 38), are
+dropped silently. As Linux rxe's responder (rxe_resp.c: check_psn before check_op_seq
+and check_op_valid), the PSN is judged before the opcode, so that a stray frame with a
+bad opcode and a PSN that is not the expected one is a sequence error or a duplicate,
+not a fatal invalid request (issue 14: fuzzed frames).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class ResponderCounters:
     drop_qpn: int = 0
     drop_state: int = 0
     drop_window: int = 0
+    drop_opcode: int = 0
 
 
 class Responder:
@@ -98,6 +103,9 @@ class Responder:
         if not pkey_match(pkt.pkey, q.pkey):
             c.drop_pkey += 1
             return False
+        if pkt.opcode >> 5:  # UC, RD, UD, CNP, vendor: not an RC opcode (IBA Table 38)
+            c.drop_opcode += 1
+            return False
         if self.epsn is None:
             self.epsn = q.rq_psn
         return True
@@ -128,8 +136,6 @@ class Responder:
         if not self._admit(pkt):
             return []
         self.counters.packets += 1
-        if pkt.opcode not in WRITE_OPS:
-            return self._nak(pkt, NAK_INV_REQ, pkt.psn, True)
         if self.cfg.write_only:
             return self._on_sprayed(pkt)
         assert self.epsn is not None
@@ -142,6 +148,8 @@ class Responder:
                 return []
             self._nak_sent = True
             return self._nak(pkt, NAK_PSN_SEQ, self.epsn, False)
+        if pkt.opcode not in WRITE_OPS:
+            return self._nak(pkt, NAK_INV_REQ, pkt.psn, True)
         self._nak_sent = self._dup_acked = False
         size, op = len(pkt.payload), pkt.opcode
         if size > self.mtu:

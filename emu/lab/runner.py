@@ -91,6 +91,8 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
     """Build, run the flows, tear down; the evidence and the guard's judgement."""
     fab = v.fabric
     run_dir.mkdir(parents=True, exist_ok=True)
+    for old in (run_dir / "events").glob("*.jsonl"):  # a rerun into the same directory
+        old.unlink()
     (run_dir / "topology.json").write_text(json.dumps(fab.to_dict(), indent=1))
     plan = plan_of(v, run_dir, pcap_limit_mb)
     gpus = (sorted(fab.gpus) if v.workload

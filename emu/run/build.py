@@ -55,6 +55,8 @@ def announce(plan: RunPlan, term: Terminal) -> None:
     """Create the run directory, write topology.json, print the fabric and its TDF."""
     fab, td = plan.fabric, plan.td
     plan.run_dir.mkdir(parents=True, exist_ok=True)
+    for old in (plan.run_dir / "events").glob("*.jsonl"):  # a reused --out: the event
+        old.unlink()  # logs are appended to, and must hold this run's events only
     (plan.run_dir / "topology.json").write_text(json.dumps(fab.to_dict(), indent=1))
     term.say(fab.describe())
     term.say(f"\nTime dilation: TDF {fab.tdf:g} — a {format_rate(MODEL_LINK_BPS)} model link "

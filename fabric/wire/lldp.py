@@ -202,11 +202,58 @@ def _text(v) -> str:
     return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
+#: (OUI 00-80-C2 subtype) -> its fixed TLV length; Application Priority: 5 + 3 n
+DCBX_TLV_LEN = {0x09: 25, 0x0A: 25, 0x0B: 6}
+
+
+def check_tlvs(frame: bytes) -> None:
+    """ValueError unless the LLDPDU's TLVs tile the frame (each length within it, up to
+    the End TLV or the frame's end), every organisation-specific TLV holds its OUI and
+    subtype (IEEE 802.1AB 8.6.1: length >= 4) and every DCBX TLV has its length (Annex
+    D.2.8-D.2.10; issue 14: fuzzed frames). Pure, never anything but ValueError."""
+    off, n = 14, len(frame)
+    while off < n:
+        if off + 2 > n:
+            raise ValueError(f"LLDP: TLV header cut at byte {off}")
+        t, length = frame[off] >> 1, (frame[off] & 1) << 8 | frame[off + 1]
+        val = off + 2
+        if val + length > n:
+            raise ValueError(f"LLDP: TLV type {t} at byte {off}: length {length} overruns "
+                             f"the {n}-byte frame")
+        if t == 0:
+            return
+        if t == 127:
+            if length < 4:
+                raise ValueError(f"LLDP: organisation-specific TLV at byte {off}: length "
+                                 f"{length} < 4")
+            sub = frame[val + 3]
+            if int.from_bytes(frame[val:val + 3], "big") == OUI_IEEE_802_1 and (
+                    length != DCBX_TLV_LEN[sub] if sub in DCBX_TLV_LEN else
+                    sub == 0x0C and (length < 5 or (length - 5) % 3)):
+                raise ValueError(f"LLDP: DCBX TLV subtype {sub:#04x} at byte {off}: bad "
+                                 f"length {length}")
+        off = val + length
+
+
 def parse_lldp_frame(frame: bytes) -> Neighbor:
-    """Neighbour record from a received LLDP frame; ValueError if it is not one."""
-    pkt = Ether(frame)
-    if pkt.type != 0x88CC or LLDPDUChassisID not in pkt:
-        raise ValueError(f"not an LLDP frame (ethertype {pkt.type:#06x})")
+    """Neighbour record from a received LLDP frame; ValueError if it is not one or is
+    malformed (`check_tlvs`, or what Scapy's strict LLDP dissection rejects: mandatory
+    TLVs missing or out of order, zero-length IDs, a TTL not 2 bytes long)."""
+    if len(frame) < 14 or frame[12:14] != b"\x88\xcc":
+        et = int.from_bytes(frame[12:14], "big") if len(frame) >= 14 else None
+        raise ValueError(f"not an LLDP frame (ethertype {et if et is None else hex(et)})")
+    check_tlvs(frame)
+    try:
+        return _neighbor(Ether(frame))
+    except ValueError:
+        raise
+    except Exception as exc:  # Scapy's LLDP errors, struct.error, ... on a garbage LLDPDU
+        raise ValueError(f"LLDP: malformed LLDPDU: {type(exc).__name__}: {exc}") from exc
+
+
+def _neighbor(pkt: Packet) -> Neighbor:
+    if LLDPDUChassisID not in pkt:
+        raise ValueError("LLDP: no Chassis ID TLV")
     kw: dict = {"chassis_id": _text(pkt[LLDPDUChassisID].id),
                 "port_id": _text(pkt[LLDPDUPortID].id) if LLDPDUPortID in pkt else "",
                 "ttl": pkt[LLDPDUTimeToLive].ttl if LLDPDUTimeToLive in pkt else 0,

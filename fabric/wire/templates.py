@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from fabric.wire.ether import mac_bytes, mac_str
 from fabric.wire.ib import AETH_OPS, IMM_OPS, RETH_OPS, Op
 from fabric.wire.dscp import DSCP_CNP, DSCP_ROCEV2
+from fabric.wire.inet import ones_sum, udp4_ok
 from fabric.wire.roce import (CNP_ECN, DATA_ECN, DEFAULT_TTL, IP_FLAGS_DF, IP_ID, ROCE_UDP_PORT,
                               scapy_frame)
 
-__all__ = ["HDR_LEN", "FrameTemplate", "RoceFields", "parse", "bench_build"]
+__all__ = ["HDR_LEN", "FrameTemplate", "RoceFields", "parse", "malformed", "bench_build"]
 
 HDR_LEN = 14 + 20 + 8 + 12  #: Ethernet + IPv4 + UDP + BTH
 _PADS = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
@@ -169,6 +170,7 @@ class RoceFields:
     src_mac: bytes
     dst_mac: bytes
     icrc_ok: bool | None = None
+    csum_ok: bool | None = None  # IPv4 header checksum right, UDP checksum 0 or right
 
     @property
     def reth(self) -> tuple[int, int, int] | None:
@@ -181,9 +183,13 @@ class RoceFields:
         return None if self.syndrome is None else (self.syndrome, self.msn)
 
 
-def parse(frame: bytes | bytearray | memoryview, verify_icrc: bool = False) -> RoceFields | None:
+def parse(frame: bytes | bytearray | memoryview, verify_icrc: bool = False,
+          verify_csum: bool = False) -> RoceFields | None:
     """Decode an Ethernet [802.1Q] / IPv4 / UDP 4791 / BTH frame; None if it is not one
-    (or is truncated). With verify_icrc, `icrc_ok` tells whether the ICRC is right."""
+    or is malformed (cut, IPv4 total length or UDP length not matching the frame, headers
+    or pad longer than the datagram). Never raises. With verify_icrc, `icrc_ok` tells
+    whether the ICRC is right; with verify_csum, `csum_ok` whether the IPv4 header
+    checksum is right and the UDP checksum 0 or right (issue 14: fuzzed frames)."""
     mv = memoryview(frame)
     n = len(mv)
     l3 = 14
@@ -200,6 +206,8 @@ def parse(frame: bytes | bytearray | memoryview, verify_icrc: bool = False) -> R
     if ihl < 20 or end > n or l4 + 8 + 12 + 4 > end:
         return None
     if (mv[l4 + 2] << 8) | mv[l4 + 3] != ROCE_UDP_PORT:
+        return None
+    if (mv[l4 + 4] << 8) | mv[l4 + 5] != end - l4:  # UDP length: the rest of the datagram
         return None
     b = l4 + 8
     opcode = mv[b]
@@ -242,7 +250,43 @@ def parse(frame: bytes | bytearray | memoryview, verify_icrc: bool = False) -> R
         ps[u + 12] = 0xFF
         crc = zlib.crc32(mv[b + 12:end - 4], zlib.crc32(ps))
         f.icrc_ok = crc == _ICRC.unpack_from(mv, end - 4)[0]
+    if verify_csum:
+        ok = ones_sum(mv[l3:l4]) == 0xFFFF
+        if ok and (mv[l4 + 6] or mv[l4 + 7]):  # RoCEv2 NICs send UDP checksum 0
+            ok = udp4_ok(mv[l3 + 12:l3 + 16], mv[l3 + 16:l3 + 20], mv[l4:end])
+        f.csum_ok = ok
     return f
+
+
+def malformed(frame: bytes | bytearray | memoryview) -> bool:
+    """For a frame `parse` returned None for: True when it is broken where a RoCEv2
+    receiver reads it (no whole Ethernet header; an IPv4 header cut, not version 4, IHL
+    below 5 or a total length outside the frame; IPv4 / UDP 4791 that does not decode),
+    False when it is simply not RoCEv2 (ARP, LLDP, TCP, other UDP ports). Never raises."""
+    mv = memoryview(frame)
+    n = len(mv)
+    if n < 14:
+        return True
+    l3 = 14
+    etype = (mv[12] << 8) | mv[13]
+    if etype == 0x8100:
+        if n < 18:
+            return True
+        etype, l3 = (mv[16] << 8) | mv[17], 18
+    if etype != 0x0800:
+        return False
+    if n < l3 + 20 or mv[l3] >> 4 != 4:
+        return True
+    ihl = (mv[l3] & 0xF) * 4
+    ip_len = (mv[l3 + 2] << 8) | mv[l3 + 3]
+    if ihl < 20 or ip_len < ihl or l3 + ip_len > n:
+        return True
+    if mv[l3 + 9] != 17:
+        return False
+    l4 = l3 + ihl
+    if l4 + 4 > l3 + ip_len:
+        return True  # UDP ports cut
+    return (mv[l4 + 2] << 8) | mv[l4 + 3] == ROCE_UDP_PORT
 
 
 def bench_build(n: int = 20000, payload_size: int = 4096) -> tuple[float, float]:

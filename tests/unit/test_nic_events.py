@@ -13,6 +13,7 @@ import pytest
 
 import emu.nics
 import topologies
+from fabric.qos.classify import mark_ce
 from fabric.wire.ib import Op
 from fabric.wire.pfc import build_pfc_frame, pause_frame
 from fabric.wire.templates import parse
@@ -62,10 +63,9 @@ def post(m, wr_id=1):
 
 
 def ce(frame):
-    """The frame as a switch's WRED marks it (the NIC's parser ignores the checksum)."""
-    m = bytearray(frame)
-    m[15] |= 3
-    return memoryview(m)
+    """The frame as a switch's WRED marks it (CE, the IPv4 checksum updated: the NIC
+    drops a frame whose checksum is wrong)."""
+    return memoryview(bytearray(mark_ce(frame)))
 
 
 def deliver(nic, frames, now):

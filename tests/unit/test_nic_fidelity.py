@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from fabric.fidelity import HIST_LEN
+from fabric.qos.classify import mark_ce
 from fabric.wire.pfc import pause_frame
 from traffic import nic_ctl
 
@@ -140,8 +141,7 @@ def test_cnp_sent_late_and_counters():
                                  "lkey": c.ma["lkey"], "remote_addr": c.mb["addr"],
                                  "rkey": c.mb["rkey"]}])
         a.transmit(T0)
-        m = bytearray(a.raw.frames[0])
-        m[15] |= 3  # CE (the NIC's parser does not check the IPv4 checksum)
+        m = bytearray(mark_ce(a.raw.frames[0]))  # CE, as a switch marks it
         b.clock.t = T0 + 1 * MS  # received at T0, its CNP leaves 1 ms later
         b.on_frame(memoryview(m), T0)
         fid = b.counters()["fidelity"]

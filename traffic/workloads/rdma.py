@@ -22,6 +22,7 @@ from typing import Any
 
 from fabric.timedil import TimeDilation, format_rate
 from traffic.nic_client import CM_PORT, MemoryRegion, NicClient
+from traffic.nic_config import NicConfig
 from traffic.verbs import WCStatus
 
 IMM = 0x1234
@@ -100,10 +101,14 @@ def write(fabric: Any, sockets: dict[str, str], src: str, dst: str, size: int,
 
 def patience(fabric: Any, nbytes: int, via_gpu: str) -> float:
     """Lab seconds to wait for `nbytes` through GPU `via_gpu`'s link: 5 x its line-rate
-    time at the fabric's TDF, plus 60 s for connecting and a loaded machine."""
+    time at the fabric's TDF, plus the NIC's whole retry budget ((retry_cnt + 1) local
+    ACK timeouts: a peer that never answers ends in RETRY_EXC_ERR before we give up, so
+    the error names the cause), plus 60 s for connecting and a loaded machine."""
     g = fabric.gpus[via_gpu]
     link = fabric.link_of(g.host, g.nic).model_bps
-    return 5 * TimeDilation(fabric.tdf).lab_time(nbytes * 8 / link) + 60.0
+    td = TimeDilation(fabric.tdf)
+    retries = (NicConfig.retry_cnt + 1) * NicConfig.timeout_s
+    return 5 * td.lab_time(nbytes * 8 / link) + td.lab_time(retries) + 60.0
 
 
 def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size: int,
