@@ -44,60 +44,61 @@ class Step:
         return tuple((p.node, p.ifname) for lk in self.links for p in (lk.a, lk.b))
 
 
-def _where(f: Fault) -> str:
-    return f"--fault {f.text!r}"
+def _where(f: Fault, where: str) -> str:
+    return f"{where} {f.text!r}"
 
 
-def find_link(fabric: Fabric, target: str, f: Fault) -> Link:
+def find_link(fabric: Fabric, target: str, f: Fault, where: str = "--fault") -> Link:
     """The link named ``node:ifname`` (either end) or ``a-b`` (its two nodes)."""
     if ":" in target:
         node, ifname = target.split(":", 1)
         if node not in fabric.nodes:
-            raise ValueError(f"{_where(f)}: no node {node!r}")
+            raise ValueError(f"{_where(f, where)}: no node {node!r}")
         try:
             return fabric.link_of(node, ifname)
         except KeyError:
             ports = ", ".join(p.ifname for p in fabric.node_ports(node))
-            raise ValueError(f"{_where(f)}: {node} has no port {ifname!r} ({ports})") from None
+            raise ValueError(f"{_where(f, where)}: {node} has no port {ifname!r} ({ports})") from None
     parts = target.split("-")
     if len(parts) != 2 or not all(parts):
-        raise ValueError(f"{_where(f)}: {target!r}: a link is node:port or nodeA-nodeB")
+        raise ValueError(f"{_where(f, where)}: {target!r}: a link is node:port or nodeA-nodeB")
     for n in parts:
         if n not in fabric.nodes:
-            raise ValueError(f"{_where(f)}: no node {n!r}")
+            raise ValueError(f"{_where(f, where)}: no node {n!r}")
     found = [lk for lk in fabric.links if {lk.a.node, lk.b.node} == set(parts)]
     if not found:
-        raise ValueError(f"{_where(f)}: no link between {parts[0]} and {parts[1]}")
+        raise ValueError(f"{_where(f, where)}: no link between {parts[0]} and {parts[1]}")
     if len(found) > 1:
         ends = ", ".join(f"{lk.a.node}:{lk.a.ifname}" for lk in found)
-        raise ValueError(f"{_where(f)}: {len(found)} links join {parts[0]} and {parts[1]};"
+        raise ValueError(f"{_where(f, where)}: {len(found)} links join {parts[0]} and {parts[1]};"
                          f" name one by its port ({ends})")
     return found[0]
 
 
-def resolve(fabric: Fabric, faults: tuple[Fault, ...]) -> tuple[Step, ...]:
-    """Every fault against `fabric`; ValueError names the first bad one."""
+def resolve(fabric: Fabric, faults: tuple[Fault, ...], where: str = "--fault") -> tuple[Step, ...]:
+    """Every fault against `fabric`; ValueError names the first bad one (`where`: how the
+    schedule is named, e.g. a lab's "faults")."""
     out = []
     for f in faults:
         if f.kind == "link":
-            lk = find_link(fabric, f.target, f)
+            lk = find_link(fabric, f.target, f, where)
             if lk.kind == "frontend":
-                raise ValueError(f"{_where(f)}: {f.target} is a frontend link (not the fabric)")
+                raise ValueError(f"{_where(f, where)}: {f.target} is a frontend link (not the fabric)")
             if f.action == "degrade" and not any(
                     fabric.nodes[p.node].kind == SWITCH for p in (lk.a, lk.b)):
-                raise ValueError(f"{_where(f)}: no switch end to degrade")
+                raise ValueError(f"{_where(f, where)}: no switch end to degrade")
             out.append(Step(f, (lk,)))
         elif f.kind == "switch":
             n = fabric.nodes.get(f.target)
             if n is None or n.kind != SWITCH:
                 names = ", ".join(s.name for s in fabric.switches())
-                raise ValueError(f"{_where(f)}: no switch {f.target!r} ({names})")
+                raise ValueError(f"{_where(f, where)}: no switch {f.target!r} ({names})")
             links = tuple(lk for _, _, lk in fabric.node_links(f.target) if lk.kind != "frontend")
             out.append(Step(f, links, switch=f.target))
         else:  # nic, storm, pause: a GPU
             g = fabric.gpus.get(f.target)
             if g is None:
-                raise ValueError(f"{_where(f)}: no GPU {f.target!r} (e.g. "
+                raise ValueError(f"{_where(f, where)}: no GPU {f.target!r} (e.g. "
                                  f"{', '.join(list(fabric.gpus)[:3])})")
             links = (fabric.link_of(g.host, g.nic),) if f.kind == "nic" else ()
             out.append(Step(f, links, gpu=g.name))
@@ -169,3 +170,16 @@ class FaultState:
 def _connected(graph: dict[str, list[str]], a: str, b: str) -> bool:
     return b in distances(graph, a)
 
+
+
+def compare_reach(expected: dict[tuple[str, str], bool],
+                  got: dict[tuple[str, str], bool]) -> dict:
+    """Pings with the faults in effect against `FaultState.reach`: how many ordered pairs
+    replied, how many the fabric without the failed links predicts, and every pair that
+    differs ("h1g1->h2g1: replied, predicted unreachable")."""
+    differ = [f"{a}->{b}: {'replied' if got[(a, b)] else 'no reply'}, predicted "
+              f"{'reachable' if expected.get((a, b)) else 'unreachable'}"
+              for a, b in sorted(got) if got[(a, b)] != bool(expected.get((a, b)))]
+    return {"pairs": len(got), "reachable": sum(map(bool, got.values())),
+            "predicted": sum(bool(expected.get(k)) for k in got), "unexpected": len(differ),
+            "differ": differ}

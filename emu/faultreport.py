@@ -107,4 +107,9 @@ def table(block: dict) -> str:
     for a in block.get("applied", []):
         if a.get("skipped"):
             lines.append(f"  {a['text'][:44]:44} skipped: {a['skipped']}")
+    after = block.get("reach_after")
+    if after:
+        lines.append(f"  reach with the faults in effect: {after['reachable']}/{after['pairs']}"
+                     f" pairs (predicted {after['predicted']})")
+        lines += [f"  UNEXPECTED {d}" for d in after["differ"][:10]]
     return "\n".join(lines)

@@ -33,8 +33,8 @@ import socket
 import threading
 import time
 
-from emu import netlink, nsutil
-from emu.faultplan import FaultState, Step
+from emu import netlink, nsutil, reach
+from emu.faultplan import FaultState, Step, compare_reach
 from emu.netplan import MAIN_TABLE, plan_node
 from fabric.events import EventLog
 from fabric.wire.ether import mac_bytes
@@ -63,6 +63,7 @@ class FaultRunner:
         self.errors: list[str] = []
         self.t0 = 0.0
         self.trigger = None
+        self.t0_given: float | None = None
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
         self.storms: dict[str, threading.Event] = {}  # gpu -> stop flag
@@ -74,10 +75,12 @@ class FaultRunner:
         self.log = EventLog(path, "faults", self.td)
 
     # -- lifecycle -----------------------------------------------------------
-    def start(self, trigger=None) -> None:
-        """Start the schedule: its clock starts now, or when `trigger()` first returns
-        true (polled every TRIGGER_POLL_S of lab time, e.g. a NIC sent its first frame)."""
+    def start(self, trigger=None, t0: float | None = None) -> None:
+        """Start the schedule: its clock starts at lab time `t0` (a lab's flows' t0), or
+        now, or when `trigger()` first returns true (polled every TRIGGER_POLL_S of lab
+        time, e.g. a NIC sent its first frame)."""
         self.trigger = trigger
+        self.t0_given = t0
         self.thread = threading.Thread(target=self.run, name="faults", daemon=True)
         self.thread.start()
 
@@ -107,7 +110,7 @@ class FaultRunner:
             self.stopping.wait(TRIGGER_POLL_S)
         if self.stopping.is_set():
             return
-        self.t0 = time.monotonic()
+        self.t0 = time.monotonic() if self.t0_given is None else self.t0_given
         self.log.emit("faults_start", self.t0, events=len(self.steps))
         for st in self.steps:
             due = self.t0 + self.td.lab_time(st.fault.at_s)
@@ -132,6 +135,13 @@ class FaultRunner:
                           kind=st.fault.kind,
                           target=st.fault.target, action=st.fault.action,
                           late=round(rec["late_model_s"] * 1e6, 3), error=err or "")
+
+    def reach_after(self) -> dict:
+        """Ping every ordered GPU pair with the faults in effect (the reach matrix of
+        L10.2) and compare with what the fabric without the failed links predicts."""
+        results = reach.check_all(self.fnet, count=2)
+        got = {(r.src, r.dst): r.ok for r in results}
+        return compare_reach(self.state.reach(), got)
 
     # -- one fault ---------------------------------------------------------------
     def apply(self, st: Step) -> None:

@@ -458,9 +458,14 @@ def measure(ev: Evidence, check: dict) -> tuple[Any, bool | None]:
     if kind == "span":
         a, b = first(ev, spec["from"]), first(ev, spec["to"])
         return (None if a is None or b is None else round(b - a, 2)), None
-    if kind == "flows":
-        ok = [f for f in ev.flows.values() if f["status"] == "SUCCESS" and f["byte_exact"]]
-        return f"{len(ok)}/{len(ev.flows)}", None
+    if kind == "flows":  # {} every flow, or {names: [a, b]} those
+        names = spec.get("names") if isinstance(spec, dict) else None
+        unknown = [n for n in names or () if n not in ev.flows]
+        if unknown:
+            raise ValueError(f"flows.names: no flow {unknown[0]!r}")
+        chosen = [ev.flows[n] for n in names] if names else list(ev.flows.values())
+        ok = [f for f in chosen if f["status"] == "SUCCESS" and f["byte_exact"]]
+        return f"{len(ok)}/{len(chosen)}", None
     if kind == "curve":
         bins = [b for b in curve_bins(ev, spec) if b["ok"] is not None]
         if not bins:

@@ -19,8 +19,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from emu import guard
+from emu import faultreport, guard
 from collectives.jobresult import run_torch_workload
+from emu.faultrun import FaultRunner
 from emu.lab import checks as C
 from emu.lab.schema import Lab, Variant
 from emu.metrics import read_rows
@@ -113,20 +114,37 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
             fnet.agent_request(s.name, {"cmd": "fidelity_reset"})
         log = EventLog(str(run_dir / "events" / "lab.jsonl"), "lab", plan.td)
         t_lab = time.monotonic()
-        if v.workload:
-            result = run_workload(lab, v, fnet, socks, term, log)
-        else:
-            term.say(f"  {len(v.flows)} flows over {len(gpus)} NICs (TDF {fab.tdf:g})...",
-                     flush=True)
-            with term.phase(f"{lab.id} {v.name}: flows running"):
-                result = flows_mod.run(fab, socks, v.flows, lab.timeout_s, log)
+        faults = FaultRunner(fnet, v.faults) if v.faults else None
+        try:
+            if v.workload:
+                if faults is not None:  # from the job's first data frame, as emu run
+                    faults.start(trigger=lambda: any(
+                        nic_client.request(p, {"cmd": "counters"}).get("tx_frames", 0)
+                        for p in socks.values()))
+                result = run_workload(lab, v, fnet, socks, term, log)
+            else:
+                term.say(f"  {len(v.flows)} flows over {len(gpus)} NICs (TDF {fab.tdf:g})"
+                         + (f", {len(v.faults)} faults" if v.faults else "") + "...",
+                         flush=True)
+                with term.phase(f"{lab.id} {v.name}: flows running"):
+                    result = flows_mod.run(fab, socks, v.flows, lab.timeout_s, log,
+                                           on_t0=(lambda t0: faults.start(t0=t0))
+                                           if faults is not None else None)
+        finally:
+            if faults is not None:
+                faults.stop()
         wall = time.monotonic() - t_lab
+        if faults is not None:  # the reach matrix with the faults in effect (L10.2)
+            term.say("  pinging every GPU pair with the faults in effect...", flush=True)
+            result["faults"] = {"applied": faults.applied, "reach_after": faults.reach_after()}
         log.close(time.monotonic())
         counters = collect.stop_sampling(plan, live)
         pcaps = live.captures.stop()
         t0_sampler = live.sampler.t0
         cpu = {**live.procs.report(machine_cores()), "machine_cores": machine_cores()}
     judged = guard.judge(fab, counters, cpu, machine_cores())
+    if "faults" in result:  # the agents' logs are closed now: when each FIB settled
+        result["faults"]["reconvergence"] = faultreport.reconvergence(*faultreport.load(run_dir))
     (run_dir / "flows.json").write_text(json.dumps(result, indent=1))
     meta = {"lab_s": wall, "t0_sampler": t0_sampler, "fidelity": judged["fidelity"],
             "suggested_tdf": judged["suggested_tdf"], "pcaps": pcaps, "tdf": fab.tdf}
@@ -176,7 +194,10 @@ def evidence(v: Variant, run: dict) -> C.Evidence:
         r["t_us"] = r["t_model_s"] * 1e6 + shift
     names, bps = links_of(v.fabric)
     return C.Evidence(evs, rows, run["counters"], run["result"]["flows"], names, bps,
-                      tshark_rows(rd / "pcaps", names), run["result"].get("workload", {}))
+                      tshark_rows(rd / "pcaps", names),
+                      {**run["result"].get("workload", {}),
+                       **({"faults": run["result"]["faults"]} if "faults" in run["result"]
+                          else {})})
 
 
 def applies(check: dict, variant: str) -> bool:
@@ -228,7 +249,8 @@ def timeline(ev: C.Evidence, limit: int = 400) -> list[dict]:
     """The events worth a timeline row (firsts and state changes, not every frame)."""
     keep = {"wred_min", "wred_max", "ce_first", "xoff", "xon", "pause_start", "pause_end",
             "wd_storm", "wd_restore", "pfc_oper", "link", "flow_start", "flow_done", "job_start",
-            "job_done", "retransmit", "nak_tx", "suppressed"}
+            "job_done", "retransmit", "nak_tx", "suppressed", "fault", "fib", "switch_admin",
+            "storm_start", "storm_end", "pfc_inject"}
     firsts = {"cnp_tx", "cnp_rx", "pfc_tx", "pfc_rx", "rate", "drop"}
     seen: set = set()
     out = []

@@ -25,8 +25,9 @@ from collectives.jobresult import MODULES
 from collectives.launch import MASTER_PORT
 from collectives.launch import plan as job_plan
 from collectives.ring import RING_KINDS
-from emu import lbplan
+from emu import faultplan, lbplan
 from emu.lab.checks import parse_expect
+from fabric.faults import parse_schedule
 from fabric.qos.config import QosConfig
 from fabric.qos.load import load_qos
 from fabric.timedil import parse_duration, parse_size
@@ -37,9 +38,9 @@ from traffic.workloads.flows import Flow
 LAB_DIR = Path(__file__).resolve().parents[2] / "labs"
 TOP_KEYS = {"id", "title", "figure", "story", "watch", "steps", "topology", "tdf", "qos",
             "qos_overrides", "dcqcn", "nic", "lldp_off", "flows", "workload", "captures", "checks",
-            "variants", "estimate_s", "timeout_s", "calibrated", "lb"}
+            "variants", "estimate_s", "timeout_s", "calibrated", "lb", "faults"}
 VARIANT_KEYS = {"topology", "tdf", "qos", "qos_overrides", "dcqcn", "nic", "lldp_off", "lb",
-                "flows", "workload", "captures", "title"}
+                "flows", "workload", "captures", "title", "faults"}
 #: a torch job as a lab's traffic (the `emu run` options of the same names)
 WORKLOAD_KEYS = {"name", "size", "dtype", "iters", "ring", "master_port"}
 WORKLOADS = tuple(MODULES)  # allreduce, train, pipeline, tensor
@@ -68,6 +69,9 @@ class Variant:
     workload: dict | None = None  # a torch job instead of flows (WORKLOAD_KEYS)
     #: switch -> fabric.lb.LoadBalance (`lb:` specs as `emu run --lb`, flows' `via` pins)
     lb: dict = field(default_factory=dict)
+    #: the fault schedule (`faults:` as `emu run --fault`, times after the flows' t0),
+    #: resolved against the fabric (emu.faultplan.Step)
+    faults: tuple = ()
 
 
 @dataclass
@@ -280,7 +284,13 @@ def variant_of(name: str, d: dict, title: str, tdf: float | None = None) -> Vari
         if isinstance(f, dict) and "via" in f:
             _need(isinstance(f["via"], str), f"{where}flows[{i}].via", "a switch name")
             lbplan.pin_via(fab, lb, f["src"], f["dst"], f["via"], f"{where}flows[{i}].via")
-    return Variant(name, title, fab, qos, dcqcn, dict(nic), off, flows, caps, wl, lb)
+    try:
+        faults = faultplan.resolve(fab, parse_schedule(
+            _str_list(d.get("faults"), f"{where}faults")), f"{where}faults")
+    except ValueError as exc:
+        raise ValueError(str(exc) if str(exc).startswith(f"{where}faults")
+                         else f"{where}faults: {exc}") from None
+    return Variant(name, title, fab, qos, dcqcn, dict(nic), off, flows, caps, wl, lb, faults)
 
 
 def _no_bool_keys(x: Any, where: str) -> None:

@@ -45,7 +45,8 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
     fab, v, wl = plan.fabric, out.reach, out.workload
     counters = {k: c for k, c in all_counters.items() if "ports" in c}
     fault_errors = [a for a in out.faults or () if a.get("error")]
-    checks = v.passed and (wl is None or wl["ok"]) and not fault_errors
+    unexpected = (out.reach_after or {}).get("unexpected", 0)
+    checks = v.passed and (wl is None or wl["ok"]) and not fault_errors and not unexpected
     cores = machine_cores()
     cpu = {**live.procs.report(cores), "machine_cores": cores}
     judged = guard.judge(fab, all_counters, cpu, cores)
@@ -72,7 +73,8 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "paths": paths.summarise(counters, fab.to_dict()),
     }
     if out.faults is not None:
-        summary["faults"] = faultreport.summarise(plan.run_dir, out.faults)
+        summary["faults"] = {**faultreport.summarise(plan.run_dir, out.faults),
+                             "reach_after": out.reach_after}
     if wl is not None:
         summary["workload"] = {k: x for k, x in wl["result"].items()
                                if k not in ("rate_samples", "steps")}

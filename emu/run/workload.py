@@ -66,6 +66,7 @@ class Outcome:
     workload: dict | None  # {"result", "ok", "text"}, None without a workload
     workload_lab_s: float
     faults: list | None = None  # emu.faultrun.FaultRunner.applied, with --fault
+    reach_after: dict | None = None  # the ping matrix with the faults in effect
 
 
 def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
@@ -93,5 +94,14 @@ def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
             if faults is not None:
                 faults.stop()
         print(wl["text"], flush=True)
-    return Outcome(reach.judge(fab, results), wl, time.monotonic() - t_work,
-                   faults.applied if faults is not None else None)
+    work_s = time.monotonic() - t_work
+    after = None
+    if faults is not None:
+        with term.phase("pinging every GPU pair with the faults in effect"):
+            after = faults.reach_after()
+        term.say(f"Reach with the faults in effect: {after['reachable']}/{after['pairs']} "
+                 f"ordered GPU pairs; the fabric without the failed links predicts "
+                 f"{after['predicted']}" + (f"; {after['unexpected']} differ" if after["unexpected"]
+                                           else ""), flush=True)
+    return Outcome(reach.judge(fab, results), wl, work_s,
+                   faults.applied if faults is not None else None, after)

@@ -234,3 +234,38 @@ def test_port_degrade_loss_rate_delay_and_restore():
     assert 0.15 < d["degrade_loss"] / n < 0.35 and 0.15 < d["degrade_corrupt"] / n < 0.35
     p.restore()
     assert p.impair is None and p.delay == 0.001 and p.shaper.rate_Bps == 2 * 8e6 / 8
+
+
+def test_compare_reach_names_every_pair_that_differs():
+    from emu.faultplan import compare_reach
+    expected = {("a", "b"): True, ("b", "a"): True, ("a", "c"): False}
+    got = {("a", "b"): True, ("b", "a"): False, ("a", "c"): True}
+    r = compare_reach(expected, got)
+    assert (r["pairs"], r["reachable"], r["predicted"], r["unexpected"]) == (3, 2, 2, 2)
+    assert r["differ"] == ["a->c: replied, predicted unreachable",
+                           "b->a: no reply, predicted reachable"]
+
+
+def test_lab_faults_are_checked_and_resolved():
+    from emu.lab.schema import variant_of
+    base = {"topology": {"preset": "rail2x4"}, "tdf": 10000,
+            "flows": [{"name": "f", "src": "h1g1", "dst": "h2g1", "size": "1MB"}]}
+    v = variant_of("main", {**base, "faults": "100us link rail1-spine1 down"}, "t")
+    assert [s.fault.text for s in v.faults] == ["100us link rail1-spine1 down"]
+    assert variant_of("main", base, "t").faults == ()
+    with pytest.raises(ValueError) as err:
+        variant_of("x", {**base, "faults": ["1ms switch spine9 down"]}, "t")
+    assert str(err.value).startswith("variants.x.faults '1ms switch spine9 down': no switch")
+    with pytest.raises(ValueError) as err:
+        variant_of("main", {**base, "faults": "1ms link"}, "t")
+    assert str(err.value).startswith("faults: '1ms link'")
+
+
+def test_flows_check_selects_by_name():
+    from emu.lab.checks import Evidence, measure
+    ev = Evidence([], flows={"a": {"status": "SUCCESS", "byte_exact": True},
+                             "b": {"status": "RETRY_EXC_ERR", "byte_exact": False}})
+    assert measure(ev, {"kind": "flows", "flows": {}}) == ("1/2", None)
+    assert measure(ev, {"kind": "flows", "flows": {"names": ["a"]}}) == ("1/1", None)
+    with pytest.raises(ValueError, match="no flow 'c'"):
+        measure(ev, {"kind": "flows", "flows": {"names": ["c"]}})

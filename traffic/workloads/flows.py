@@ -132,12 +132,15 @@ def _drive(c: _Conn, t_post: float, td: TimeDilation, deadline: float) -> None:
 
 
 def run(fabric: Any, sockets: dict[str, str], flows: list[Flow], timeout: float,
-        events: EventLog | None = None) -> dict:
-    """Connect, start every flow at its time, wait; the result per flow (model units)."""
+        events: EventLog | None = None, on_t0=None) -> dict:
+    """Connect, start every flow at its time, wait; the result per flow (model units).
+    `on_t0(t0)` learns the lab time flows' start times count from (a lab's faults)."""
     td = TimeDilation(fabric.tdf)
     conns = connect(fabric, sockets, flows)
     try:
         t0 = time.monotonic() + LEAD_S
+        if on_t0 is not None:
+            on_t0(t0)
         deadline = t0 + timeout
         threads = [threading.Thread(target=_drive, name=f"flow-{c.flow.name}-{c.index}",
                                     args=(c, t0 + td.lab_time(c.flow.start_s), td, deadline),
