@@ -127,12 +127,47 @@ def fabric_senders(backend: dict[int, list[dict]]) -> list[str]:
             if peers[r]["host"] != peers[ring[(i + 1) % len(ring)]]["host"]]
 
 
+#: what a QP's error status means for the job (IBA 10.8.3, 11.6.2)
+QP_ERRORS = {"RETRY_EXC_ERR": "no ACK within the retry budget (transport retry counter "
+                              "exceeded): the peer or the path to it is gone",
+             "RNR_RETRY_EXC_ERR": "the peer posted no receive within the RNR retries",
+             "REM_ACCESS_ERR": "the peer refused the access (R_Key, range)",
+             "REM_INV_REQ_ERR": "the peer found the request invalid",
+             "LOC_PROT_ERR": "a local protection error (L_Key, range)"}
+
+
+def nic_counters(sock: str) -> dict | None:
+    """A NIC's counters, None when it does not answer."""
+    try:
+        return request(sock, {"cmd": "counters"})
+    except Exception:  # NicError, OSError, ValueError: gone or mute
+        return None
+
+
+def qp_failure(fabric: Any, counters: dict[str, dict | None]) -> str | None:
+    """The first QP in error among the GPUs' NIC counters, named: the GPU, the operation,
+    the peer GPU and address, the status and what it means; None when none is."""
+    by_ip = {g.ip: g.name for g in fabric.gpus.values()}
+    for gpu in sorted(counters):
+        c = counters[gpu]
+        for qpn, q in sorted(((c or {}).get("qps") or {}).items()):
+            if q.get("state") != "ERR":
+                continue
+            ip = (q.get("peer") or {}).get("remote_ip", "?")
+            err = q.get("error") or "QP in error"
+            return (f"{gpu} QP {int(qpn):#x}: RDMA WRITE to {by_ip.get(ip, '?')} ({ip}) "
+                    f"failed with {err}" + (f" - {QP_ERRORS[err]}" if err in QP_ERRORS else ""))
+    return None
+
+
 def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> dict:
     """Launch, wait, gather; {"result", "ok", "text"} as `emu run` expects."""
     out_dir = Path(fnet.run_dir or ".") / "workers"
     before = {g: nic_payload_tx(s) for g, s in socks.items()}
     port, ring = getattr(args, "master_port", MASTER_PORT), getattr(args, "ring", "rail")
-    job = run_job(fnet, target_argv(args), socks, out_dir, port=port, ring=ring)
+    job = run_job(fnet, target_argv(args), socks, out_dir, port=port, ring=ring,
+                  watch=lambda: qp_failure(fnet.fabric, {g: nic_counters(s)
+                                                          for g, s in socks.items()}))
     after = {g: nic_payload_tx(s) for g, s in socks.items()}
     tx = {g: after[g] - before[g] for g in socks}
     n = len(job["slots"])
@@ -176,9 +211,12 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
                          f"{tx[g] / res['expected_tx_bytes_per_fabric_sender']:.3f} x "
                          f"2(N-1)/N x S, summed over {sum(r['iters'] + r['warmup'] for r in rows)} "
                          "AllReduces")
+    if job.get("fabric_error"):
+        res["fabric_error"] = job["fabric_error"]
+        lines.append(f"  FAILED: {job['fabric_error']}; the job was stopped")
     for r in job["failed"]:
         lines.append(f"  RANK {r} FAILED (exit {job['returncodes'][r]}); log tail:\n"
                      + "\n".join("    " + t for t in job["failed_tails"][r].splitlines()))
-    if not ok and not job["failed"]:
+    if not ok and not job["failed"] and not job.get("fabric_error"):
         lines.append("  a rank reported a failed check; see its rank<R>.json")
     return {"result": res, "ok": ok, "text": "\n".join(lines)}

@@ -123,13 +123,20 @@ def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
     return env
 
 
+WATCH_S = 1.0  #: lab seconds between two asks of run_job's `watch`
+
+
 def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path,
             timeout: float = 1800.0, echo: Callable[[str], None] | None = print,
-            port: int = MASTER_PORT, ring: str = "rail") -> dict:
+            port: int = MASTER_PORT, ring: str = "rail",
+            watch: Callable[[], str | None] | None = None) -> dict:
     """Start `python -m collectives.run TARGET...` on every GPU and wait for all.
 
     target: ["--module", "collectives.workloads.train", args...] or [script, args...].
-    port: MASTER_PORT; ring: EMU_RING (RING_KINDS). Returns {"ok", "returncodes",
+    port: MASTER_PORT; ring: EMU_RING (RING_KINDS). `watch()`, asked every WATCH_S lab
+    seconds, names a failure that dooms the job (a NIC's QP in error: its peer is gone)
+    - the job then stops at once instead of waiting for its ranks' timeouts (issue 14).
+    Returns {"ok", "returncodes", "fabric_error",
     "seconds_lab", "results" (rank -> JSON the worker wrote), "backend" (rank -> the emu
     backend's record), "failed": [...], "slots", "master" (frontend address:port),
     "master_addr_by_rank"}.
@@ -158,10 +165,12 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     if echo is not None:
         follow.start()
     failed: list[int] = []
+    fabric_error = None
     try:
         for s in slots:
             workers.start(s.rank, s.host, list(target), envs[s.rank], logs[s.rank])
         deadline = time.monotonic() + timeout
+        next_watch = time.monotonic() + WATCH_S
         while True:
             codes = workers.poll()
             failed = [r for r, c in codes.items() if c not in (None, 0)]
@@ -170,6 +179,11 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
             if time.monotonic() > deadline:
                 failed = [r for r, c in codes.items() if c is None]
                 break
+            if watch is not None and time.monotonic() >= next_watch:
+                next_watch = time.monotonic() + WATCH_S
+                fabric_error = watch()
+                if fabric_error:
+                    break
             time.sleep(0.2)
     finally:
         returncodes = workers.stop()  # only what we started, by pid
@@ -185,7 +199,8 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
         for bp in sorted(out_dir.glob(f"emu-rank{s.rank}-g*.json")):
             backend.setdefault(s.rank, []).append(json.loads(bp.read_text()))
     tails = {r: _tail(logs[r]) for r in failed}
-    return {"ok": not failed, "returncodes": returncodes,
+    return {"ok": not failed and not fabric_error, "fabric_error": fabric_error,
+            "returncodes": returncodes,
             "seconds_lab": elapsed, "results": results, "backend": backend, "failed": failed,
             "failed_tails": tails, "slots": [s.__dict__ for s in slots], "job": job,
             "master": f"{frontend_ip(fab, slots[0].host)}:{port}",

@@ -95,6 +95,7 @@ class NicQp:
         """Counters for the control socket."""
         rq, rs = self.ep.requester.counters, self.ep.responder.counters
         return {"state": self.ep.qp.state.value, "peer": self.peer,
+                "error": self.ep.requester.error,
                 "tx_bytes": rq.bytes, "tx_packets": rq.packets, "retransmits": rq.retransmitted,
                 "timeouts": rq.timeouts, "acks_rx": rq.acks, "naks_rx": rq.naks,
                 "completions": rq.completions, "tx_frames": self.tx_frames,

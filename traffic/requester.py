@@ -59,6 +59,7 @@ class Requester:
         self._msgs: list[_Msg] = []
         self._started = False
         self.deadline: float | None = None  # retransmission timer; None = not armed
+        self.error: str | None = None  # the WC status that moved the QP to ERROR
         #: on_event(name, now, **fields): wr_done, nak_rx, retransmit (None: not told)
         self.on_event: Callable[..., None] | None = None
 
@@ -230,6 +231,7 @@ class Requester:
     def _fail(self, m: _Msg, status: WCStatus, now: float) -> None:
         """Complete `m` in error, flush everything else, move the QP to ERROR (IBA 10.8.3)."""
         log.info("QP %#x: WR %s failed: %s", self.qp.qpn, m.wr.wr_id, status.value)
+        self.error = status.value
         todo = self._msgs + ([] if m in self._msgs else [m])
         self._msgs = []
         for x in todo:

@@ -155,7 +155,7 @@ def test_torch_workload_result_has_the_job_start_and_the_trace(tmp_path, monkeyp
     order = [0, 1, 2, 3]
     calls = {}
 
-    def fake_run_job(fnet, target, socks, out_dir, port, ring):
+    def fake_run_job(fnet, target, socks, out_dir, port, ring, watch=None):
         calls.update(port=port, ring=ring)
         return {"ok": True, "returncodes": {r: 0 for r in range(4)}, "seconds_lab": 1.0,
                 "results": {r: {"ok": True, "rows": [{"size": 4096, "iters": 1, "warmup": 0}]}

@@ -269,3 +269,15 @@ def test_flows_check_selects_by_name():
     assert measure(ev, {"kind": "flows", "flows": {"names": ["a"]}}) == ("1/1", None)
     with pytest.raises(ValueError, match="no flow 'c'"):
         measure(ev, {"kind": "flows", "flows": {"names": ["c"]}})
+
+
+def test_qp_failure_names_the_gpu_the_peer_and_the_cause(fab):
+    from collectives.jobresult import qp_failure
+    ok = {"qps": {"17": {"state": "RTS", "peer": {"remote_ip": "10.0.1.11"}, "error": None}}}
+    bad = {"qps": {"4660": {"state": "ERR", "peer": {"remote_ip": "10.0.1.11"},
+                            "error": "RETRY_EXC_ERR"}}}
+    assert qp_failure(fab, {"h1g1": ok, "h4g2": None}) is None
+    assert qp_failure(fab, {"h1g1": ok, "h4g2": bad}) == (
+        "h4g2 QP 0x1234: RDMA WRITE to h1g1 (10.0.1.11) failed with RETRY_EXC_ERR - no ACK "
+        "within the retry budget (transport retry counter exceeded): the peer or the path "
+        "to it is gone")
