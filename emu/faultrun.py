@@ -140,7 +140,7 @@ class FaultRunner:
         """Ping every ordered GPU pair with the faults in effect (the reach matrix of
         L10.2) and compare with what the fabric without the failed links predicts."""
         results = reach.check_all(self.fnet, count=2)
-        got = {(r.src, r.dst): r.ok for r in results}
+        got = {(r.src, r.dst): reach.via_fabric(self.fabric, r) for r in results}
         return compare_reach(self.state.reach(), got)
 
     # -- one fault ---------------------------------------------------------------

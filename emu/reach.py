@@ -68,6 +68,14 @@ def expected_hops(fabric: Fabric, src: str, dst: str) -> int | None:
     return None if hops is None else hops + 1
 
 
+def via_fabric(fabric: Fabric, r: PairResult) -> bool:
+    """A reply that crossed the fabric: between rails it passed a router (TTL < 64); a
+    cross-rail reply with TTL 64 never left the host (two NICs of one host whose links are
+    down: the kernel's local table answers), which is no fabric path."""
+    same_rail = fabric.gpus[r.src].rail == fabric.gpus[r.dst].rail
+    return r.ok and (same_rail or (r.hops or 0) > 0)
+
+
 def as_expected(fabric: Fabric, r: PairResult) -> bool:
     """Reachable on the expected path, or unreachable where the design says so."""
     exp = expected_hops(fabric, r.src, r.dst)

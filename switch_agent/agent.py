@@ -595,4 +595,10 @@ class Agent:
                 lldp[p.name] = {**p.neighbor.to_dict(), "age_s": round(now - p.neighbor_seen, 1)}
         return {"switch": self.cfg.name, "qos": self.qos.to_dict() if self.qos else None,
                 "ports": {p.name: p.show_state(now) for p in self.ports.values()},
-                "lldp": lldp}
+                "lldp": lldp, "mac_table": self.mac_table()}
+
+    def mac_table(self) -> list[dict]:
+        """The layer-2 entries of the rail VLANs: {vlan, mac, port} (static, ch.13)."""
+        return [{"vlan": self.ports[ifname].vlan, "mac": mac, "port": ifname}
+                for table in self.cfg.svi.values() for mac, ifname in table.items()
+                if self.ports[ifname].vlan is not None]

@@ -2,6 +2,7 @@
 
 Requests: {"cmd": "ping"}, {"cmd": "counters"}, {"cmd": "fib"}, {"cmd": "fidelity_reset"},
 {"cmd": "show", "text": "show queuing interface eth3"} (NX-OS-like, `switch_agent.show`),
+{"cmd": "mac_table"} (the rail VLANs' static MAC entries),
 {"cmd": "set", "test_drop_rate": 0.01} (test hook), {"cmd": "reset"} (port counters and
 the fidelity guard's lags), and the faults of issue 14: {"cmd": "admin", "state": "down"}
 (switch down / up: `Agent.set_admin`), {"cmd": "degrade", "port": "eth5", "rate_model_bps",
@@ -87,6 +88,8 @@ class ControlServer:
                 {"prefix": f"{ipaddress.ip_address(net)}/{plen}",
                  "nexthops": [list(h) for h in hops]}
                 for plen in a.fib._lens for net, hops in a.fib._by_len[plen].items()]}
+        if cmd == "mac_table":  # the rail VLANs' layer-2 entries, as data
+            return {"ok": True, "entries": a.mac_table()}
         if cmd == "show":
             try:
                 return {"ok": True, "text": show.dispatch(str(req.get("text", "")),

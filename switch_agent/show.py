@@ -52,6 +52,7 @@ COMMANDS: tuple[tuple[str, ...], ...] = (
     ("show", "interface", "priority-flow-control"),
     ("show", "policy-map"),
     ("show", "lldp", "neighbors"),
+    ("show", "mac", "address-table"),
 )
 
 
@@ -201,6 +202,28 @@ def show_lldp_neighbors(state: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _nxos_mac(mac: str) -> str:
+    h = mac.replace(":", "").lower()
+    return f"{h[0:4]}.{h[4:8]}.{h[8:12]}"
+
+
+def show_mac_address_table(state: dict, vlan: int | None = None) -> str:
+    """``show mac address-table [vlan N]`` (NX-OS layout): the static entries of each
+    rail VLAN (ch.13 Fig 13-4: one VLAN per rail on a shared rail switch)."""
+    rows = [r for r in state.get("mac_table") or () if vlan is None or r["vlan"] == vlan]
+    rows.sort(key=lambda r: (r["vlan"], _port_key(r["port"]), r["mac"]))
+    out = ["Legend:",
+           "        * - primary entry, G - Gateway MAC, (R) - Routed MAC, O - Overlay MAC",
+           "        age - seconds since last seen,+ - primary entry using vPC Peer-Link,",
+           "   VLAN     MAC Address      Type      age     Secure NTFY Ports",
+           "---------+-----------------+--------+---------+------+----+------------------"]
+    for r in rows:
+        out.append(f"*  {r['vlan']:<7}{_nxos_mac(r['mac']):<17}{'static':<9}"
+                   f"{'-':<10}{'F':<7}{'F':<5}{r['port']}")
+    out.append(f"Total MAC Addresses: {len(rows)}")
+    return "\n".join(out) + "\n"
+
+
 def _match(tokens: list[str]) -> tuple[tuple[str, ...], list[str]]:
     cands = list(COMMANDS)
     for pos, tok in enumerate(tokens):
@@ -239,6 +262,12 @@ def dispatch(command_text: str, state: dict) -> str:
             except ValueError:
                 raise ValueError(f"% Invalid interface {arg!r}") from None
         return show_queuing(state, ifname)
+    if cmd == ("show", "mac", "address-table"):
+        if not rest:
+            return show_mac_address_table(state)
+        if len(rest) == 2 and rest[0].lower() == "vlan" and rest[1].isdigit():
+            return show_mac_address_table(state, int(rest[1]))
+        raise ValueError(f"% Invalid command: expected 'vlan N', got {' '.join(rest)!r}")
     if rest:
         raise ValueError(f"% Invalid command: unexpected {' '.join(rest)!r}")
     if cmd == ("show", "interface", "priority-flow-control"):

@@ -134,6 +134,9 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
             if faults is not None:
                 faults.stop()
         wall = time.monotonic() - t_lab
+        tables = mac_tables(fnet)
+        if tables:
+            result["mac_tables"] = tables
         if faults is not None:  # the reach matrix with the faults in effect (L10.2)
             term.say("  pinging every GPU pair with the faults in effect...", flush=True)
             result["faults"] = {"applied": faults.applied, "reach_after": faults.reach_after()}
@@ -150,6 +153,22 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
             "suggested_tdf": judged["suggested_tdf"], "pcaps": pcaps, "tdf": fab.tdf}
     (run_dir / "variant.json").write_text(json.dumps(meta, indent=1))
     return {**meta, "result": result, "counters": counters, "run_dir": run_dir}
+
+
+def mac_tables(fnet) -> dict:
+    """switch -> VLAN -> the MACs in its table, sorted, for switches with rail VLANs (ch.13
+    Fig 13-4; `show mac address-table`); a switch that does not answer is left out."""
+    out: dict = {}
+    for sw in fnet.fabric.switches():
+        if not sw.svis:
+            continue
+        try:
+            entries = fnet.agent_request(sw.name, {"cmd": "mac_table"}).get("entries", [])
+        except OSError:
+            continue
+        for e in entries:
+            out.setdefault(sw.name, {}).setdefault(str(e["vlan"]), []).append(e["mac"])
+    return {sw: {v: sorted(m) for v, m in t.items()} for sw, t in out.items()}
 
 
 def run_workload(lab: Lab, v: Variant, fnet, socks: dict, term: Terminal, log) -> dict:
@@ -196,6 +215,8 @@ def evidence(v: Variant, run: dict) -> C.Evidence:
     return C.Evidence(evs, rows, run["counters"], run["result"]["flows"], names, bps,
                       tshark_rows(rd / "pcaps", names),
                       {**run["result"].get("workload", {}),
+                       **({"mac_tables": run["result"]["mac_tables"]}
+                          if "mac_tables" in run["result"] else {}),
                        **({"faults": run["result"]["faults"]} if "faults" in run["result"]
                           else {})})
 

@@ -281,3 +281,30 @@ def test_qp_failure_names_the_gpu_the_peer_and_the_cause(fab):
         "h4g2 QP 0x1234: RDMA WRITE to h1g1 (10.0.1.11) failed with RETRY_EXC_ERR - no ACK "
         "within the retry budget (transport retry counter exceeded): the peer or the path "
         "to it is gone")
+
+
+def test_show_mac_address_table_per_vlan():
+    from switch_agent import show
+    a = make_agent()
+    assert a.mac_table() == [{"vlan": 101, "mac": H1, "port": "eth1"},
+                             {"vlan": 101, "mac": "02:00:00:00:02:01", "port": "eth2"}]
+    text = show.dispatch("show mac address-table vlan 101", a.show_state())
+    lines = text.splitlines()
+    assert lines[3].split() == ["VLAN", "MAC", "Address", "Type", "age", "Secure", "NTFY", "Ports"]
+    assert lines[5].split() == ["*", "101", "0200.0000.0101", "static", "-", "F", "F", "eth1"]
+    assert lines[6].split()[2] == "0200.0000.0201" and lines[-1] == "Total MAC Addresses: 2"
+    assert show.dispatch("show mac address-table vlan 102", a.show_state()).endswith(
+        "Total MAC Addresses: 0\n")
+    with pytest.raises(ValueError, match="expected 'vlan N'"):
+        show.dispatch("show mac address-table eth1", a.show_state())
+
+
+@pytest.mark.parametrize("src, dst, received, ttl, over", [
+    ("h1g1", "h2g1", 2, 64, True),   # one rail: switched, TTL 64
+    ("h1g1", "h2g2", 2, 61, True),   # rail -> spine -> rail
+    ("h1g1", "h1g2", 2, 64, False),  # two NICs of one host, answered inside it
+    ("h1g1", "h2g2", 0, None, False),
+])
+def test_a_reply_counts_only_when_it_crossed_the_fabric(fab, src, dst, received, ttl, over):
+    from emu.reach import PairResult, via_fabric
+    assert via_fabric(fab, PairResult(src, dst, 2, received, ttl, 0.1)) is over
