@@ -29,7 +29,8 @@ EMU_NIC_IP, EMU_NIC_SOCK (the GPU's NIC), EMU_TDF, EMU_JOB, EMU_SLOT (landing sl
 bytes), EMU_RING (ring order, `emu run --ring`: "rail", the rail-aware ring, default, or
 "rank", the book's ring 0 -> 1 -> ... -> N-1 of Fig 14-5; another value fails the group),
 EMU_RESULT_DIR (where each rank writes emu-rank<R>-g<G>.json: unique ID, peers, ring,
-operations with model-time durations and per-step chunks, bytes per channel).
+operations with model-time durations and per-step chunks, bytes per channel), EMU_RUN
+(the run's tag: names the same-host channels' shared memory, fabric.runmark).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from torch.futures import Future
 
 from collectives.comm import DEFAULT_SLOT, Communicator, group_index
 from collectives.rendezvous import PeerInfo, bootstrap
+from fabric.runmark import RUN_ENV
 from fabric.timedil import TimeDilation
 
 NAME = "emu"
@@ -125,7 +127,8 @@ class EmuProcessGroup(dist.ProcessGroup):
         self.comm = Communicator(self.peers, rank, self.uid, group_index(group_name),
                                  slot=int(env.get("EMU_SLOT", DEFAULT_SLOT)), timeout=secs,
                                  td=TimeDilation.from_env(env),
-                                 ring=env.get("EMU_RING", "rail"))
+                                 ring=env.get("EMU_RING", "rail"),
+                                 run=env.get(RUN_ENV, ""))
         self._report()
         atexit.register(self._finish)
 

@@ -33,6 +33,7 @@ import torch
 from collectives.channel import (READY_BIT, SEQ_MASK, Channel, ChannelError, Events,
                                  RdmaChannel, ShmChannel, blocking_sender, note_event)
 from collectives.rendezvous import PeerInfo
+from fabric.runmark import shm_name
 from fabric.timedil import TimeDilation
 from collectives.ring import (Member, all_gather_steps, broadcast_tree, chunk_bounds,
                               reduce_scatter_steps, ring_by, schedule)
@@ -85,7 +86,8 @@ class Communicator:
 
     def __init__(self, peers: list[PeerInfo], rank: int, uid: bytes, group: int = 0, *,
                  slot: int = DEFAULT_SLOT, slots: int = DEFAULT_SLOTS, timeout: float = 300.0,
-                 td: TimeDilation = TimeDilation(1.0), ring: str = "rail") -> None:
+                 td: TimeDilation = TimeDilation(1.0), ring: str = "rail",
+                 run: str = "") -> None:
         if slot % 64:
             raise ValueError("slot must be a multiple of 64 bytes")
         self.peers, self.rank, self.n, self.group = peers, rank, len(peers), group
@@ -102,7 +104,9 @@ class Communicator:
         self._pools: dict[tuple[str, int], ThreadPoolExecutor] = {}
         self._closed = threading.Event()
         tag = uid[:6].hex()
-        self._shm_name = lambda owner, sender: f"emu{tag}-g{group}-{owner}-{sender}"
+        self._shm_name = lambda owner, sender: (  # emu-<run>-ch-... in a run (emu clean)
+            shm_name(run, "ch", f"{tag}-g{group}-{owner}-{sender}")
+            or f"emu{tag}-g{group}-{owner}-{sender}")
         self._addr = lambda r: f"\0emu{tag}-g{group}-{r}"
         self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # blocking receive
         self._notify.bind(self._addr(rank))

@@ -4,10 +4,12 @@ One CPU PyTorch worker per emulated GPU, started inside its host's namespace wit
 torchrun's environment (NODE_RANK = host index, LOCAL_RANK = GPU index in the host,
 RANK = node_rank x nproc_per_node + local_rank, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
 plus where its GPU's NIC is (EMU_NIC_SOCK, EMU_NIC_IP, EMU_GPU, EMU_HOST, EMU_RAIL), the
-time dilation (EMU_TDF) and the ring order (EMU_RING, `emu run --ring`: "rail" or the
-book's "rank", Fig 14-5). MASTER_ADDR is as in the book (ch.14 Figs 14-1..14-3, L3487):
-127.0.0.1 for the ranks on the master's host (Host-1), Host-1's frontend address for
-the others; rank 0's TCPStore listens on the wildcard address, so both reach it.
+time dilation (EMU_TDF), the ring order (EMU_RING, `emu run --ring`: "rail" or the
+book's "rank", Fig 14-5) and the run's mark (EMU_RUN=<tag>, fabric.runmark: `emu clean`
+finds the zygote, which lives outside every host namespace, and the workers by it).
+MASTER_ADDR is as in the book (ch.14 Figs 14-1..14-3, L3487): 127.0.0.1 for the ranks
+on the master's host (Host-1), Host-1's frontend address for the others; rank 0's
+TCPStore listens on the wildcard address, so both reach it.
 MASTER_PORT is `emu run --master-port` (default torchrun's 29500; the book's 12345).
 Workers run through `python -m collectives.run`, which makes the "emu" backend available
 (and the default for CPU) before the user's script or module starts, so scripts need no
@@ -40,6 +42,7 @@ from typing import Any, Callable
 from collectives.rendezvous import global_rank, torchrun_env
 from collectives.ring import RING_KINDS
 from fabric.netns import NETNS_DIR
+from fabric.runmark import marked_env
 
 REPO = Path(__file__).resolve().parent.parent
 MASTER_PORT = 29500  #: torchrun's default
@@ -104,8 +107,9 @@ def master_addr(fabric: Any, slot: Slot) -> str:
 
 def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
                result_dir: Path, job: str, port: int = MASTER_PORT,
-               ring: str = "rail") -> dict[str, str]:
-    """The environment of one worker (torchrun's variables + where its NIC is)."""
+               ring: str = "rail", run: str = "") -> dict[str, str]:
+    """The environment of one worker (torchrun's variables + where its NIC is); `run`,
+    the emu run's tag, marks the worker and the zygote (EMU_RUN, fabric.runmark)."""
     env = {k: v for k, v in os.environ.items()  # EMU_SLOT passes through
            if k == "EMU_SLOT" or not k.startswith(("EMU_", "MASTER_"))}
     env.update(torchrun_env(slot.node_rank, nproc, slot.local_rank, nnodes,
@@ -120,7 +124,7 @@ def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
                 "PYTHONPATH": os.pathsep.join([str(REPO)] + [p for p in
                                                env.get("PYTHONPATH", "").split(os.pathsep) if p]),
                 "PYTHONUNBUFFERED": "1"})
-    return env
+    return marked_env(run, env)  # unchanged when `run` is no run tag
 
 
 WATCH_S = 1.0  #: lab seconds between two asks of run_job's `watch`
@@ -152,7 +156,8 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     nproc = len(slots) // nnodes
     out_dir.mkdir(parents=True, exist_ok=True)
     job = f"emu-{fnet.tag}-{int(time.time())}"
-    envs = {s.rank: worker_env(fab, s, nproc, nnodes, sockets[s.gpu], out_dir, job, port, ring)
+    envs = {s.rank: worker_env(fab, s, nproc, nnodes, sockets[s.gpu], out_dir, job, port, ring,
+                               run=fnet.tag)
             for s in slots}
     logs = {s.rank: out_dir / f"rank{s.rank}.log" for s in slots}
     for path in logs.values():
@@ -242,8 +247,9 @@ class Forked:
     launcher's own namespaces, not in a host's (plain Popen, not Mininet's): each child
     enters its host's network namespace itself, the zygote needs no address, its
     socketpair end passes without mnexec in between, and it goes when the launcher does
-    (its connection closes, even on SIGKILL). `emu clean`, which ends processes by
-    namespace, still finds every worker."""
+    (its connection closes, even on SIGKILL; it then gives its workers up to its GRACE
+    to stop). `emu clean` finds the workers by namespace and mark, the zygote and its
+    shared-memory resource tracker by the EMU_RUN mark every rank shares."""
 
     def __init__(self, fnet: Any, envs: list[dict], log: Path, timeout: float) -> None:
         # what every rank shares is what torch and the interpreter read at start-up

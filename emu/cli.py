@@ -21,6 +21,7 @@ from emu.run import autotdf, build, collect, workload
 from emu.run.plan import make_plan
 from emu.run.report import print_report
 from emu.run.terminal import Terminal
+from fabric.runmark import is_tag
 from fabric.timedil import DEFAULT_TDF, parse_size
 from switch_agent import control
 
@@ -54,6 +55,13 @@ def tdf_arg(text: str) -> float | str:
     if not v > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
     return v
+
+
+def tag_arg(text: str) -> str:
+    """`--run` value: a run tag (4 hex digits, printed by `emu run`)."""
+    if not is_tag(text):
+        raise argparse.ArgumentTypeError(f"a run tag is 4 hex digits, got {text!r}")
+    return text
 
 
 def _topo_args(p: argparse.ArgumentParser, auto: bool = False) -> None:
@@ -192,8 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
                                       "directory (no root)")
     p.add_argument("run_dir", help="a directory written by `emu run` (runs/<topo>-<time>)")
 
-    p = sub.add_parser("clean", help="remove what emu runs left behind (only emu's namespaces)")
-    p.add_argument("--run", default=None, metavar="TAG", help="only this run (4 hex digits)")
+    p = sub.add_parser("clean", help="remove what emu runs left behind: their namespaces, "
+                                      "processes, shared memory and sockets (only emu's)")
+    p.add_argument("--run", default=None, metavar="TAG", type=tag_arg,
+                   help="only this run (4 hex digits)")
     p.add_argument("--all", action="store_true",
                    help="also runs whose emu process is still alive")
 
@@ -316,6 +326,12 @@ def cmd_show_switch(args) -> int:
     return 0
 
 
+def clean_counts(counts: dict[str, int]) -> str:
+    """One run's removals as `emu clean` prints them."""
+    return (f"{counts['namespaces']} namespaces, {counts['processes']} processes, "
+            f"{counts['shm']} shared-memory segments, {counts['sockets']} sockets")
+
+
 def cmd_clean(args) -> int:
     """`emu clean`."""
     if os.geteuid() != 0:
@@ -324,10 +340,12 @@ def cmd_clean(args) -> int:
         return 2
     removed = nsutil.clean(args.run, include_live=args.all)
     if not removed["runs"] and not removed["skipped"]:
-        print("Nothing to clean: no emu namespaces or run state.")
+        print("Nothing to clean: no emu namespaces, processes, shared memory or run state.")
     for t in removed["runs"]:
-        print(f"Removed run {t}.")
-    print(f"  {len(removed['namespaces'])} namespaces, {len(removed['processes'])} processes")
+        print(f"Removed run {t}: {clean_counts(removed['by_run'][t])}.")
+    if len(removed["runs"]) > 1:
+        total = {k: sum(c[k] for c in removed["by_run"].values()) for k in nsutil.KINDS}
+        print(f"  in all: {clean_counts(total)}.")
     for t in removed["skipped"]:
         print(f"Skipped run {t}: its emu process is still running (use --all to remove it).")
     return 0

@@ -93,7 +93,8 @@ class FabricNet:
                                       "namespaces": [nsutil.ns_name(self.tag, n)
                                                      for n in self.fabric.nodes]})
         self.net = build_mininet(self.fabric, mininet_classes(self.tag, self.switch_kind))
-        self.nics = NicProcesses(self.net, self.fabric, self.state_dir, self.run_dir)
+        self.nics = NicProcesses(self.net, self.fabric, self.state_dir, self.run_dir,
+                                 run=self.tag)
         for n in self.fabric.nodes.values():
             self.configure(n.name)
         for sw in self.fabric.switches() if self.switch_kind == "agent" else ():

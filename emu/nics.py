@@ -32,9 +32,11 @@ def start_host_lldp(net, fabric: Fabric, qos_dict: dict, state_dir: Path) -> lis
 class NicProcesses:
     """The RDMA NIC processes of one fabric: GPU -> control socket, and their pids."""
 
-    def __init__(self, net, fabric: Fabric, state_dir: Path, log_dir: Path | None) -> None:
+    def __init__(self, net, fabric: Fabric, state_dir: Path, log_dir: Path | None,
+                 run: str = "") -> None:
         self.net = net
         self.fabric = fabric
+        self.run = run  #: the run's tag: names the memory registered with these NICs
         self.state_dir = Path(state_dir).resolve()
         self.log_dir = Path(log_dir).resolve() if log_dir is not None else None
         #: GPU name -> control socket of its NIC process
@@ -48,6 +50,7 @@ class NicProcesses:
         for gpu in gpus:
             sock = str(self.state_dir / f"nic-{gpu}.sock")
             mine = dict(options)  # this GPU's own event file (docs/EVENTS.md)
+            mine.setdefault("run", self.run)
             if self.log_dir is not None and "events_path" not in options:
                 mine["events_path"] = str(self.log_dir / "events" / f"{gpu}.jsonl")
             cfg = NicConfig.for_gpu(self.fabric, gpu, sock, dcqcn=dcqcn, mtu=mtu, **mine)

@@ -10,8 +10,9 @@ switches are ours:
   not the object of study, docs/ARCHITECTURE.md).
 * `NetlinkLink` creates each veth pair directly inside the two namespaces with
   pyroute2, so no interface ever appears in the root namespace.
-* Every namespace is named ``emu-<tag>-<node>`` (emu.nsutil) so `emu clean` removes
-  exactly what a run made.
+* Every namespace is named ``emu-<tag>-<node>`` (emu.nsutil) and every process started
+  for a node carries EMU_RUN=<tag> (fabric.runmark), so `emu clean` removes exactly
+  what a run made, also after a `kill -9` of `emu run` mid-build.
 
 The kinds are mixins; `mininet_classes(tag, ...)` joins them with Mininet's `Host`,
 `Switch` and `Link` for one run. Mininet and pyroute2 are imported there, when a
@@ -25,14 +26,23 @@ from pathlib import Path
 
 from emu import nsutil
 from emu.procs import run_module
+from fabric.runmark import marked_env
 from switch_agent.config import AgentConfig
 from topologies.model import FRONTEND, HOST, SWITCH, Fabric
 
 
 class EmuNode:
-    """Names the node's namespace ``emu-<tag>-<node>`` once its shell runs."""
+    """Names the node's namespace ``emu-<tag>-<node>`` once its shell runs, and marks
+    every process started for the node (its shell, and all `popen`s: agents, NICs,
+    LLDP speakers, captures, pings) with EMU_RUN=<tag> (fabric.runmark), so `emu clean`
+    finds them even where the namespace has no name yet or any more."""
 
     tag = ""
+
+    def _popen(self, cmd, **params):
+        """Mininet's one Popen of a node's processes, with the run's mark."""
+        params["env"] = marked_env(self.tag, params.get("env"))
+        return super()._popen(cmd, **params)
 
     def startShell(self, *args, **kwargs):  # noqa: N802 (Mininet API)
         """Start the Mininet shell, then attach a name to its namespace."""

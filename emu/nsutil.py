@@ -2,8 +2,13 @@
 
 Every namespace a run makes is named ``emu-<tag>-<node>`` (bind-mounted under
 /run/netns like `ip netns add` does, so `ip netns exec` and pyroute2 can reach it), and
-the run's state lives in /run/emu/<tag>/. `clean` removes exactly those: it only ever
-touches namespaces whose names match the pattern, and only processes living inside them.
+the run's state lives in /run/emu/<tag>/. `clean` removes exactly what a run left, also
+after a `kill -9` of `emu run` in any phase (issue 14): the processes in its namespaces
+and those marked with its tag wherever they live (EMU_RUN=<tag>, `fabric.runmark`; the
+worker zygote lives in the root namespace), then its namespaces, its shared memory
+(/dev/shm/emu-<tag>-*) and its state directory with the control sockets in it. It only
+ever touches namespaces whose names match the pattern and processes and segments
+`emu.leftovers` attributes to the run, never the cleaner or what it runs under.
 """
 
 from __future__ import annotations
@@ -16,14 +21,18 @@ import re
 import secrets
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from emu import leftovers
+from emu.leftovers import PROC_DIR, STATE_DIR, Places, ns_id
 from fabric.netns import NETNS_DIR, enter, setns
+from fabric.runmark import TAG_PATTERN
 
 log = logging.getLogger("emu.nsutil")
 
-STATE_DIR = Path("/run/emu")
-NS_PATTERN = re.compile(r"^emu-([0-9a-f]{4})-([A-Za-z0-9_]+)$")
+NS_PATTERN = re.compile(rf"^emu-({TAG_PATTERN})-([A-Za-z0-9_]+)$")
+KILL_ROUNDS = 3  #: select-and-end passes per run (a process may fork while we end it)
 
 
 def ns_name(tag: str, node: str) -> str:
@@ -31,21 +40,24 @@ def ns_name(tag: str, node: str) -> str:
     return f"emu-{tag}-{node}"
 
 
-def new_tag() -> str:
-    """A fresh 4-hex-digit run tag not used by a present namespace or run."""
-    used = {NS_PATTERN.match(n).group(1) for n in emu_namespaces()} | set(run_states())
+def new_tag(places: Places = Places()) -> str:
+    """A fresh 4-hex-digit run tag not used by a present namespace, run state, marked
+    process or shared-memory segment."""
+    used = ({NS_PATTERN.match(n).group(1) for n in emu_namespaces(netns_dir=places.netns)}
+            | set(run_states(places.state)) | set(leftovers.marked_pids(places.proc))
+            | set(leftovers.shm_segments(places.shm)))
     while True:
         t = secrets.token_hex(2)
         if t not in used:
             return t
 
 
-def emu_namespaces(tag: str | None = None) -> list[str]:
+def emu_namespaces(tag: str | None = None, netns_dir: Path = NETNS_DIR) -> list[str]:
     """Names of emu namespaces present (of one run, or all)."""
-    if not NETNS_DIR.is_dir():
+    if not netns_dir.is_dir():
         return []
     out = []
-    for p in sorted(NETNS_DIR.iterdir()):
+    for p in sorted(netns_dir.iterdir()):
         m = NS_PATTERN.match(p.name)
         if m and (tag is None or m.group(1) == tag):
             out.append(p.name)
@@ -60,14 +72,14 @@ def attach(name: str, pid: int) -> None:
     pr_netns.attach(name, pid)
 
 
-def remove(name: str) -> None:
+def remove(name: str, netns_dir: Path = NETNS_DIR) -> None:
     """Unmount and remove a named namespace (only emu's, by pattern)."""
     if not NS_PATTERN.match(name):
         raise ValueError(f"refusing to remove non-emu namespace {name!r}")
     from pyroute2 import netns as pr_netns  # slow to import: only when something is removed
 
     try:
-        pr_netns.remove(name)
+        pr_netns.remove(str(netns_dir / name))
     except FileNotFoundError:
         pass
 
@@ -89,27 +101,9 @@ def sysctl(key: str, value: str | int) -> None:
     Path("/proc/sys", *key.split(".")).write_text(f"{value}\n")
 
 
-def ns_inode(name: str) -> int | None:
-    """Inode of a named namespace (identifies its processes)."""
-    try:
-        return os.stat(NETNS_DIR / name).st_ino
-    except FileNotFoundError:
-        return None
-
-
-def pids_in(names: list[str]) -> list[int]:
+def pids_in(names: list[str], netns_dir: Path = NETNS_DIR, proc: Path = PROC_DIR) -> list[int]:
     """Processes whose network namespace is one of `names`."""
-    inodes = {ns_inode(n) for n in names} - {None}
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if os.stat(d / "ns" / "net").st_ino in inodes:
-                out.append(int(d.name))
-        except (FileNotFoundError, PermissionError, ProcessLookupError):
-            continue
-    return out
+    return leftovers.ns_pids({ns_id(netns_dir / n) for n in names} - {None}, proc)
 
 
 def kill_pids(pids: list[int], grace: float = 2.0) -> None:
@@ -128,17 +122,10 @@ def kill_pids(pids: list[int], grace: float = 2.0) -> None:
             os.kill(p, signal.SIGKILL)
 
 
-def alive(pid: int) -> bool:
+def alive(pid: int, proc: Path = PROC_DIR) -> bool:
     """True if the process exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie child still "exists"; treat it as gone
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
+    st = leftovers.proc_stat(pid, proc) if pid > 0 else None
+    return st is not None and st[0] not in ("Z", "X")  # a zombie child is gone
 
 
 def write_state(tag: str, state: dict) -> Path:
@@ -150,13 +137,13 @@ def write_state(tag: str, state: dict) -> Path:
     return path
 
 
-def run_states() -> dict[str, dict]:
+def run_states(state_dir: Path = STATE_DIR) -> dict[str, dict]:
     """tag -> recorded state of every run known under /run/emu."""
     out = {}
-    if STATE_DIR.is_dir():
-        for d in STATE_DIR.iterdir():
+    if state_dir.is_dir():
+        for d in state_dir.iterdir():
             f = d / "state.json"
-            if re.fullmatch(r"[0-9a-f]{4}", d.name) and f.is_file():
+            if re.fullmatch(TAG_PATTERN, d.name) and f.is_file():
                 try:
                     out[d.name] = json.loads(f.read_text())
                 except ValueError:
@@ -164,33 +151,58 @@ def run_states() -> dict[str, dict]:
     return out
 
 
-def clean(tag: str | None = None, include_live: bool = False) -> dict[str, list]:
-    """Remove emu's namespaces, their processes and run state; returns what was removed.
+KINDS = ("namespaces", "processes", "shm", "sockets")  #: what `clean` counts per run
 
-    Runs whose orchestrator is still alive are skipped unless `include_live`.
+
+def clean(tag: str | None = None, include_live: bool = False, places: Places = Places(),
+          end: Callable[[list[int]], None] | None = None) -> dict:
+    """Remove what emu runs left behind (run `tag`, or every run found); returns what was
+    removed: {"runs", "skipped", "namespaces", "processes", "shm" (segment names),
+    "sockets" (count), "by_run": {tag: {kind: count}}}.
+
+    A run is found by its namespaces, its state directory, the processes marked with its
+    tag and its shared-memory segments; its processes are ended first (`end`, default
+    `kill_pids`), then its namespaces, segments and state are removed. Runs whose
+    orchestrator is still alive are skipped unless `include_live`.
     """
-    states = run_states()
-    tags = {NS_PATTERN.match(n).group(1) for n in emu_namespaces(tag)} | (
-        set(states) if tag is None else ({tag} & set(states)))
-    removed: dict[str, list] = {"runs": [], "namespaces": [], "processes": [], "skipped": []}
-    for t in sorted(tags):
-        owner = states.get(t, {}).get("pid")
-        if owner and owner != os.getpid() and alive(owner) and not include_live:
+    end = kill_pids if end is None else end
+    me = os.getpid()
+    states = run_states(places.state)
+    found = ({NS_PATTERN.match(n).group(1) for n in emu_namespaces(netns_dir=places.netns)}
+             | set(states) | set(leftovers.marked_pids(places.proc))
+             | set(leftovers.shm_segments(places.shm)))
+    owners = {t: st.get("pid") for t, st in states.items()
+              if isinstance(st.get("pid"), int) and alive(st["pid"], places.proc)}
+    # never the cleaner, what it runs under, or a live run's orchestrator
+    keep = leftovers.lineage(me, places.proc) | set(owners.values())
+    removed: dict = {"runs": [], "skipped": [], "namespaces": [], "processes": [], "shm": [],
+                     "sockets": 0, "by_run": {}}
+    for t in sorted(found if tag is None else found & {tag}):
+        if t in owners and owners[t] != me and not include_live:
             removed["skipped"].append(t)
             continue
-        names = emu_namespaces(t)
-        pids = pids_in(names)
-        kill_pids(pids)
+        names = emu_namespaces(t, places.netns)
+        ids = {ns_id(places.netns / n) for n in names} - {None}
+        pids: list[int] = []
+        for _ in range(KILL_ROUNDS):
+            batch = [p for p in leftovers.run_pids(t, ids, places.proc) if p not in keep]
+            if not batch:
+                break
+            end(batch)
+            pids += [p for p in batch if p not in pids]
         for n in names:
-            remove(n)
-        d = STATE_DIR / t
-        if d.is_dir():
-            for f in d.iterdir():
-                with contextlib.suppress(FileNotFoundError):
-                    f.unlink()
-            with contextlib.suppress(OSError):
-                d.rmdir()
+            remove(n, places.netns)
+        segments = []
+        for name in leftovers.shm_segments(places.shm).get(t, []):
+            with contextlib.suppress(FileNotFoundError):
+                (places.shm / name).unlink()
+                segments.append(name)
+        sockets = leftovers.remove_state(places.state / t)
         removed["runs"].append(t)
         removed["namespaces"] += names
         removed["processes"] += pids
+        removed["shm"] += segments
+        removed["sockets"] += sockets
+        removed["by_run"][t] = dict(zip(KINDS, (len(names), len(pids), len(segments), sockets)))
+        log.info("cleaned run %s: %s", t, removed["by_run"][t])
     return removed

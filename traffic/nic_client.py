@@ -4,10 +4,11 @@ A worker (later: a PyTorch rank) never touches packets. As in book ch.9 (Figures
 "Memory Allocation and Registration", 9-3 "Create Queue Pairs", 9-4 "RDMA Connection
 Initiation", 9-5/9-6 "Work Request Message") it allocates a protection domain, registers
 memory (a `multiprocessing.shared_memory` block the NIC process maps too, so the NIC
-places received payloads directly into it), creates completion queues and an RC queue
-pair, connects the QP to a peer (the NIC runs the REQ/REP/RTU exchange over TCP on its
-own IP, the book's management connection, which also carries the R_Key and address of
-the memory each side exposes), posts RDMA WRITE work requests and polls completions.
+places received payloads directly into it; named after the NIC's run, fabric.runmark),
+creates completion queues and an RC queue pair, connects the QP to a peer (the NIC
+runs the REQ/REP/RTU exchange over TCP on its own IP, the book's management connection,
+which also carries the R_Key and address of the memory each side exposes), posts RDMA
+WRITE work requests and polls completions.
 
 The NIC process (`traffic.nic`) serves one Unix stream socket per GPU NIC,
 ``/run/emu/<tag>/nic-<gpu>.sock``; the protocol is one JSON object per line each way:
@@ -35,10 +36,11 @@ from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
 
+from fabric.runmark import shm_name
 from traffic.verbs import Access, WC, WCOpcode, WCStatus
 
 __all__ = ["CM_PORT", "NicError", "MemoryRegion", "RemoteBuffer", "NicClient", "request",
-           "wc_to_json", "wc_from_json", "access_from_json", "attach_untracked"]
+           "wc_to_json", "wc_from_json", "access_from_json", "attach_untracked", "new_shm"]
 
 CM_PORT = 18515  #: default CM (management connection) TCP port, as ib_write_bw's
 
@@ -133,6 +135,7 @@ class NicClient:
         self._sock.connect(path)
         self._rfile = self._sock.makefile("rb")
         self._lock = threading.Lock()
+        self._run: str | None = None
 
     def __enter__(self) -> "NicClient":
         """Context manager: closes the connection on exit."""
@@ -160,6 +163,13 @@ class NicClient:
             raise NicError(f"{cmd}: {reply.get('error')}")
         return reply
 
+    @property
+    def run(self) -> str:
+        """The tag of the emu run this NIC belongs to ("" outside a run; asked once)."""
+        if self._run is None:
+            self._run = str(self.call("ping").get("run") or "")
+        return self._run
+
     # -- resources (ibv_alloc_pd, ibv_reg_mr, ibv_create_cq, ibv_create_qp) ----------
     def alloc_pd(self) -> int:
         """A protection domain handle."""
@@ -167,10 +177,11 @@ class NicClient:
 
     def reg_mr(self, pd: int, size: int, access: Access = Access.LOCAL_WRITE | Access.REMOTE_WRITE,
                shm: shared_memory.SharedMemory | None = None) -> MemoryRegion:
-        """Register `size` bytes of `shm` (a new shared-memory block if None) in `pd`."""
+        """Register `size` bytes of `shm` (a new shared-memory block if None, named after
+        the NIC's run: `new_shm`) in `pd`."""
         owner = shm is None
         if shm is None:
-            shm = shared_memory.SharedMemory(create=True, size=size)
+            shm = new_shm(self.run, size)
         try:
             r = self.call("reg_mr", pd=pd, shm=shm.name, length=size, access=int(access))
         except BaseException:
@@ -264,6 +275,18 @@ class NicClient:
     def counters(self) -> dict:
         """NIC and per-QP counters (bytes, packets, retransmits, CNPs, rate)."""
         return self.call("counters")
+
+
+def new_shm(run: str, size: int, tries: int = 8) -> shared_memory.SharedMemory:
+    """A new shared-memory block of `size` bytes named ``emu-<run>-mr-<random>``
+    (fabric.runmark: `emu clean` removes a killed run's), Python's own name when `run`
+    is no run tag."""
+    for _ in range(tries - 1):
+        try:
+            return shared_memory.SharedMemory(name=shm_name(run, "mr"), create=True, size=size)
+        except FileExistsError:  # 32 random bits taken: draw again
+            continue
+    return shared_memory.SharedMemory(name=shm_name(run, "mr"), create=True, size=size)
 
 
 def attach_untracked(name: str) -> shared_memory.SharedMemory:

@@ -6,8 +6,9 @@ NIC's IP and MAC, its rail switch as gateway), the link's model rate and the
 time-dilation factor (docs/ARCHITECTURE.md "Time: model world and lab world"), the
 path MTU and RC knobs (book ch.9), the DCQCN profile and the PFC priority of RoCE data
 (book ch.11: RoCE data in qos-group 3, paused by `pause pfc-cos 3`, Example 11-4), the
-DSCP of the CNPs it sends (48, Example 11-1) and where its event log goes
-(docs/EVENTS.md).
+DSCP of the CNPs it sends (48, Example 11-1), where its event log goes
+(docs/EVENTS.md) and the run it belongs to (its tag names the shared memory registered
+with it, fabric.runmark).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabric.qos.classify import ROCE_PRIORITY
+from fabric.runmark import is_tag
 from fabric.wire.dscp import DSCP_CNP
 from fabric.wire.ib import PATH_MTUS
 from traffic.nic_client import CM_PORT
@@ -54,6 +56,8 @@ class NicConfig:
     pfc_priority: int = ROCE_PRIORITY         #: the priority PFC pauses stop data on
     cnp_dscp: int = DSCP_CNP                  #: DSCP of the CNPs this NIC sends
     events_path: str | None = None            #: event log file (RUNDIR/events/<gpu>.jsonl)
+    run: str = ""                             #: the emu run's tag ("" outside a run): it
+    #: names the shared memory registered with this NIC (fabric.runmark), for `emu clean`
 
     def __post_init__(self) -> None:
         """Validate, naming the bad field."""
@@ -84,6 +88,8 @@ class NicConfig:
                                              or not self.events_path):
             raise ValueError(f"events_path: must be a non-empty string or None, "
                              f"got {self.events_path!r}")
+        if self.run != "" and not is_tag(self.run):
+            raise ValueError(f"run: a run tag (4 hex digits) or empty, got {self.run!r}")
         if not 0 <= self.prefix_len <= 32:
             raise ValueError(f"prefix_len: must be 0..32, got {self.prefix_len!r}")
         RcConfig(window=self.window, ackreq_every=self.ackreq_every)  # validates both

@@ -96,7 +96,7 @@ class ControlServer:
         """Answer one request (the reply's "ok" is added by the caller)."""
         nic, cmd = self.nic, req.get("cmd")
         if cmd == "ping":
-            return {"gpu": nic.cfg.gpu, "ip": nic.cfg.ip, "pid": os.getpid()}
+            return {"gpu": nic.cfg.gpu, "ip": nic.cfg.ip, "pid": os.getpid(), "run": nic.cfg.run}
         if cmd == "connect":
             return self.connect(int(req["qpn"]), str(req["ip"]), int(req.get("port") or
                                 nic.cfg.cm_port), req.get("lkey"), float(req.get("timeout", 30)))
