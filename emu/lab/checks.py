@@ -492,6 +492,23 @@ def judge(measured: Any, held: bool | None, check: dict) -> tuple[bool, str]:
     return bool(pred(measured)), text
 
 
+def share(values: dict[str, Any], spec: dict) -> float | None:
+    """The fraction of `variants` (every variant that measured it, if not given) whose
+    measured value of check `check` meets `where` (an expectation, e.g. ">= 928"): a
+    verdict over many runs, e.g. over ECMP seeds (L12.5)."""
+    name, want = spec["check"], spec.get("variants")
+    got = {k.split(".", 1)[0]: v for k, v in values.items() if k.split(".", 1)[1] == name}
+    if want:
+        missing = [v for v in want if v not in got]
+        if missing:
+            raise ValueError(f"share: no measured {missing[0]}.{name}")
+        got = {v: got[v] for v in want}
+    if not got:
+        raise ValueError(f"share: no variant measured {name!r}")
+    pred, _ = parse_expect(spec["where"])
+    return sum(1 for v in got.values() if pred(v)) / len(got)
+
+
 def ratio(values: dict[str, Any], spec: dict) -> float | None:
     """num / den where each is a number or the measured value of 'variant.check'."""
     def get(k):

@@ -232,7 +232,7 @@ def judge_variant(lab: Lab, v: Variant, ev: C.Evidence, many: bool) -> list[dict
     """Every per-variant check of `lab` that applies to `v`."""
     out = []
     for c in lab.checks:
-        if c["kind"] == "ratio":
+        if c["kind"] in ("ratio", "share"):
             continue
         if not applies(c, v.name):
             continue
@@ -249,18 +249,18 @@ def judge_variant(lab: Lab, v: Variant, ev: C.Evidence, many: bool) -> list[dict
 
 
 def judge_ratios(lab: Lab, results: list[dict]) -> list[dict]:
-    """The ratio checks, over the measured values of every variant that ran."""
+    """The ratio and share checks, over the measured values of every variant that ran."""
     values = {f"{r['variant']}.{r['check']}": r["measured"] for r in results}
     out = []
     for c in lab.checks:
-        if c["kind"] != "ratio":
+        if c["kind"] not in ("ratio", "share"):
             continue
         try:
-            measured = C.ratio(values, c["ratio"])
+            measured = (C.ratio if c["kind"] == "ratio" else C.share)(values, c[c["kind"]])
             ok, expected = C.judge(measured, None, c)
         except ValueError as exc:
             measured, ok, expected = f"not measured: {exc}", False, str(c.get("expect", ""))
-        out.append({"name": c["name"], "check": c["name"], "variant": "", "kind": "ratio",
+        out.append({"name": c["name"], "check": c["name"], "variant": "", "kind": c["kind"],
                     "measured": measured, "expected": expected, "source": c.get("source", ""),
                     "note": c.get("note", ""), "pass": ok})
     return out

@@ -46,7 +46,7 @@ WORKLOAD_KEYS = {"name", "size", "dtype", "iters", "ring", "master_port"}
 WORKLOADS = tuple(MODULES)  # allreduce, train, pipeline, tensor
 FLOW_KEYS = {"name", "src", "dst", "size", "start", "qps", "write_only", "message", "gap",
              "dscp", "ecn", "via"}
-CHECK_KINDS = ("first", "order", "count", "rate", "util", "ratio", "max", "counter",
+CHECK_KINDS = ("first", "order", "count", "rate", "util", "ratio", "share", "max", "counter",
                "frames", "flows", "span", "curve", "result", "pct")
 CHECK_KEYS = {"name", "source", "expect", "variant", "note", *CHECK_KINDS}
 NIC_KEYS = {"cnp_dscp", "mtu", "window", "timeout_s", "retry_cnt"}
@@ -326,6 +326,16 @@ def check_of(c: Any, i: int, variants: list[str]) -> dict:
         p = spec.get("p", 50)
         _need(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p <= 100,
               f"{w}.pct.p", f"a percentile in (0, 100], got {p!r}")
+    if kinds[0] == "share":
+        spec = c["share"]
+        _need(isinstance(spec, dict) and isinstance(spec.get("check"), str), f"{w}.share.check",
+              "the name of a per-variant check")
+        for name in _str_list(spec.get("variants"), f"{w}.share.variants"):
+            _need(name in variants, f"{w}.share.variants", f"no variant {name!r}")
+        try:
+            parse_expect(spec.get("where"))
+        except ValueError as exc:
+            raise ValueError(f"{w}.share.where: {exc}") from None
     if "expect" in c:
         try:
             parse_expect(c["expect"])

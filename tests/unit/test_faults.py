@@ -308,3 +308,14 @@ def test_show_mac_address_table_per_vlan():
 def test_a_reply_counts_only_when_it_crossed_the_fabric(fab, src, dst, received, ttl, over):
     from emu.reach import PairResult, via_fabric
     assert via_fabric(fab, PairResult(src, dst, 2, received, ttl, 0.1)) is over
+
+
+def test_share_is_the_fraction_of_variants_meeting_a_bound():
+    from emu.lab.checks import share
+    values = {"s1.done": 1000.0, "s2.done": 700.0, "s3.done": 950.0, "spray.done": 680.0,
+              "s1.other": 5.0}
+    assert share(values, {"check": "done", "variants": ["s1", "s2", "s3"], "where": ">= 928"}) \
+        == pytest.approx(2 / 3)
+    assert share(values, {"check": "done", "where": "< 928"}) == 0.5
+    with pytest.raises(ValueError, match="no measured s4.done"):
+        share(values, {"check": "done", "variants": ["s4"], "where": "> 0"})
