@@ -131,6 +131,7 @@ class Agent:
                 p.queues.note_events()
                 p.pause.expired = []
             self.balancer.on_path = self.flowlet_event
+            self.balancer.on_spray = self.spray_event
         self.events: list[str] = []  # configuration / watchdog / LLDP events, newest last
         if self.qos is not None:
             self.check_qos()
@@ -293,6 +294,10 @@ class Agent:
         """A flow started a flowlet (flowlet mode): its port, the previous flowlet's
         ("" for the first) and that port's load against the threshold (> 1: over)."""
         self.log.emit("flowlet", now, flow=flow, port=port, prev=prev, load=round(load, 3))
+
+    def spray_event(self, flow: str, port: str, n: int, now: float) -> None:
+        """A sampled packet of a sprayed flow: the n-th took this port (spray mode)."""
+        self.log.emit("spray", now, flow=flow, port=port, n=n)
 
     def admit(self, inp: Port, out: Port, frame: bytes, now: float) -> None:
         """Classify, account at the ingress (PFC), then WRED + enqueue at the egress."""

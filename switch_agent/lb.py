@@ -30,6 +30,7 @@ from fabric.lb import LoadBalance
 
 #: stop recording new flows' paths past this many (a fuzzer's random flows)
 MAX_TRACKED_PATHS = 100_000
+SPRAY_SAMPLE = 256  #: one `spray` event per this many packets of a sprayed flow
 
 
 class Dre:
@@ -97,6 +98,9 @@ class Group:
         self.rng = random.Random(seed).randrange
         #: on_path(flow, port name, previous flowlet's port name or "", load, now)
         self.on_path: Callable | None = None
+        #: on_spray(flow, port name, n, now): the n-th packet of a sprayed flow, sampled
+        #: (n = 1, 1 + SPRAY_SAMPLE, ...; issue 13 "sampled packets when spraying")
+        self.on_spray: Callable | None = None
 
     def load(self, i: int, now: float) -> float:
         """Member i's load in units of its threshold (> 1: over the threshold)."""
@@ -132,7 +136,8 @@ class Group:
 class FlowLb:
     """One flow over a `Group`: its current member, when it was last seen, its Paths."""
 
-    __slots__ = ("group", "flow", "cur", "last", "paths", "flowlets", "moves", "track")
+    __slots__ = ("group", "flow", "cur", "last", "paths", "flowlets", "moves", "track",
+                 "sprayed")
 
     def __init__(self, group: Group, first: int, flow: str,
                  track: Callable[[Path], object] | None = None) -> None:
@@ -144,6 +149,7 @@ class FlowLb:
         self.flowlets = 0
         self.moves = 0
         self.track = track
+        self.sprayed = 0  # packets sprayed (spray mode)
 
     def path(self, i: int) -> Path:
         """The flow's Path through member i (made on first use)."""
@@ -160,6 +166,9 @@ class FlowLb:
         g = self.group
         if g.spray:
             i = g.spray_pick()
+            self.sprayed = n = self.sprayed + 1
+            if n % SPRAY_SAMPLE == 1 and g.on_spray is not None:
+                g.on_spray(self.flow, g.members[i][0].name, n, now)
             p = self.paths[i]
             return p if p is not None else self.path(i)
         if now - self.last > g.gap:  # a new flowlet
@@ -204,6 +213,7 @@ class Balancer:
         self.flows: list[FlowLb] = []
         self.untracked = 0
         self.on_path: Callable | None = None  # given to every Group (flowlet events)
+        self.on_spray: Callable | None = None  # given to every Group (sampled sprays)
         self.pins = {(socket.inet_aton(p.src), socket.inet_aton(p.dst)): p.port for p in lb.pins}
 
     def _path(self, port, l2: bytes, flow: str) -> Path:
@@ -235,6 +245,7 @@ class Balancer:
             ms = [(self.ports[nh.ifname], (dmac or nh.dst_mac) + nh.src_mac + eth) for nh in members]
             g = self.groups[names] = Group(ms, lb, self.tdf, self.seed + len(self.groups))
             g.on_path = self.on_path
+            g.on_spray = self.on_spray
         f = FlowLb(g, index, flow, self._track)
         if len(self.flows) < MAX_TRACKED_PATHS:
             self.flows.append(f)

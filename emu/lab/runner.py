@@ -272,7 +272,7 @@ def timeline(ev: C.Evidence, limit: int = 400) -> list[dict]:
             "wd_storm", "wd_restore", "pfc_oper", "link", "flow_start", "flow_done", "job_start",
             "job_done", "retransmit", "nak_tx", "suppressed", "fault", "fib", "switch_admin",
             "storm_start", "storm_end", "pfc_inject"}
-    firsts = {"cnp_tx", "cnp_rx", "pfc_tx", "pfc_rx", "rate", "drop"}
+    firsts = {"cnp_tx", "cnp_rx", "pfc_tx", "pfc_rx", "rate", "drop", "spray"}
     seen: set = set()
     out = []
     for e in ev.events:

@@ -319,3 +319,15 @@ def test_share_is_the_fraction_of_variants_meeting_a_bound():
     assert share(values, {"check": "done", "where": "< 928"}) == 0.5
     with pytest.raises(ValueError, match="no measured s4.done"):
         share(values, {"check": "done", "variants": ["s4"], "where": "> 0"})
+
+
+def test_spraying_samples_one_packet_in_256_per_flow():
+    from fabric.lb import LoadBalance
+    a = make_agent(lb=LoadBalance(mode="spray"))
+    seen = []
+    a.balancer.on_spray = lambda flow, port, n, now: seen.append((flow, port, n))
+    for _ in range(600):
+        a.on_frame(a.ports["eth1"], cross_rail(50000), 0.0)
+    assert [n for _, _, n in seen] == [1, 257, 513]
+    assert {f for f, _, _ in seen} == {"10.0.1.11:50000>10.0.2.14:9/udp"}
+    assert [p for _, p, _ in seen] == ["eth5", "eth5", "eth5"]  # round-robin, even strides
