@@ -31,7 +31,6 @@ import errno
 import logging
 import math
 import random
-import socket
 import time
 
 from fabric import rawsock
@@ -46,12 +45,15 @@ from fabric.timedil import TimeDilation
 from fabric.wire.ether import mac_bytes
 from fabric.wire.pfc import parse_pfc
 from fabric.wire.roce import is_cnp
+from switch_agent.admin import AgentAdmin
 from switch_agent.config import AgentConfig
 from switch_agent.dcbx import Dcbx
 from switch_agent.events import pause_events, pfc_rx_events, queue_events
 from switch_agent.forward import Fib, ecmp_index, flow_key, icmp_time_exceeded, route_rewrite
 from switch_agent.lb import Balancer, Dre, Path
 from switch_agent.port import Port
+from switch_agent.state import AgentState
+from switch_agent.timers import AgentTimers
 
 log = logging.getLogger("switch_agent")
 
@@ -61,7 +63,7 @@ ETH_LLDP = b"\x88\xcc"
 LINK_LOCAL = b"\x01\x80\xc2"
 
 
-class Agent:
+class Agent(AgentAdmin, AgentTimers, AgentState):
     """The forwarding loop of one switch."""
 
     def __init__(self, cfg: AgentConfig, open_sockets: bool = True) -> None:
@@ -135,92 +137,6 @@ class Agent:
         self.events: list[str] = []  # configuration / watchdog / LLDP events, newest last
         if self.qos is not None:
             self.check_qos()
-
-    # -- control plane -------------------------------------------------------
-    def install_fib(self, routes, neighbours, local_ips) -> None:
-        """Replace the FIB (after a kernel change); empties the flow cache."""
-        port_macs = {p.name: p.cfg.mac for p in self.ports.values()}
-        self.fib = Fib(routes, neighbours, port_macs, self.cfg.ecmp_seed, self.cfg.svi, local_ips,
-                       hash_fields=self.lb.hash, order=self.lb.order)
-        self.local = set(self.fib.local)
-        by_dev = {dev: socket.inet_aton(ip) for ip, dev in dict(local_ips).items()} \
-            if isinstance(local_ips, dict) else {}
-        self.port_ip = {}
-        for p in self.ports.values():
-            svi = next((d for d, t in self.cfg.svi.items() if p.name in t.values()), None)
-            addr = by_dev.get(svi) if svi else by_dev.get(p.name)
-            if addr:
-                self.port_ip[p.name] = addr
-        table = {r.prefix: r.nexthops for r in routes}
-        if self.fib_table is not None and table != self.fib_table:  # reconvergence
-            old = self.fib_table
-            changed = sorted(k for k in set(table) | set(old) if table.get(k) != old.get(k))
-            self.log.emit("fib", time.monotonic(), changed={
-                k: [h[1] for h in table.get(k, ())] for k in changed})
-        self.fib_table = table
-        self.cache.clear()
-        for c in self.fast.values():
-            c.clear()
-        self.balancer.groups.clear()  # rebuilt from the new next hops (flows keep their counts)
-
-    def link_states(self, states: dict[str, bool], now: float) -> None:
-        """The kernel's carrier of our ports (after a netlink change): a port that went
-        down loses what it had queued or in flight (`link` events, docs/EVENTS.md)."""
-        for name, up in states.items():
-            p = self.ports.get(name)
-            if p is None or p.link_up == up:
-                continue
-            p.link_up = up
-            lost = 0 if up else self.flush_port(p, "link_down", now)
-            self.event(f"{name}: link {'up' if up else 'down'}" +
-                       (f", {lost} frames dropped" if lost else ""))
-            self.log.emit("link", now, port=name, state="up" if up else "down", dropped=lost)
-
-    def flush_port(self, p: Port, reason: str, now: float) -> int:
-        """Drop every frame queued on or in flight from port p; how many."""
-        n = 0
-        for q in range(8):
-            entries = p.queues.flush(q, reason)
-            n += len(entries)
-            for frame, tag, _queued in entries:
-                if tag is not None:
-                    self.release(tag, self.p_by_tos[frame[15]], len(frame), now)
-        n += len(p.inflight)
-        p.inflight.clear()
-        return n
-
-    def set_admin(self, up: bool, now: float) -> int:
-        """Switch down (issue 14 `switch ... down`): stop forwarding, drop every frame
-        queued or in flight and stop sending LLDP and PFC; up: forward again. Returns
-        the frames dropped. The serve loop discards what arrives while down."""
-        dropped = 0
-        if not up:
-            for p in self.ports.values():
-                dropped += self.flush_port(p, "switch_down", now)
-            for p in self.ports.values():  # after the releases (which may queue XONs)
-                p.ctrl.clear()
-            self.backlog.clear()
-        else:  # timers missed while down are not lateness: due again from now
-            self.next_wd = self.next_lldp = -math.inf
-        self.admin_up = up
-        self.event(f"switch {'up' if up else 'down'}" + (f": {dropped} frames dropped"
-                                                          if dropped else ""))
-        self.log.emit("switch_admin", now, up=up, dropped=dropped)
-        return dropped
-
-    def event(self, text: str) -> None:
-        """Log and remember an event (shown by `show` and the counters)."""
-        log.warning("%s: %s", self.cfg.name, text)
-        self.events.append(text)
-        del self.events[:-100]
-
-    def check_qos(self) -> None:
-        """Warn (log + event) about dubious QoS settings for these ports, among them a
-        PFC headroom below what a port's link rate and cable delay need."""
-        links = {p.name: (p.cfg.model_bps, self.td.model_time(p.delay))
-                 for p in self.ports.values() if p.ingress.cfg.no_drop}
-        for w in self.qos.validate(list(self.ports), links):
-            self.event(f"QoS {self.qos.name}: {w}")
 
     # -- data plane ----------------------------------------------------------
     def on_frame(self, port: Port, frame: bytes, now: float) -> None:
@@ -501,109 +417,3 @@ class Agent:
                 record(model_due, sent_at, what)
         return nxt
 
-    def timers(self, now: float) -> float:
-        """Pause refreshes, watchdog, LLDP; returns the next timer deadline."""
-        nxt = math.inf
-        record = self.meter.record
-        for p in self.ports.values():
-            ing = p.ingress
-            if now >= ing.next_refresh:
-                for due in ing.refresh_at:
-                    if due <= now:
-                        record(due, now, p.refresh_what)
-                for prio in ing.tick(now):
-                    p.send_ctrl(ing.pause_frames[prio], now)
-                    p.pause_tx[prio] += 1
-                    self.backlog.add(p)
-                    self.log.emit("pfc_tx", now, port=p.name, prio=prio,
-                                  quanta=ing.cfg.pause_quanta, refresh=True)
-            if ing.next_refresh < nxt:
-                nxt = ing.next_refresh
-        if now >= self.next_wd:
-            if self.next_wd > -math.inf:
-                record(self.next_wd, now, "watchdog")
-            self.next_wd = now + self.wd_period
-            for p in self.ports.values():
-                wd = p.watchdog
-                if wd is None:
-                    continue
-                evs = wd.check(now, p.pause.paused_mask(now), p.queues.backlog_mask(),
-                               p.pause.last_rx)
-                for ev in evs:
-                    self.event(str(ev))
-                    self.log.emit("wd_storm" if ev.kind == "storm" else "wd_restore", now,
-                                  port=p.name, prio=ev.priority, action=ev.action)
-                    if now < p.eligible_at:  # a pause now ignored: frames may leave now
-                        p.eligible_at = now
-                    if ev.kind == "storm" and ev.action == "drop":
-                        entries = p.queues.flush(ev.priority, "pfc_watchdog")
-                        if p.queues.events:
-                            queue_events(self.log, p, now)
-                        for frame, tag, _queued in entries:
-                            if tag is not None:
-                                self.release(tag, self.p_by_tos[frame[15]], len(frame), now)
-                        wd.note_dropped(ev.priority, len(entries))
-                    self.backlog.add(p)
-                if (evs or p.pause.expired) and self.log.enabled:  # ignored / obeyed again
-                    pause_events(self.log, p, now)
-        if now >= self.next_lldp:
-            if self.next_lldp > -math.inf:
-                record(self.next_lldp, now, "lldp")
-            self.next_lldp = now + self.lldp_period
-            self.send_lldp(now)
-        return min(nxt, self.next_wd, self.next_lldp)
-
-    def send_lldp(self, now: float) -> None:
-        """Advertise ourselves with the DCBX TLVs of our QoS config on every port that
-        transmits LLDP (not those of `lldp_off`)."""
-        if self.dcbx is None:
-            return
-        for p in self.lldp_ports:
-            self.dcbx.announce(p, now)
-            self.backlog.add(p)
-
-    # -- reporting -----------------------------------------------------------
-    def snapshot(self) -> dict:
-        """Counters of every port (the contract with `emu` metrics and `show`); the
-        event log is flushed (the metrics sampler asks every interval)."""
-        now = time.monotonic()
-        snap = {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
-                "tdf": self.cfg.tdf, "qos": self.qos is not None,
-                "ports": {p.name: p.counters(now) for p in self.ports.values()},
-                "events": list(self.events[-20:]),
-                "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time()},
-                "lb": {"mode": self.lb.mode, "describe": self.lb.describe(),
-                       "paths": self.balancer.paths(),
-                       "flowlets": self.balancer.flowlet_counts(),
-                       "untracked": self.balancer.untracked}}
-        if self.log.enabled:
-            for p in self.ports.values():
-                if p.pause.expired:  # expiries the counters noticed
-                    pause_events(self.log, p, now)
-            self.log.flush()
-        return snap
-
-    def close(self) -> None:
-        """Write the pause expiries not yet noticed and close the event log (on exit)."""
-        now = time.monotonic()
-        if self.log.enabled:
-            for p in self.ports.values():
-                pause_events(self.log, p, now)
-        self.log.close(now)
-
-    def show_state(self) -> dict:
-        """The state dict of `switch_agent.show`."""
-        now = time.monotonic()
-        lldp = {}
-        for p in self.ports.values():
-            if p.neighbor is not None:
-                lldp[p.name] = {**p.neighbor.to_dict(), "age_s": round(now - p.neighbor_seen, 1)}
-        return {"switch": self.cfg.name, "qos": self.qos.to_dict() if self.qos else None,
-                "ports": {p.name: p.show_state(now) for p in self.ports.values()},
-                "lldp": lldp, "mac_table": self.mac_table()}
-
-    def mac_table(self) -> list[dict]:
-        """The layer-2 entries of the rail VLANs: {vlan, mac, port} (static, ch.13)."""
-        return [{"vlan": self.ports[ifname].vlan, "mac": mac, "port": ifname}
-                for table in self.cfg.svi.values() for mac, ifname in table.items()
-                if self.ports[ifname].vlan is not None]
