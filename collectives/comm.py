@@ -35,8 +35,8 @@ from collectives.channel import (READY_BIT, SEQ_MASK, Channel, ChannelError, Eve
 from collectives.rendezvous import PeerInfo
 from fabric.runmark import shm_name
 from fabric.timedil import TimeDilation
-from collectives.ring import (Member, all_gather_steps, broadcast_tree, chunk_bounds,
-                              reduce_scatter_steps, ring_by, schedule)
+from collectives.ring import (Member, all_gather_steps, alltoall_steps, broadcast_tree,
+                              chunk_bounds, reduce_scatter_steps, ring_by, schedule)
 from traffic.nic_client import NicClient
 from traffic.verbs import WCOpcode, WCStatus
 
@@ -44,15 +44,25 @@ log = logging.getLogger("collectives.comm")
 
 DEFAULT_SLOT = 4 << 20  #: bytes per landing slot (a message)
 DEFAULT_SLOTS = 2  #: landing slots per channel (messages in flight)
-CM_BASE = 20000  #: CM ports: CM_BASE + 256 x (group index mod 160) + connecting rank
+CM_BASE = 20000  #: CM ports: CM_BASE + 256 x group slot + connecting rank
+CM_SLOTS = 160  #: group slots (lanes) a job can use: ports up to 60959
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
 
 
-def cm_port(group_index: int, connector: int) -> int:
-    """The TCP port a listening rank expects `connector`'s CM REQ on, for one group."""
+def cm_port(slot: int, connector: int, master_port: int = 0) -> int:
+    """The TCP port a listening rank expects `connector`'s CM REQ on, for one group
+    lane (its job-unique slot, collectives.rendezvous.group_slots); never the job's
+    MASTER_PORT, which rank 0's store holds on every address of its host."""
     if not 0 <= connector < 256:
         raise ValueError("groups of more than 256 ranks are not supported")
-    return CM_BASE + 256 * (group_index % 160) + connector
+    if not 0 <= slot < CM_SLOTS:
+        raise ValueError(f"group slot {slot}: a job can use {CM_SLOTS} group lanes "
+                         f"({CM_SLOTS // 2} groups), this one is past them")
+    port = CM_BASE + 256 * slot + connector
+    if port == master_port:
+        raise ValueError(f"the CM port of group slot {slot}, rank {connector} is "
+                         f"MASTER_PORT {master_port}: choose another --master-port")
+    return port
 
 
 def group_index(name: str) -> int:
@@ -87,10 +97,11 @@ class Communicator:
     def __init__(self, peers: list[PeerInfo], rank: int, uid: bytes, group: int = 0, *,
                  slot: int = DEFAULT_SLOT, slots: int = DEFAULT_SLOTS, timeout: float = 300.0,
                  td: TimeDilation = TimeDilation(1.0), ring: str = "rail",
-                 run: str = "") -> None:
+                 run: str = "", master_port: int = 0) -> None:
         if slot % 64:
             raise ValueError("slot must be a multiple of 64 bytes")
         self.peers, self.rank, self.n, self.group = peers, rank, len(peers), group
+        self.master_port = master_port
         self.me = peers[rank]
         self.slot, self.slots, self.timeout, self.td = slot, slots, timeout, td
         self.members = [Member(p.rank, p.host, p.rail) for p in peers]
@@ -191,7 +202,8 @@ class Communicator:
                     self._recv_seen[ch.qpn] = 0
                     ch.post_recvs(2048)
                     if self.rank < p:
-                        self.nic.listen(ch.qpn, cm_port(self.group, p), ch.landing_mr)
+                        self.nic.listen(ch.qpn, cm_port(self.group, p, self.master_port),
+                                        ch.landing_mr)
                     self.channels[p] = ch
                 mine.append(p)
         try:
@@ -199,7 +211,7 @@ class Communicator:
                 ch = self.channels[p]
                 if isinstance(ch, RdmaChannel) and self.rank > p:
                     ch.remote = self.nic.connect(ch.qpn, self.peers[p].fabric_ip,
-                                                 cm_port(self.group, self.rank),
+                                                 cm_port(self.group, self.rank, self.master_port),
                                                  ch.landing_mr, timeout=self.timeout)
             for p in mine:
                 ch = self.channels[p]
@@ -348,6 +360,33 @@ class Communicator:
                 f.result()
             steps.append(("broadcast", a, time.monotonic(), {}))
         return self._op("broadcast", len(raw), run)
+
+    def alltoall(self, outs: list[memoryview], ins: list[memoryview]) -> dict:
+        """All-to-all by pairwise exchange (`alltoall_steps`): ins[p] (bytes) goes to rank
+        p, outs[p] receives what rank p has for this rank; pieces may differ in size (the
+        two ends of a pair agree on it) and be empty."""
+        n, r = self.n, self.rank
+        if len(outs) != n or len(ins) != n:
+            raise ValueError(f"alltoall: {len(outs)} outputs and {len(ins)} inputs for {n} ranks")
+        if len(outs[r]) != len(ins[r]):
+            raise ValueError(f"alltoall: rank {r} keeps {len(ins[r])} B but expects "
+                             f"{len(outs[r])} B from itself")
+        outs[r][:] = ins[r]
+        if n == 1:
+            return {}
+        plan = alltoall_steps(r, n)
+
+        def run(steps: list) -> None:
+            self.ensure([p for p in range(n) if p != r])
+            futs = [self._send(dst, ins[dst]) for dst, _ in plan]
+            for dst, src in plan:
+                a = time.monotonic()
+                self.channels[src].recv_into(outs[src])
+                steps.append(("alltoall", a, time.monotonic(), {"send_to": dst,
+                                                                "recv_from": src}))
+            for f in futs:
+                f.result()
+        return self._op("alltoall", sum(len(x) for x in ins), run)
 
     def barrier(self) -> dict:
         """Every rank has arrived: an AllReduce of one integer."""

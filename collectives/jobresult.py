@@ -127,6 +127,35 @@ def fabric_senders(backend: dict[int, list[dict]]) -> list[str]:
             if peers[r]["host"] != peers[ring[(i + 1) % len(ring)]]["host"]]
 
 
+def per_rank(slots: list[dict], backend: dict[int, list[dict]], tx: dict[str, int]) -> list[dict]:
+    """Per rank: its GPU, the operations it issued on every group (count and bytes per
+    kind, from the emu backend's records) and the payload its GPU's NIC sent."""
+    out = []
+    for s in slots:
+        issued: dict[str, dict[str, int]] = {}
+        for rec in backend.get(s["rank"], []):
+            for kind, c in (rec.get("issued") or {}).items():
+                into = issued.setdefault(kind, {"count": 0, "bytes": 0})
+                into["count"] += c["count"]
+                into["bytes"] += c["bytes"]
+        out.append({"rank": s["rank"], "gpu": s["gpu"], "issued": issued,
+                    "groups": len(backend.get(s["rank"], [])),
+                    "nic_tx_bytes": tx.get(s["gpu"], 0)})
+    return out
+
+
+def rank_lines(rows: list[dict]) -> list[str]:
+    """The per-rank table of the run's text: operations issued and NIC bytes."""
+    if not any(r["issued"] for r in rows) and not any(r["nic_tx_bytes"] for r in rows):
+        return []
+    lines = ["  rank  GPU    groups  operations issued (count)             NIC payload sent"]
+    for r in rows:
+        ops = ", ".join(f"{k} {v['count']}" for k, v in sorted(r["issued"].items())) or "-"
+        lines.append(f"  {r['rank']:>4}  {r['gpu']:<6} {r['groups']:>6}  {ops:<36}  "
+                     f"{r['nic_tx_bytes']:>12,} B")
+    return lines
+
+
 #: what a QP's error status means for the job (IBA 10.8.3, 11.6.2)
 QP_ERRORS = {"RETRY_EXC_ERR": "no ACK within the retry budget (transport retry counter "
                               "exceeded): the peer or the path to it is gone",
@@ -167,7 +196,8 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
     port, ring = getattr(args, "master_port", MASTER_PORT), getattr(args, "ring", "rail")
     job = run_job(fnet, target_argv(args), socks, out_dir, port=port, ring=ring,
                   watch=lambda: qp_failure(fnet.fabric, {g: nic_counters(s)
-                                                          for g, s in socks.items()}))
+                                                          for g, s in socks.items()}),
+                  cwd=getattr(args, "cwd", None), backend=args.backend)
     after = {g: nic_payload_tx(s) for g, s in socks.items()}
     tx = {g: after[g] - before[g] for g in socks}
     n = len(job["slots"])
@@ -185,6 +215,11 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
            "workers_dir": str(out_dir)}
     ok = job["ok"] and (args.workload == "script" or (
         len(job["results"]) == n and all(r.get("ok") for r in job["results"].values())))
+    res["per_rank"] = per_rank(job["slots"], job["backend"], tx)
+    silent = args.backend == "emu" and not any(tx.values())
+    if args.workload == "script" and silent:
+        ok = False
+        res["no_fabric_bytes"] = True
     lines = [f"{args.workload}: {n} ranks, master {job['master']}, backend {args.backend}, "
              f"{job['seconds_lab']:.1f} s lab; worker logs in {out_dir}"]
     by_addr: dict[str, list[int]] = {}
@@ -211,6 +246,13 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
                          f"{tx[g] / res['expected_tx_bytes_per_fabric_sender']:.3f} x "
                          f"2(N-1)/N x S, summed over {sum(r['iters'] + r['warmup'] for r in rows)} "
                          "AllReduces")
+    lines += rank_lines(res["per_rank"])
+    if args.workload == "script" and silent:
+        lines.append("  FAILED: no rank's NIC moved a byte over the fabric - the script never "
+                     "communicated between hosts (or its collectives ran on another backend)")
+    elif args.backend == "gloo":
+        lines.append("  backend gloo: the collectives ran over the frontend's kernel TCP; the "
+                     "NICs' bytes above are not theirs")
     if job.get("fabric_error"):
         res["fabric_error"] = job["fabric_error"]
         lines.append(f"  FAILED: {job['fabric_error']}; the job was stopped")

@@ -107,9 +107,11 @@ def master_addr(fabric: Any, slot: Slot) -> str:
 
 def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
                result_dir: Path, job: str, port: int = MASTER_PORT,
-               ring: str = "rail", run: str = "") -> dict[str, str]:
+               ring: str = "rail", run: str = "", backend: str = "emu") -> dict[str, str]:
     """The environment of one worker (torchrun's variables + where its NIC is); `run`,
-    the emu run's tag, marks the worker and the zygote (EMU_RUN, fabric.runmark)."""
+    the emu run's tag, marks the worker and the zygote (EMU_RUN, fabric.runmark);
+    `backend` (EMU_BACKEND) is what the script's collectives run on, whatever it names
+    (collectives.aliases): "emu" or torch's "gloo"."""
     env = {k: v for k, v in os.environ.items()  # EMU_SLOT passes through
            if k == "EMU_SLOT" or not k.startswith(("EMU_", "MASTER_"))}
     env.update(torchrun_env(slot.node_rank, nproc, slot.local_rank, nnodes,
@@ -117,7 +119,7 @@ def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d: "hostname of the client socket cannot be retrieved" in a namespace
     env.update({"EMU_GPU": slot.gpu, "EMU_HOST": slot.host, "EMU_RAIL": str(slot.rail),
                 "EMU_NIC_IP": slot.ip, "EMU_NIC_SOCK": nic_sock, "EMU_TDF": f"{fabric.tdf:g}",
-                "EMU_JOB": job, "EMU_RESULT_DIR": str(result_dir), "EMU_BACKEND": "emu",
+                "EMU_JOB": job, "EMU_RESULT_DIR": str(result_dir), "EMU_BACKEND": backend,
                 "EMU_RING": ring,
                 "TORCHELASTIC_RUN_ID": job, **WORKER_THREADS_ENV,
                 "GLOO_SOCKET_IFNAME": "fe0",  # gloo (for comparison) over the frontend
@@ -133,11 +135,14 @@ WATCH_S = 1.0  #: lab seconds between two asks of run_job's `watch`
 def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path,
             timeout: float = 1800.0, echo: Callable[[str], None] | None = print,
             port: int = MASTER_PORT, ring: str = "rail",
-            watch: Callable[[], str | None] | None = None) -> dict:
+            watch: Callable[[], str | None] | None = None, cwd: Path | None = None,
+            backend: str = "emu") -> dict:
     """Start `python -m collectives.run TARGET...` on every GPU and wait for all.
 
     target: ["--module", "collectives.workloads.train", args...] or [script, args...].
-    port: MASTER_PORT; ring: EMU_RING (RING_KINDS). `watch()`, asked every WATCH_S lab
+    port: MASTER_PORT; ring: EMU_RING (RING_KINDS); cwd: the workers' working directory
+    (torchrun's is where it was started; default this process's); backend: EMU_BACKEND
+    ("emu", or "gloo" to keep torch's). `watch()`, asked every WATCH_S lab
     seconds, names a failure that dooms the job (a NIC's QP in error: its peer is gone)
     - the job then stops at once instead of waiting for its ranks' timeouts (issue 14).
     Returns {"ok", "returncodes", "fabric_error",
@@ -157,8 +162,9 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     job = f"emu-{fnet.tag}-{int(time.time())}"
     envs = {s.rank: worker_env(fab, s, nproc, nnodes, sockets[s.gpu], out_dir, job, port, ring,
-                               run=fnet.tag)
+                               run=fnet.tag, backend=backend)
             for s in slots}
+    cwd = Path(cwd or os.getcwd())
     logs = {s.rank: out_dir / f"rank{s.rank}.log" for s in slots}
     for path in logs.values():
         path.write_text("")
@@ -173,7 +179,7 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     fabric_error = None
     try:
         for s in slots:
-            workers.start(s.rank, s.host, list(target), envs[s.rank], logs[s.rank])
+            workers.start(s.rank, s.host, list(target), envs[s.rank], logs[s.rank], cwd)
         deadline = time.monotonic() + timeout
         next_watch = time.monotonic() + WATCH_S
         while True:
@@ -220,10 +226,11 @@ class Popened:
         self.fnet = fnet
         self.procs: dict[int, subprocess.Popen] = {}
 
-    def start(self, rank: int, host: str, target: list[str], env: dict, log: Path) -> None:
+    def start(self, rank: int, host: str, target: list[str], env: dict, log: Path,
+              cwd: Path = REPO) -> None:
         with open(log, "ab") as out:
             self.procs[rank] = self.fnet.host(host).popen(
-                [sys.executable, "-m", "collectives.run"] + target, cwd=str(REPO), env=env,
+                [sys.executable, "-m", "collectives.run"] + target, cwd=str(cwd), env=env,
                 stdout=out, stderr=subprocess.STDOUT)
 
     def poll(self) -> dict[int, int | None]:
@@ -258,9 +265,10 @@ class Forked:
         self.zygote = Zygote(shared, log, timeout=timeout)
         self.ranks: dict[int, int] = {}  # pid -> rank
 
-    def start(self, rank: int, host: str, target: list[str], env: dict, log: Path) -> None:
+    def start(self, rank: int, host: str, target: list[str], env: dict, log: Path,
+              cwd: Path = REPO) -> None:
         ns = getattr(self.fnet.host(host), "netns", None)  # None: a test's stand-in
-        pid = self.zygote.spawn(target, env, log, REPO, str(NETNS_DIR / ns) if ns else None)
+        pid = self.zygote.spawn(target, env, log, cwd, str(NETNS_DIR / ns) if ns else None)
         self.ranks[pid] = rank
 
     def poll(self) -> dict[int, int | None]:

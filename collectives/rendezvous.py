@@ -120,3 +120,28 @@ def bootstrap(store: Any, me: PeerInfo, timeout: float = 300.0) -> tuple[bytes, 
         raise RendezvousError(f"master refused the group: {blob[3:].decode()}")
     uid, table = blob[:UID_BYTES], json.loads(blob[UID_BYTES:])
     return uid, [PeerInfo.from_json(d) for d in table]
+
+
+def _base_store(store: Any) -> Any:
+    """The job's store under a group's PrefixStore (torch gives each group its own
+    prefix; the counter of group slots must be the job's)."""
+    while hasattr(store, "underlying_store"):
+        store = store.underlying_store
+    return store
+
+
+def group_slots(store: Any, rank: int, lanes: int = 2, timeout: float = 300.0) -> int:
+    """A job-unique number for one group, the first of `lanes` consecutive ones (its
+    collective lane and its point-to-point lane): the group's rank 0 draws it from a
+    counter in the job's store and hands it to the group's other ranks. It numbers the
+    group's CM ports (collectives.comm.cm_port), so that no two groups of a job ever
+    listen on the same port - a hash of the group name could collide."""
+    if rank == 0:
+        first = _base_store(store).add(_key("group-slots"), lanes) - lanes
+        store.set(_key("slot"), str(first))
+    try:
+        store.wait([_key("slot")], timedelta(seconds=timeout))
+    except Exception as exc:
+        raise RendezvousError(f"rank {rank}: no group slot from the group's rank 0 within "
+                              f"{timeout:g} s ({exc})") from exc
+    return int(bytes(store.get(_key("slot"))).decode())

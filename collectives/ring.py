@@ -148,3 +148,28 @@ def broadcast_tree(members: Iterable[Member], root: int) -> dict[int, tuple[int 
             tree[li][1].append(r)
             tree[r] = (li, tree[r][1])
     return tree
+
+
+def alltoall_steps(rank: int, n: int) -> list[tuple[int, int]]:
+    """Pairwise exchange of an all-to-all (expert parallelism): at step k = 1..n-1 rank r
+    sends its piece for (r + k) mod n and receives the piece (r - k) mod n has for it, so
+    every pair exchanges exactly once and no rank waits on two senders at a step."""
+    if not 0 <= rank < n:
+        raise ValueError(f"rank {rank} outside 0..{n - 1}")
+    return [((rank + k) % n, (rank - k) % n) for k in range(1, n)]
+
+
+def split_bounds(splits: list[int], n: int, rows: int) -> list[tuple[int, int]]:
+    """Row ranges [start, end) of the n pieces of a tensor of `rows` rows along dim 0 cut
+    by `splits` (all_to_all_single's split sizes; [] = n equal pieces)."""
+    if not splits:
+        if rows % n:
+            raise ValueError(f"{rows} rows do not split evenly over {n} ranks: give split sizes")
+        splits = [rows // n] * n
+    if len(splits) != n or any(s < 0 for s in splits) or sum(splits) != rows:
+        raise ValueError(f"split sizes {list(splits)}: want {n} sizes >= 0 adding up to {rows}")
+    out, at = [], 0
+    for s in splits:
+        out.append((at, at + s))
+        at += s
+    return out

@@ -4,18 +4,24 @@
     python -m collectives.run --module PACKAGE.MODULE [ARGS...]
 
 Registers the backend (book ch.14; `collectives.backend`) and makes it the default for
-CPU tensors, so an unmodified script calling `dist.init_process_group()` (or
-`init_process_group(backend="emu")`) talks over the emulated RoCEv2 fabric; then runs
-the script or module as __main__ with the given arguments. The torchrun variables
-(RANK, WORLD_SIZE, MASTER_ADDR, ...) come from the launcher (`collectives.launch`).
+CPU tensors; translates whatever backend the script names for its CPU tensors ("gloo",
+"nccl", "cpu:gloo,cuda:nccl", none) into the one that runs (`collectives.aliases`:
+EMU_BACKEND, "emu" by default - the emulated RoCEv2 fabric - or "gloo" for torch's own);
+then runs the script or module as __main__ with the given arguments, as `python
+SCRIPT` under torchrun does: `sys.argv[0]` is the script, `sys.path[0]` its directory
+(a module beside it imports), `__file__` set; for `--module`, `sys.path[0]` is the
+working directory, as for `python -m`. The working directory is the launcher's choice
+(`emu run --cwd`, default where emu was started). The torchrun variables (RANK,
+WORLD_SIZE, MASTER_ADDR, ...) come from the launcher (`collectives.launch`).
 """
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
-from collectives import backend
+from collectives import aliases, backend
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,16 +30,25 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if args else 2
-    backend.register(default_for_cpu=True)
+    target = os.environ.get("EMU_BACKEND", "emu")
+    if target not in aliases.TARGETS:
+        print(f"collectives.run: EMU_BACKEND must be {' or '.join(aliases.TARGETS)}, "
+              f"got {target!r}", file=sys.stderr)
+        return 2
+    backend.register(default_for_cpu=target == "emu")
+    aliases.install(target)
     if args[0] == "--module":
         if len(args) < 2:
             print("collectives.run: --module needs a module name", file=sys.stderr)
             return 2
         sys.argv = [args[1]] + args[2:]
+        sys.path[0] = os.getcwd()
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
     else:
-        sys.argv = args
-        runpy.run_path(args[0], run_name="__main__")
+        script = os.path.abspath(args[0])
+        sys.argv = [args[0]] + args[1:]
+        sys.path[0] = os.path.dirname(script)
+        runpy.run_path(script, run_name="__main__")
     return 0
 
 

@@ -254,7 +254,7 @@ def allreduce(sizes: str = "1MB,16MB,64MB", iters: int = 2) -> int:
                   "each ...", flush=True)
             job = run_job(fnet, ["--module", "collectives.workloads.allreduce", "--backend",
                                  backend, "--size", sizes, "--iters", str(iters)], socks,
-                          Path(tmp) / backend, echo=None)
+                          Path(tmp) / backend, echo=None, backend=backend)
             if not job["ok"] or 0 not in job["results"]:
                 for r in job["failed"]:
                     print(f"rank {r} failed:\n{job['failed_tails'][r]}")

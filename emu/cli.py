@@ -153,11 +153,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "2-2..2-4 network, one torch step")
     p.add_argument("--script", nargs=argparse.REMAINDER, default=None, metavar="FILE [ARGS]",
                    help="run your own torch.distributed script on every GPU the way torchrun "
-                        "would (RANK, WORLD_SIZE, MASTER_ADDR, ... set; backend name 'emu', "
-                        "also the default of init_process_group()); must come last")
+                        "would (RANK, WORLD_SIZE, MASTER_ADDR, ... set; sys.path[0] the "
+                        "script's directory; whatever backend it names - gloo, nccl, none - "
+                        "runs over the fabric); must come last")
+    p.add_argument("--cwd", default=None, metavar="DIR",
+                   help="torch workloads: the workers' working directory (default: where "
+                        "emu was started, as torchrun)")
     p.add_argument("--backend", default="emu", choices=["emu", "gloo"],
-                   help="torch workloads: emu (over the fabric, default) or gloo (torch's, "
-                        "over the frontend's kernel TCP, for comparison)")
+                   help="torch workloads: emu (over the fabric, default; what a script's "
+                        "'gloo' or 'nccl' becomes) or gloo (torch's, over the frontend's "
+                        "kernel TCP, for comparison)")
     p.add_argument("--iters", type=int, default=None,
                    help="allreduce: timed iterations per size (default 3); train: steps")
     p.add_argument("--ring", default="rail", choices=RING_KINDS,

@@ -57,6 +57,11 @@ def _torch_options(args: argparse.Namespace, fab: Fabric) -> dict:
         raise ValueError(f"--dtype: {bad[0]!r} is not float32, float64, int32 or int64")
     if args.iters is not None and args.iters < 1:
         raise ValueError(f"--iters: must be >= 1, got {args.iters}")
+    cwd = getattr(args, "cwd", None)
+    if cwd is not None and not Path(cwd).is_dir():
+        raise ValueError(f"--cwd: no such directory {cwd!r}")
+    if cwd is not None:
+        args.cwd = str(Path(cwd).resolve())
     port, ring = getattr(args, "master_port", MASTER_PORT), getattr(args, "ring", "rail")
     if not 1 <= port <= 65535:
         raise ValueError(f"--master-port: must be 1..65535, got {port}")

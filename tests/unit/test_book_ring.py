@@ -155,8 +155,9 @@ def test_torch_workload_result_has_the_job_start_and_the_trace(tmp_path, monkeyp
     order = [0, 1, 2, 3]
     calls = {}
 
-    def fake_run_job(fnet, target, socks, out_dir, port, ring, watch=None):
-        calls.update(port=port, ring=ring)
+    def fake_run_job(fnet, target, socks, out_dir, port, ring, watch=None, cwd=None,
+                     backend="emu"):
+        calls.update(port=port, ring=ring, backend=backend)
         return {"ok": True, "returncodes": {r: 0 for r in range(4)}, "seconds_lab": 1.0,
                 "results": {r: {"ok": True, "rows": [{"size": 4096, "iters": 1, "warmup": 0}]}
                             for r in range(4)},
@@ -173,7 +174,7 @@ def test_torch_workload_result_has_the_job_start_and_the_trace(tmp_path, monkeyp
     fnet = argparse.Namespace(run_dir=str(tmp_path))
     out = jobresult.run_torch_workload(fnet, args, {}, {g: "/nic" for g in fab.gpus})
     res = out["result"]
-    assert out["ok"] and calls == {"port": 12345, "ring": "rank"}
+    assert out["ok"] and calls == {"port": 12345, "ring": "rank", "backend": "emu"}
     assert res["master"] == "192.168.10.101:12345" and res["master_port"] == 12345
     assert res["master_addr_by_rank"][1] == LOOPBACK and res["ring_kind"] == "rank"
     assert res["slots"] == rank_table(slots) and res["slots"][2]["gpu"] == "h2g1"
