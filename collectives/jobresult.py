@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from collectives.compute.summary import rank_split
 from collectives.launch import MASTER_PORT, run_job
 from fabric.timedil import TimeDilation
 from traffic.nic_client import request
@@ -42,6 +43,9 @@ def target_argv(args: Any) -> list[str]:
         argv += ["--size", args.size or "64MB", "--dtype", args.dtype]
     if args.iters is not None and args.workload in ("allreduce", "train"):
         argv += ["--iters", str(args.iters)]
+    if args.workload == "train":
+        argv += ["--model", getattr(args, "model", "mlp"), "--overlap",
+                 getattr(args, "overlap", "on")]
     return argv
 
 
@@ -156,6 +160,29 @@ def rank_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def compute_lines(by_rank: dict | None, rank0: dict) -> list[str]:
+    """With a compute model: each rank's compute, communication, overlap (model ms), and
+    the train workload's last iteration."""
+    if not by_rank:
+        return []
+    lines = ["  rank  model ms: window   compute     comm  overlap  exposed comm  "
+             "compute lag"]
+    for r, c in by_rank.items():
+        if c:
+            lines.append(f"  {r:>4}  {c['window_ms']:>16.3f} {c['compute_ms']:>9.3f} "
+                         f"{c['comm_ms']:>8.3f} {c['overlap_ms']:>8.3f} "
+                         f"{c['exposed_comm_ms']:>13.3f}  {c['lag_max_model_us']:>8.2f} us")
+    its = rank0.get("iterations") or []
+    if its:
+        last = its[-1]
+        lines.append(f"  rank 0, last of {len(its)} iterations: {last['window_ms']:.3f} ms model "
+                     f"= compute {last['compute_ms']:.3f} + exposed communication "
+                     f"{last['exposed_comm_ms']:.3f} + other {last['other_ms']:.3f} "
+                     f"(communication {last['comm_ms']:.3f}, {last['overlap_ms']:.3f} "
+                     "overlapped)")
+    return lines
+
+
 #: what a QP's error status means for the job (IBA 10.8.3, 11.6.2)
 QP_ERRORS = {"RETRY_EXC_ERR": "no ACK within the retry budget (transport retry counter "
                               "exceeded): the peer or the path to it is gone",
@@ -197,7 +224,8 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
     job = run_job(fnet, target_argv(args), socks, out_dir, port=port, ring=ring,
                   watch=lambda: qp_failure(fnet.fabric, {g: nic_counters(s)
                                                           for g, s in socks.items()}),
-                  cwd=getattr(args, "cwd", None), backend=args.backend)
+                  cwd=getattr(args, "cwd", None), backend=args.backend,
+                  gpu=getattr(args, "gpu", "none"))
     after = {g: nic_payload_tx(s) for g, s in socks.items()}
     tx = {g: after[g] - before[g] for g in socks}
     n = len(job["slots"])
@@ -216,6 +244,12 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
     ok = job["ok"] and (args.workload == "script" or (
         len(job["results"]) == n and all(r.get("ok") for r in job["results"].values())))
     res["per_rank"] = per_rank(job["slots"], job["backend"], tx)
+    if job.get("compute"):
+        res["compute"] = {r: rank_split(c, job["backend"].get(r, []))
+                          for r, c in sorted(job["compute"].items())}
+        gpu_of = {s["rank"]: s["gpu"] for s in job["slots"]}
+        res["compute_fidelity"] = {gpu_of[r]: c["fidelity"] for r, c in job["compute"].items()
+                                   if c.get("fidelity")}
     silent = args.backend == "emu" and not any(tx.values())
     if args.workload == "script" and silent:
         ok = False
@@ -247,6 +281,7 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
                          f"2(N-1)/N x S, summed over {sum(r['iters'] + r['warmup'] for r in rows)} "
                          "AllReduces")
     lines += rank_lines(res["per_rank"])
+    lines += compute_lines(res.get("compute"), rank0)
     if args.workload == "script" and silent:
         lines.append("  FAILED: no rank's NIC moved a byte over the fabric - the script never "
                      "communicated between hosts (or its collectives ran on another backend)")

@@ -107,11 +107,13 @@ def master_addr(fabric: Any, slot: Slot) -> str:
 
 def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
                result_dir: Path, job: str, port: int = MASTER_PORT,
-               ring: str = "rail", run: str = "", backend: str = "emu") -> dict[str, str]:
+               ring: str = "rail", run: str = "", backend: str = "emu",
+               gpu: str = "none") -> dict[str, str]:
     """The environment of one worker (torchrun's variables + where its NIC is); `run`,
     the emu run's tag, marks the worker and the zygote (EMU_RUN, fabric.runmark);
     `backend` (EMU_BACKEND) is what the script's collectives run on, whatever it names
-    (collectives.aliases): "emu" or torch's "gloo"."""
+    (collectives.aliases): "emu" or torch's "gloo"; `gpu` the compute model
+    (EMU_GPU_MODEL: "none" or "h100", collectives.compute)."""
     env = {k: v for k, v in os.environ.items()  # EMU_SLOT passes through
            if k == "EMU_SLOT" or not k.startswith(("EMU_", "MASTER_"))}
     env.update(torchrun_env(slot.node_rank, nproc, slot.local_rank, nnodes,
@@ -120,6 +122,7 @@ def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
     env.update({"EMU_GPU": slot.gpu, "EMU_HOST": slot.host, "EMU_RAIL": str(slot.rail),
                 "EMU_NIC_IP": slot.ip, "EMU_NIC_SOCK": nic_sock, "EMU_TDF": f"{fabric.tdf:g}",
                 "EMU_JOB": job, "EMU_RESULT_DIR": str(result_dir), "EMU_BACKEND": backend,
+                "EMU_GPU_MODEL": gpu,
                 "EMU_RING": ring,
                 "TORCHELASTIC_RUN_ID": job, **WORKER_THREADS_ENV,
                 "GLOO_SOCKET_IFNAME": "fe0",  # gloo (for comparison) over the frontend
@@ -136,7 +139,7 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
             timeout: float = 1800.0, echo: Callable[[str], None] | None = print,
             port: int = MASTER_PORT, ring: str = "rail",
             watch: Callable[[], str | None] | None = None, cwd: Path | None = None,
-            backend: str = "emu") -> dict:
+            backend: str = "emu", gpu: str = "none") -> dict:
     """Start `python -m collectives.run TARGET...` on every GPU and wait for all.
 
     target: ["--module", "collectives.workloads.train", args...] or [script, args...].
@@ -147,7 +150,8 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     - the job then stops at once instead of waiting for its ranks' timeouts (issue 14).
     Returns {"ok", "returncodes", "fabric_error",
     "seconds_lab", "results" (rank -> JSON the worker wrote), "backend" (rank -> the emu
-    backend's record), "failed": [...], "slots", "master" (frontend address:port),
+    backend's record), "compute" (rank -> its compute record, with a compute model),
+    "failed": [...], "slots", "master" (frontend address:port),
     "master_addr_by_rank"}.
     Workers are forked from a zygote in the launcher's namespaces (`Forked`, which says
     why there), or with EMU_ZYGOTE=0 started one by one in their hosts' (`Popened`).
@@ -162,7 +166,7 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     job = f"emu-{fnet.tag}-{int(time.time())}"
     envs = {s.rank: worker_env(fab, s, nproc, nnodes, sockets[s.gpu], out_dir, job, port, ring,
-                               run=fnet.tag, backend=backend)
+                               run=fnet.tag, backend=backend, gpu=gpu)
             for s in slots}
     cwd = Path(cwd or os.getcwd())
     logs = {s.rank: out_dir / f"rank{s.rank}.log" for s in slots}
@@ -202,17 +206,21 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
         if echo is not None:
             follow.join(5)
     elapsed = time.monotonic() - t0
-    results, backend = {}, {}
+    results, backend, compute = {}, {}, {}
     for s in slots:
         rp = out_dir / f"rank{s.rank}.json"
         if rp.exists():
             results[s.rank] = json.loads(rp.read_text())
+        cp = out_dir / f"compute-rank{s.rank}.json"
+        if cp.exists():
+            compute[s.rank] = json.loads(cp.read_text())
         for bp in sorted(out_dir.glob(f"emu-rank{s.rank}-g*.json")):
             backend.setdefault(s.rank, []).append(json.loads(bp.read_text()))
     tails = {r: _tail(logs[r]) for r in failed}
     return {"ok": not failed and not fabric_error, "fabric_error": fabric_error,
             "returncodes": returncodes,
-            "seconds_lab": elapsed, "results": results, "backend": backend, "failed": failed,
+            "seconds_lab": elapsed, "results": results, "backend": backend, "compute": compute,
+            "failed": failed,
             "failed_tails": tails, "slots": [s.__dict__ for s in slots], "job": job,
             "master": f"{frontend_ip(fab, slots[0].host)}:{port}",
             "master_addr_by_rank": {r: e["MASTER_ADDR"] for r, e in envs.items()}}

@@ -11,8 +11,11 @@ then runs the script or module as __main__ with the given arguments, as `python
 SCRIPT` under torchrun does: `sys.argv[0]` is the script, `sys.path[0]` its directory
 (a module beside it imports), `__file__` set; for `--module`, `sys.path[0]` is the
 working directory, as for `python -m`. The working directory is the launcher's choice
-(`emu run --cwd`, default where emu was started). The torchrun variables (RANK,
-WORLD_SIZE, MASTER_ADDR, ...) come from the launcher (`collectives.launch`).
+(`emu run --cwd`, default where emu was started). With a compute model
+(EMU_GPU_MODEL, `emu run --gpu h100`) a script's matmuls, convolutions and attention
+cost their GPU time (`collectives.compute.opmode`); the workload modules model their
+own steps. The torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) come from the
+launcher (`collectives.launch`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,31 @@ import runpy
 import sys
 
 from collectives import aliases, backend
+from collectives.compute.clock import ComputeClock
+from collectives.compute.gpu import GpuModel
+from collectives.compute.opmode import GpuOps
+from collectives.compute.record import write_record
+from fabric.timedil import TimeDilation
+
+GPU_ENV = "EMU_GPU_MODEL"  #: the compute model (`emu run --gpu`): none or h100
+GPU_DTYPE = "bfloat16"  #: what the modelled GPU computes in (real training: bf16)
+
+
+def run_script(script: str) -> None:
+    """Run a script as __main__; with a compute model, every FLOP-counted operation of
+    this thread is held for its GPU time (collectives.compute.opmode) and the rank's
+    compute record is written at the end."""
+    name = os.environ.get(GPU_ENV, "none")
+    if name in ("", "none"):
+        runpy.run_path(script, run_name="__main__")
+        return
+    clock = ComputeClock(TimeDilation.from_env(os.environ))
+    mode = GpuOps(GpuModel.by_name(name), GPU_DTYPE, clock)
+    try:
+        with mode:
+            runpy.run_path(script, run_name="__main__")
+    finally:
+        write_record(clock, {"gpu": name, "dtype": GPU_DTYPE, "kind": "ops", "ops": mode.ops})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         script = os.path.abspath(args[0])
         sys.argv = [args[0]] + args[1:]
         sys.path[0] = os.path.dirname(script)
-        runpy.run_path(script, run_name="__main__")
+        run_script(script)
     return 0
 
 

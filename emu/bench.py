@@ -23,6 +23,7 @@ import topologies
 from collectives.launch import run_job
 from emu.bench_lb import lb as lb_bench  # noqa: F401 (emu bench lb)
 from emu.bench_fuzz import fuzz_bench  # noqa: F401 (`emu bench fuzz`)
+from emu.bench_train import train as train_bench  # noqa: F401 (`emu bench train`)
 from emu import calibrate, guard
 from emu.net import FabricNet
 from emu.peers import ns3_env, spec

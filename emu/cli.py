@@ -165,6 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "kernel TCP, for comparison)")
     p.add_argument("--iters", type=int, default=None,
                    help="allreduce: timed iterations per size (default 3); train: steps")
+    p.add_argument("--gpu", default="none", choices=["none", "h100"],
+                   help="torch workloads and scripts: what compute costs in model time - "
+                        "none (free, default) or h100 (measured H100 figures: the FLOPs of "
+                        "forward and backward, counted with torch's FlopCounterMode, held "
+                        "at the throughput an H100 achieves for that shape)")
+    p.add_argument("--model", default="mlp", choices=["mlp", "gpt2-small", "xfmr-d2048"],
+                   help="train: the model (mlp, default; gpt2-small: 12 blocks d 768, 85 M "
+                        "parameters; xfmr-d2048: 4 blocks d 2048, 201 M)")
+    p.add_argument("--overlap", default="on", choices=["on", "off"],
+                   help="train: DDP overlaps its gradient AllReduces with the backward (on, "
+                        "default) or runs them after it (off)")
     p.add_argument("--ring", default="rail", choices=RING_KINDS,
                    help="torch workloads, backend emu: ring order of the collectives: rail "
                         "(rail-aware, as NCCL: inter-host hops stay on a rail; default) or "
@@ -216,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
     p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity",
-                                    "speed", "lb", "fuzz"],
+                                    "speed", "lb", "fuzz", "train"],
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
                         "speed: emu's lowest TDF that keeps up vs ns-3's slowdown, same "
                         "fabric and load (--topo, --load 1.0 by default); "
@@ -230,7 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--frames malformed frames (truncated, bad lengths and checksums, "
                         "bogus BTH opcodes, PSNs, R_Keys, PFC, LLDP/DCBX, random) into a "
                         "running agent and NIC during an RDMA WRITE; exit 0 only with 0 "
-                        "crashes and the WRITE byte-exact")
+                        "crashes and the WRITE byte-exact; train: a GPT-2-small DDP step on "
+                        "rail2x4 with --gpu h100, overlap on and off: compute, communication, "
+                        "overlap, iteration time (--tdf, --iters, --out)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     p.add_argument("--load", type=float, default=None,
                    help="bench tdf/speed: offered load per NIC as a fraction of its line "
@@ -239,12 +252,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bench speed: topologies, comma-separated (e.g. rail2x4,rail8x4)")
     p.add_argument("--size", default="8MB", help="bench lb: bytes per flow (default 8MB)")
     p.add_argument("--tdf", type=float, default=None,
-                   help="bench lb: TDF (default 10000); bench fuzz: TDF (default 1000)")
+                   help="bench lb: TDF (default 10000); bench fuzz: TDF (default 1000); "
+                        "bench train: TDF (default emu run's auto)")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help="bench lb: keep the runs here (default a new temporary directory)")
+                   help="bench lb, train: keep the runs here (default a new temporary "
+                        "directory)")
     p.add_argument("--frames", type=int, default=100_000,
                    help="bench fuzz: malformed frames to send (default 100000)")
     p.add_argument("--seed", type=int, default=1, help="bench fuzz: frame generator seed")
+    p.add_argument("--gpu", default="h100", choices=["h100"],
+                   help="bench train: the compute model (default h100)")
+    p.add_argument("--iters", type=int, default=2,
+                   help="bench train: iterations per mode, the last reported (default 2)")
     return ap
 
 
@@ -399,6 +418,11 @@ def cmd_bench(args) -> int:
             print(f"emu bench: --frames: must be >= 1, got {args.frames}", file=sys.stderr)
             return 2
         return bench.fuzz_bench(args.frames, args.seed, args.tdf or 1000.0)
+    if args.what == "train":
+        if args.iters < 1:
+            print(f"emu bench: --iters: must be >= 1, got {args.iters}", file=sys.stderr)
+            return 2
+        return bench.train_bench(args.gpu, args.tdf, args.iters, args.out)
     return bench.forward(duration=args.duration)
 
 

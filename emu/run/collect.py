@@ -39,6 +39,13 @@ def switch_totals(counters: dict) -> dict[str, dict]:
             for sw, c in counters.items()}
 
 
+def worker_fidelity(wl: dict | None) -> dict:
+    """The workers' compute-model hold points as guard entries ("h1g1 compute"): a worker
+    whose CPU took longer than the GPU it models lagged like a late frame."""
+    comp = ((wl or {}).get("result") or {}).get("compute_fidelity") or {}
+    return {f"{gpu} compute": {"fidelity": snap} for gpu, snap in comp.items()}
+
+
 def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
               pcaps: dict) -> dict:
     """summary.json of the run (written, and returned)."""
@@ -49,7 +56,7 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
     checks = v.passed and (wl is None or wl["ok"]) and not fault_errors and not unexpected
     cores = machine_cores()
     cpu = {**live.procs.report(cores), "machine_cores": cores}
-    judged = guard.judge(fab, all_counters, cpu, cores)
+    judged = guard.judge(fab, {**all_counters, **worker_fidelity(wl)}, cpu, cores)
     judged["fidelity"]["binding"] = wl is not None
     lost = judged["fidelity"]["kept_up"] is False and wl is not None
     summary = {

@@ -156,7 +156,7 @@ def test_torch_workload_result_has_the_job_start_and_the_trace(tmp_path, monkeyp
     calls = {}
 
     def fake_run_job(fnet, target, socks, out_dir, port, ring, watch=None, cwd=None,
-                     backend="emu"):
+                     backend="emu", gpu="none"):
         calls.update(port=port, ring=ring, backend=backend)
         return {"ok": True, "returncodes": {r: 0 for r in range(4)}, "seconds_lab": 1.0,
                 "results": {r: {"ok": True, "rows": [{"size": 4096, "iters": 1, "warmup": 0}]}
