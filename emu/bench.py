@@ -12,9 +12,7 @@ of namespaces, with iperf3 TCP at MTU 9000 and 1500. Packets/s are payload bytes
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,10 +22,11 @@ from collectives.launch import run_job
 from emu.bench_lb import lb as lb_bench  # noqa: F401 (emu bench lb)
 from emu.bench_fuzz import fuzz_bench  # noqa: F401 (`emu bench fuzz`)
 from emu.bench_train import train as train_bench  # noqa: F401 (`emu bench train`)
+from emu.benchrun import emu_run
 from emu import calibrate, guard
 from emu.net import FabricNet
 from emu.peers import ns3_env, spec
-from emu.procs import REPO, run_module
+from emu.procs import run_module
 from fabric.qos.config import QosConfig
 from fabric.wire.templates import bench_build
 from traffic.workloads import rdma
@@ -287,23 +286,6 @@ FIDELITY_CASES = (
     ("rail2x4 3:1 incast 16 MB", ["rail2x4", "--workload", "incast", "--size", "16MB"],
      2000.0),
 )
-
-
-def emu_run(argv: list[str]) -> int:
-    """`python -m emu run *argv` as a user would, its exit code. Interrupted (Ctrl-C, or
-    SIGINT/SIGTERM to this process alone), the run gets SIGTERM and the time to tear its
-    fabric down; subprocess.run would SIGKILL it and leave the fabric behind."""
-    child = subprocess.Popen([sys.executable, "-m", "emu", "run", *argv], cwd=str(REPO),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        _, err = child.communicate()
-    except KeyboardInterrupt:
-        child.send_signal(signal.SIGTERM)
-        child.wait(timeout=120)
-        raise
-    if child.returncode not in (0, 1, 3):  # 1, 3: a verdict or the guard, in summary.json
-        print(f"    emu run exited {child.returncode}: {err.strip()[-500:]}", flush=True)
-    return child.returncode
 
 
 def model_results(summary: dict) -> dict[str, float]:

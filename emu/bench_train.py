@@ -20,7 +20,7 @@ from pathlib import Path
 
 import topologies
 from emu import guard
-from emu.bench import emu_run
+from emu.benchrun import emu_run
 
 FIELDS = ("window_ms", "compute_ms", "comm_ms", "overlap_ms", "exposed_comm_ms", "other_ms")
 

@@ -1,0 +1,108 @@
+"""The Lua UET dissector (wireshark/uet.lua, issue 16) decodes every header emu sends:
+frames built by the codec (byte-identical to the Scapy layers, test_uet_wire.py) are
+written to a pcap and read back by tshark with the script; field values must be the
+ones built, not just present. A cut frame is an expert error, never a Lua error."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from scapy.layers.l2 import Ether
+from scapy.utils import wrpcap
+
+from fabric.wire.uet import (F_AR, F_M, F_RETX, NackCode, PdsType, RetCode, RspOpcode,
+                             SesOpcode)
+from fabric.wire.uet_codec import trim_frame
+from tests.unit.test_uet_wire import MID, SOM, T
+
+LUA = Path(__file__).resolve().parents[2] / "wireshark" / "uet.lua"
+pytestmark = pytest.mark.skipif(shutil.which("tshark") is None,
+                                reason="needs tshark (Debian package tshark; setup.sh installs it)")
+
+FIELDS = ["uet.pds.type", "uet.pds.nh", "uet.pds.flags", "uet.pds.flags.syn",
+          "uet.pds.flags.m", "uet.pds.flags.retx", "uet.pds.psn", "uet.pds.spdcid",
+          "uet.pds.dpdcid", "uet.pds.psn_offset", "uet.pds.start_psn", "uet.pds.cack_psn",
+          "uet.pds.ack_psn", "uet.pds.sack_offset", "uet.pds.sack_bitmap",
+          "uet.pds.nscc.service_time", "uet.pds.nscc.rcvd_bytes", "uet.pds.nscc.ooo_count",
+          "uet.pds.nack_code", "uet.pds.nack_payload", "uet.ses.opcode", "uet.ses.som",
+          "uet.ses.eom", "uet.ses.hd", "uet.ses.message_id", "uet.ses.job_id",
+          "uet.ses.pid_on_fep", "uet.ses.resource_index", "uet.ses.buffer_offset",
+          "uet.ses.mem_key", "uet.ses.header_data", "uet.ses.payload_length",
+          "uet.ses.message_offset", "uet.ses.request_length", "uet.ses.rsp_opcode",
+          "uet.ses.return_code", "uet.ses.mod_length", "uet.payload"]
+
+
+def decode(tmp_path, frames):
+    pcap = tmp_path / "uet.pcap"
+    wrpcap(str(pcap), [Ether(f) for f in frames])
+    cmd = ["tshark", "-X", f"lua_script:{LUA}", "-r", str(pcap), "-T", "fields",
+           "-E", "occurrence=f"] + [x for f in FIELDS for x in ("-e", f)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Lua" not in r.stderr, r.stderr
+    return [dict(zip(FIELDS, line.split("\t"))) for line in r.stdout.splitlines()]
+
+
+def info(tmp_path, frames):
+    pcap = tmp_path / "info.pcap"
+    wrpcap(str(pcap), [Ether(f) for f in frames])
+    r = subprocess.run(["tshark", "-X", f"lua_script:{LUA}", "-r", str(pcap), "-T", "fields",
+                        "-e", "_ws.col.Info", "-e", "_ws.expert.message"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Lua" not in r.stderr, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_request_fields(tmp_path):
+    syn, mid = decode(tmp_path, [T.request(50000, 100, 3, None, F_AR, SOM, b"\x01" * 64,
+                                           psn_offset=4),
+                                 T.request(50001, 101, 3, 9, F_RETX, MID, b"\x02" * 64)])
+    assert (syn["uet.pds.type"], syn["uet.pds.psn"], syn["uet.pds.spdcid"]) == (
+        str(int(PdsType.RUD_REQ)), "100", "3")
+    assert syn["uet.pds.flags.syn"] == "1" and syn["uet.pds.dpdcid"] == ""
+    assert (syn["uet.pds.psn_offset"], syn["uet.pds.start_psn"]) == ("4", "96")
+    assert (syn["uet.ses.opcode"], syn["uet.ses.som"], syn["uet.ses.hd"]) == (
+        str(int(SesOpcode.WRITE)), "1", "1")
+    assert int(syn["uet.ses.header_data"], 16) == SOM.header_data
+    assert (syn["uet.ses.message_id"], syn["uet.ses.job_id"], syn["uet.ses.pid_on_fep"],
+            syn["uet.ses.resource_index"]) == ("7", str(0xABCDE), str(0x123), str(0x456))
+    assert int(syn["uet.ses.buffer_offset"], 16) == SOM.buffer_offset
+    assert int(syn["uet.ses.mem_key"], 16) == SOM.mem_key
+    assert syn["uet.ses.request_length"] == "12288" and len(syn["uet.payload"]) == 2 * 64
+    assert mid["uet.pds.dpdcid"] == "9" and mid["uet.pds.flags.retx"] == "1"
+    assert (mid["uet.ses.som"], mid["uet.ses.eom"], mid["uet.ses.payload_length"],
+            mid["uet.ses.message_offset"]) == ("0", "1", "4096", "8192")
+
+
+def test_ack_and_nack_fields(tmp_path):
+    ack, nack = decode(tmp_path, [
+        T.ack(61000, 1000, 3, 9, 3, F_M, sack_offset=1, sack_bitmap=0x8000_0000_0000_0005,
+              service_time=12, rcvd_bytes=0x123456, ooo_count=2,
+              rsp=(RspOpcode.RESPONSE, RetCode.OK, 7, 0xABCDE, 12288)),
+        T.nack(61000, NackCode.TRIMMED_LASTHOP, 102, 9, 3, payload=103)])
+    assert (ack["uet.pds.type"], ack["uet.pds.cack_psn"], ack["uet.pds.ack_psn"]) == (
+        str(int(PdsType.ACK_CC)), "1000", "1003")
+    assert ack["uet.pds.flags.m"] == "1" and ack["uet.pds.sack_offset"] == "1"
+    assert int(ack["uet.pds.sack_bitmap"], 16) == 0x8000_0000_0000_0005
+    assert (ack["uet.pds.nscc.service_time"], ack["uet.pds.nscc.rcvd_bytes"],
+            ack["uet.pds.nscc.ooo_count"]) == ("12", str(0x123456), "2")
+    assert (ack["uet.ses.rsp_opcode"], ack["uet.ses.return_code"], ack["uet.ses.message_id"],
+            ack["uet.ses.mod_length"]) == ("1", "0x01", "7", "12288")
+    assert (nack["uet.pds.type"], nack["uet.pds.nack_code"], nack["uet.pds.psn"],
+            nack["uet.pds.nack_payload"]) == (str(int(PdsType.NACK)), "0x02", "102", "103")
+
+
+def test_trimmed_frame_keeps_its_headers_for_the_dissector(tmp_path):
+    (cut,) = decode(tmp_path, [trim_frame(T.request(50000, 102, 3, 9, 0, MID, b"\x03" * 4096),
+                                          64, dscp=11)])
+    assert cut["uet.pds.psn"] == "102" and cut["uet.ses.payload_length"] == "4096"
+    assert len(cut["uet.payload"]) == 2 * 8
+
+
+def test_info_column_and_a_cut_frame_is_an_expert_error(tmp_path):
+    lines = info(tmp_path, [T.request(50000, 100, 3, None, F_AR, SOM, b"\x01" * 64),
+                            T.nack(61000, NackCode.TRIMMED, 102, 9, 3, payload=103),
+                            T.request(50000, 103, 3, 9, 0, MID, b"\x03" * 64)[:60]])
+    assert lines[0].startswith("RUD_REQ psn=100 SYN,AR | SES WRITE som,hd msg=7 len=12288")
+    assert lines[1].startswith("NACK TRIMMED psn=102")
+    assert "UET headers need 56 bytes" in lines[2]

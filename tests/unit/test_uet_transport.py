@@ -1,0 +1,281 @@
+"""UET transport (traffic/uet, issue 16) end to end without a network: two endpoints
+over real verbs objects exchange real frames (the codec) through a fake fabric that
+delays, reorders, duplicates, drops and trims packets, on a fake clock. Every write
+lands byte-exact, with its immediate, under every seed; plus the PDC handshake, SACK,
+NACK-driven and timeout retransmission, ROD, entropy and NSCC tables."""
+
+import random
+
+import pytest
+
+from fabric.wire.dscp import ECN_CE
+from fabric.wire.uet import NackCode
+from fabric.wire.uet_codec import UetTemplate, parse, trim_frame
+from traffic.uet.config import UetConfig
+from traffic.uet.endpoint import UetEndpoint, endpoint_of
+from traffic.uet.ev import Entropy
+from traffic.uet.frames import frame_of
+from traffic.uet.initiator import TxReq
+from traffic.uet.nscc import Nscc, NsccConfig
+from traffic.verbs import WR, Access, Context, WCOpcode, WCStatus, WROpcode
+
+TRIM, LASTHOP = 11, 12
+LINK = 200e9
+
+
+class Side:
+    """One NIC's worth of verbs objects and one endpoint."""
+
+    def __init__(self, name, seed, cfg, size, ip, mac):
+        self.rng = random.Random(seed)
+        self.ctx = Context(self.rng)
+        self.pd = self.ctx.alloc_pd()
+        self.cq = self.ctx.create_cq(1 << 16)
+        self.buf = bytearray(size)
+        self.mr = self.pd.reg_mr(self.buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+        self.qp = self.pd.create_qp(self.cq, self.cq)
+        self.qp.modify_to_init(0xFFFF)
+        self.ip, self.mac, self.cfg = ip, mac, cfg
+        self.next_pdc = 100 if name == "a" else 200
+        self.ep = None
+
+    def alloc(self):
+        self.next_pdc += 1
+        return self.next_pdc
+
+    def connect(self, peer):
+        self.qp.modify_to_rtr(peer.qp.qpn, 0)
+        self.qp.modify_to_rts(0)
+        self.ep = UetEndpoint(self.qp, self.cfg, self.alloc, LINK, self.rng, job_id=42,
+                              trimmed_dscps=(TRIM, LASTHOP))
+        self.tmpl = UetTemplate(self.mac, peer.mac, self.ip, peer.ip)
+
+
+class Fabric:
+    """Two sides, a wire each way with delay, and misfortune by a seeded RNG."""
+
+    def __init__(self, seed, cfg=None, loss=0.0, trim=0.0, lasthop=0.0, dup=0.0,
+                 jitter=0.0, ce=0.0, size=1 << 20, ack_loss=0.0):
+        cfg = cfg or UetConfig(rto_s=50e-6)
+        self.a = Side("a", seed, cfg, size, "10.0.1.11", "02:00:00:00:01:01")
+        self.b = Side("b", seed + 1, cfg, size, "10.0.1.12", "02:00:00:00:02:01")
+        self.a.connect(self.b)
+        self.b.connect(self.a)
+        self.rng = random.Random(seed * 7 + 3)
+        self.loss, self.trim, self.lasthop, self.dup = loss, trim, lasthop, dup
+        self.jitter, self.ce, self.ack_loss = jitter, ce, ack_loss
+        self.wire = []   # (arrival, seq, frame, to)
+        self.now = 0.0
+        self.seq = 0
+        self.sent = {"a": 0, "b": 0}
+
+    def send(self, frm, frame, to):
+        r = self.rng.random()
+        if frm is self.a and r < self.loss or frm is self.b and r < self.ack_loss:
+            return
+        if frm is self.a and r < self.loss + self.trim:
+            frame = trim_frame(frame, 64, TRIM) or frame
+        elif frm is self.a and r < self.loss + self.trim + self.lasthop:
+            frame = trim_frame(frame, 64, LASTHOP) or frame
+        if frm is self.a and self.rng.random() < self.ce:
+            frame = bytearray(frame)
+            frame[15] |= ECN_CE
+            frame = bytes(frame)  # (the IPv4 checksum is not checked here)
+        copies = 2 if frm is self.a and self.rng.random() < self.dup else 1
+        for _ in range(copies):
+            self.seq += 1
+            t = self.now + 2e-6 + self.rng.random() * self.jitter
+            self.wire.append((t, self.seq, frame, to))
+
+    def out(self, side, tx):
+        spd = side.ep.requester.spdcid if isinstance(tx, TxReq) else side.ep.target.pdcid
+        self.send(side, frame_of(side.tmpl, spd, tx, side.ep.ack_ev,
+                                 rod=side.cfg.mode == "rod"), self.b if side is self.a else self.a)
+
+    def run(self, until=0.2, step=0.25e-6):
+        while self.now < until:
+            for side in (self.a, self.b):
+                while True:
+                    tx = side.ep.next_packet(self.now)
+                    if tx is None:
+                        break
+                    self.out(side, tx)
+                d = side.ep.deadline
+                if d is not None and self.now >= d:
+                    side.ep.on_timer(self.now)
+            self.wire.sort()
+            while self.wire and self.wire[0][0] <= self.now:
+                _t, _s, frame, to = self.wire.pop(0)
+                f = parse(frame)
+                assert f is not None
+                for reply in to.ep.on_frame(f, self.now):
+                    self.out(to, reply)
+            if self.done():
+                return
+            self.now += step
+
+    def done(self):
+        return self.a.ep.requester.idle() and not self.wire
+
+
+def post(side, peer, wr_id, off, length, imm=None):
+    side.qp.post_send(WR(wr_id, WROpcode.WRITE if imm is None else WROpcode.WRITE_WITH_IMM,
+                         side.mr.addr + off, length, side.mr.lkey, peer.mr.addr + off,
+                         peer.mr.rkey, True, imm))
+
+
+def fill(side, seed):
+    r = random.Random(seed)
+    side.buf[:] = bytes(r.getrandbits(8) for _ in range(len(side.buf)))
+
+
+WRITES = [(1, 0, 100_000, 7), (2, 100_000, 4096, None), (3, 200_000, 0, 9),
+          (4, 300_000, 333_333, 11), (5, 700_000, 1, None)]
+
+
+def transfer(fab, writes=WRITES):
+    a, b = fab.a, fab.b
+    fill(a, 5)
+    for _ in writes:
+        b.qp.post_recv(_[0])
+    for wr_id, off, n, imm in writes:
+        post(a, b, wr_id, off, n, imm)
+    fab.run()
+    for _wr, off, n, _imm in writes:
+        assert b.buf[off:off + n] == a.buf[off:off + n], f"write at {off} not exact"
+    sent = sorted((w.wr_id, w.status) for w in a.cq.poll(100)
+                  if w.opcode is WCOpcode.RDMA_WRITE)
+    assert sent == [(w[0], WCStatus.SUCCESS) for w in writes]
+    recv = sorted(w.imm for w in b.cq.poll(100) if w.opcode is WCOpcode.RECV_RDMA_WITH_IMM)
+    assert recv == sorted(w[3] for w in writes if w[3] is not None)
+
+
+def test_clean_fabric_exact_and_one_syn_handshake():
+    fab = Fabric(1)
+    transfer(fab)
+    r, t = fab.a.ep.requester, fab.b.ep.target
+    assert r.dpdcid == t.pdcid and t.peer == r.spdcid
+    assert r.counters.retransmitted == 0 and t.counters.duplicates == 0
+    assert t.counters.messages == len(WRITES)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_exact_under_reordering_loss_duplicates_and_trimming(seed):
+    fab = Fabric(seed, loss=0.02, trim=0.03, lasthop=0.01, dup=0.02, jitter=6e-6, ce=0.05)
+    transfer(fab)
+    c, t = fab.a.ep.requester.counters, fab.b.ep.target.counters
+    assert t.out_of_order > 0 and c.retransmitted > 0
+    assert c.nack_trimmed == t.trimmed and c.nack_trimmed_lasthop == t.trimmed_lasthop
+    assert t.ce_seen > 0 and c.ecn_echoes > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_exact_when_acks_are_lost(seed):
+    fab = Fabric(seed, ack_loss=0.2, jitter=3e-6)
+    transfer(fab)
+    assert fab.a.ep.requester.counters.acks < fab.b.ep.target.counters.acks
+
+
+def test_sack_acknowledges_out_of_order_packets():
+    fab = Fabric(3, jitter=8e-6)
+    transfer(fab, [(1, 0, 400_000, 1)])
+    assert fab.a.ep.requester.counters.sacked > 0
+
+
+def test_rod_goes_back_on_out_of_order():
+    fab = Fabric(4, cfg=UetConfig(mode="rod", rto_s=50e-6), jitter=6e-6)
+    transfer(fab, [(1, 0, 200_000, 3)])
+    t = fab.b.ep.target.counters
+    assert t.drop_rod > 0 and t.out_of_order == 0
+    assert fab.a.ep.requester.counters.nack_other > 0
+
+
+def test_a_dead_peer_fails_the_write_after_the_retries():
+    fab = Fabric(5, cfg=UetConfig(rto_s=20e-6, retries=3), loss=1.0)
+    fill(fab.a, 1)
+    post(fab.a, fab.b, 1, 0, 10_000)
+    post(fab.a, fab.b, 2, 10_000, 10)
+    fab.run(until=0.01)
+    wcs = [(w.wr_id, w.status) for w in fab.a.cq.poll(10)]
+    assert wcs == [(1, WCStatus.RETRY_EXC_ERR), (2, WCStatus.WR_FLUSH_ERR)]
+    assert fab.a.ep.requester.error == "RETRY_EXC_ERR"
+
+
+def test_syn_until_the_first_ack_with_the_psn_offset():
+    fab = Fabric(6)
+    fill(fab.a, 1)
+    post(fab.a, fab.b, 1, 0, 3 * 4096)
+    ep = fab.a.ep
+    txs = [ep.next_packet(0.0) for _ in range(3)]
+    assert [t.dpdcid for t in txs] == [None] * 3 and [t.psn_offset for t in txs] == [0, 1, 2]
+    frames = [parse(frame_of(fab.a.tmpl, ep.requester.spdcid, t, 1)) for t in txs]
+    replies = fab.b.ep.on_frame(frames[0], 1e-6)   # the first one: ACKed at once
+    assert len(replies) == 1 and replies[0].dpdcid == ep.requester.spdcid
+    ep.on_frame(parse(frame_of(fab.b.tmpl, fab.b.ep.target.pdcid, replies[0], 1)), 2e-6)
+    assert ep.requester.dpdcid == fab.b.ep.target.pdcid
+
+
+@pytest.mark.parametrize("pid, ri, qpn", [(0, 0, 0), (0x123, 0x456, 0x123456),
+                                          (0xFFF, 0xFFF, 0xFFFFFF)])
+def test_the_peer_endpoint_is_its_qpn(pid, ri, qpn):
+    assert endpoint_of(pid, ri) == qpn
+
+
+def test_entropy_modes():
+    rng = random.Random(1)
+    fixed = Entropy("fixed", rng, (49152, 49160))
+    assert len({fixed.next() for _ in range(10)}) == 1
+    obl = Entropy("oblivious", random.Random(1), (49152, 65535))
+    assert len({obl.next() for _ in range(50)}) > 40
+    reps = Entropy("reps", random.Random(2), (49152, 65535), slots=2)
+    first = reps.next()
+    reps.feedback(first, ecn=False)
+    reps.feedback(777, ecn=True)           # a marked path is not remembered
+    assert reps.next() == first and reps.recycled == 1
+    with pytest.raises(ValueError, match="mode: fixed, oblivious or reps"):
+        Entropy("spray", rng)
+
+
+def nscc(**kw):
+    n = Nscc(100e9, 4096, NsccConfig(base_rtt_s=12e-6, **kw))
+    n.last_adjust = n.qa_end = 0.0
+    return n
+
+
+def test_nscc_constants_scale_with_the_bdp():
+    n = nscc()
+    assert n.bdp == pytest.approx(150_000) and n.max_wnd == pytest.approx(225_000)
+    assert n.fi == pytest.approx(5 * 4096) and n.eta == pytest.approx(0.15 * 4096)
+    assert n.alpha == pytest.approx(4 * 4096 / 12e-6) and n.target == pytest.approx(12e-6)
+    assert nscc(trimming=True).target == pytest.approx(9e-6)
+
+
+@pytest.mark.parametrize("ecn, delay_us, action", [
+    (False, 2.0, "proportional"), (False, 15.0, "fair"), (True, 15.0, "decrease"),
+    (True, 2.0, "path_change")])
+def test_nscc_four_cases(ecn, delay_us, action):
+    n = nscc()
+    assert n.on_ack(1e-6, 4096, 12e-6 + delay_us * 1e-6, ecn) == action
+
+
+def test_nscc_multiplicative_decrease_exact():
+    n = nscc()
+    n.avg_delay = 30e-6
+    n.last_adjust = 99e-6                          # no window adjustment at this ACK
+    before = n.cwnd
+    n.on_ack(100e-6, 4096, 12e-6 + 30e-6, True)   # d = avg after the sample: 30 us
+    d = n.avg_delay
+    assert n.cwnd == pytest.approx(before * max(1 - 0.8 * (d - 12e-6) / d, 0.5), rel=1e-9)
+
+
+def test_nscc_quick_adapt_and_nack():
+    n = nscc()
+    # a delay over 4 x target arms QuickAdapt; the window is then what was achieved
+    assert n.on_ack(1e-6, 8192, 12e-6 + 60e-6, False) == "quick_adapt"
+    assert n.cwnd == 8192 and n.qa_end == pytest.approx(1e-6 + 12e-6 + 12e-6)
+    assert n.on_ack(2e-6, 4096, 12e-6 + 60e-6, False) == "fair"  # once per window
+    m = nscc()
+    m.qa_end = 1.0                                 # not a QuickAdapt window yet
+    before = m.cwnd
+    m.on_nack(0.5, 4096)
+    assert m.cwnd == pytest.approx(before - 4096) and m.counters["nacks"] == 1

@@ -1,0 +1,339 @@
+"""The sending side of a UET PDC: messages to packets, the window, retransmission,
+completions (issue 16; ../shared/design/UET_FACTS.md "RUD", "NSCC"; the seed 004
+"Packet Delivery Sublayer"). Pure: time (`now`, the caller's clock) and randomness come
+from outside; works on the verbs objects of traffic.verbs (the QP's send queue, MRs,
+send CQ) and returns packet descriptors (`TxReq`) the NIC turns into frames.
+
+* A work request (RDMA WRITE, with immediate) is one SES message: packets of at most the
+  MTU, each carrying where it goes (the SES standard header: the target's buffer offset,
+  memory key, message offset, request length; the first one SOM with the immediate as
+  header data (HD), the last EOM and ACK-requested (AR)).
+* The PDC is set up on the fly: until the first ACK names the target's PDC, packets
+  carry SYN and their offset from the start PSN (at most `syn_window` of them).
+* In flight is bounded by NSCC's window (bytes); the entropy value of each packet comes
+  from `ev.Entropy` (spraying).
+* ACKs: the cumulative PSN and the 64-bit SACK bitmap acknowledge packets; each newly
+  acknowledged byte feeds NSCC with the RTT of the packet that triggered the ACK (none
+  for a retransmitted one) and the ECN echo; a message is complete - its WR completes on
+  the send CQ - when all its packets are acknowledged, in any order.
+* Retransmission: a NACK TRIMMED / TRIMMED_LASTHOP resends that packet at once (and
+  tells NSCC); ROD_OOO resends everything from that PSN (ROD, go back); a packet not
+  acknowledged within the RTO is resent; after `retries` resends of one packet the WR
+  fails with RETRY_EXC_ERR, the rest are flushed and the QP goes to ERROR (as RC).
+SACK holes alone trigger nothing: with spraying a hole is reordering, not loss; loss in
+emu comes from trimming (NACKed at once) or drops (the RTO).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Callable
+
+from fabric.wire.uet import F_AR, F_RETX, S_EOM, S_HD, S_SOM, NackCode, SesOpcode
+from fabric.wire.uet_codec import SesReq
+from traffic.uet.config import UetConfig
+from traffic.uet.ev import Entropy
+from traffic.uet.nscc import Nscc
+from traffic.verbs import MR, QP, WC, WR, Access, QPState, WCOpcode, WCStatus, WROpcode
+
+MASK32 = 0xFFFFFFFF
+
+
+def psn_add(a: int, n: int) -> int:
+    """PSN arithmetic (32 bits)."""
+    return (a + n) & MASK32
+
+
+def psn_diff(a: int, b: int) -> int:
+    """a - b in the 32-bit PSN space, as a signed number."""
+    d = (a - b) & MASK32
+    return d - (1 << 32) if d >= 1 << 31 else d
+
+
+@dataclass(slots=True)
+class TxReq:
+    """A request packet to send: the PDS fields, its SES header, payload, entropy value."""
+
+    psn: int
+    dpdcid: int | None          # None: SYN (with psn_offset)
+    flags: int
+    ses: SesReq
+    payload: memoryview
+    ev: int
+    psn_offset: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class _Msg:
+    wr: WR
+    mr: MR | None
+    message_id: int
+    npkts: int
+    left: int                   # packets not yet acknowledged
+
+
+@dataclass(slots=True)
+class _Pkt:
+    msg: _Msg
+    index: int
+    size: int
+    sent_at: float = 0.0
+    ev: int = 0
+    retx: int = 0               # times sent again
+
+
+@dataclass
+class InitiatorCounters:
+    """Requester-side statistics (names as traffic.requester's where they match)."""
+
+    packets: int = 0
+    bytes: int = 0
+    retransmitted: int = 0
+    timeouts: int = 0
+    acks: int = 0
+    naks: int = 0
+    completions: int = 0
+    nack_trimmed: int = 0
+    nack_trimmed_lasthop: int = 0
+    nack_other: int = 0
+    sacked: int = 0
+    ecn_echoes: int = 0
+
+
+class Initiator:
+    """The sending side of one UET endpoint (one PDC towards the peer)."""
+
+    def __init__(self, qp: QP, cfg: UetConfig, spdcid: int, link_bps: float,
+                 rng: random.Random, job_id: int = 0) -> None:
+        self.qp, self.cfg, self.spdcid, self.job_id = qp, cfg, spdcid, job_id
+        self.dpdcid: int | None = None
+        self.start_psn = rng.getrandbits(32)
+        self.next_psn = self.start_psn
+        self.cack = psn_add(self.start_psn, -1)      # highest PSN below which all are acked
+        self.nscc = Nscc(link_bps, cfg.mtu, cfg.nscc)
+        self.entropy = Entropy(cfg.ev, rng, cfg.ev_range, cfg.reps_slots)
+        self.inflight: OrderedDict[int, _Pkt] = OrderedDict()  # psn -> packet, oldest send first
+        self.inflight_bytes = 0
+        self.retx: deque[int] = deque()
+        self.msgs: deque[_Msg] = deque()            # messages with packets still to send
+        self.open: dict[int, _Msg] = {}             # message id -> message not yet complete
+        self.cur: _Msg | None = None
+        self.cur_index = 0
+        self.message_id = rng.getrandbits(16)
+        self.counters = InitiatorCounters()
+        self.error: str | None = None
+        #: on_event(name, now, **fields): wr_done, nak_rx, retransmit (None: not told)
+        self.on_event: Callable[..., None] | None = None
+
+    # -- state -------------------------------------------------------------------------
+    def idle(self) -> bool:
+        """True when every posted WR is sent and acknowledged."""
+        return not self.open and not self.qp.sq and self.cur is None
+
+    @property
+    def deadline(self) -> float | None:
+        """When the oldest packet in flight times out (None: nothing in flight)."""
+        if not self.inflight:
+            return None
+        return next(iter(self.inflight.values())).sent_at + self.cfg.rto_s
+
+    # -- sending -----------------------------------------------------------------------
+    def _pull(self, now: float) -> bool:
+        q = self.qp
+        while q.sq:
+            wr = q.sq.popleft()
+            mr = q.pd.ctx.lookup_lkey(q.pd, wr.lkey)
+            if wr.length and (mr is None or not mr.allows(wr.local_addr, wr.length,
+                                                           Access.LOCAL_READ)):
+                self._fail(_Msg(wr, None, 0, 0, 0), WCStatus.LOC_PROT_ERR, now)
+                return False
+            n = max(1, -(-wr.length // self.cfg.mtu))
+            self.message_id = (self.message_id + 1) & 0xFFFF
+            m = _Msg(wr, mr, self.message_id, n, n)
+            self.open[m.message_id] = m
+            self.cur, self.cur_index = m, 0
+            return True
+        return False
+
+    def _ses(self, m: _Msg, i: int, size: int) -> SesReq:
+        wr, mtu = m.wr, self.cfg.mtu
+        flags = (S_SOM if i == 0 else 0) | (S_EOM if i == m.npkts - 1 else 0)
+        imm = wr.imm if wr.opcode is WROpcode.WRITE_WITH_IMM else None
+        if imm is not None and i == 0:
+            flags |= S_HD
+        peer = self.qp.dest_qpn
+        return SesReq(SesOpcode.WRITE, flags, m.message_id, self.job_id, peer >> 12 & 0xFFF,
+                      peer & 0xFFF, wr.remote_addr, wr.rkey, wr.length,
+                      header_data=imm or 0, payload_length=size if i else 0,
+                      message_offset=i * mtu if i else 0)
+
+    def _tx(self, p: _Pkt, psn: int, now: float, retx: bool) -> TxReq:
+        m, mtu = p.msg, self.cfg.mtu
+        off = p.index * mtu
+        payload = (m.mr.view(m.wr.local_addr + off, p.size) if p.size and m.mr is not None
+                   else memoryview(b""))
+        flags = (F_AR if p.index == m.npkts - 1 else 0) | (F_RETX if retx else 0)
+        p.sent_at, p.ev = now, self.entropy.next()
+        c = self.counters
+        c.packets += 1
+        c.bytes += p.size
+        syn = self.dpdcid is None
+        return TxReq(psn, self.dpdcid, flags, self._ses(m, p.index, p.size), payload, p.ev,
+                     psn_diff(psn, self.start_psn) if syn else 0)
+
+    def next_packet(self, now: float) -> TxReq | None:
+        """The next packet to send now (a retransmission first), or None."""
+        if self.qp.state is not QPState.RTS:
+            return None
+        while self.retx:
+            psn = self.retx.popleft()
+            p = self.inflight.get(psn)
+            if p is None:
+                continue  # acknowledged meanwhile
+            self.inflight.move_to_end(psn)
+            self.counters.retransmitted += 1
+            return self._tx(p, psn, now, True)
+        if self.cur is None and not self._pull(now):
+            return None
+        m = self.cur
+        assert m is not None
+        size = min(self.cfg.mtu, m.wr.length - self.cur_index * self.cfg.mtu)
+        size = max(size, 0)
+        if self.inflight and self.inflight_bytes + size > self.nscc.cwnd:
+            return None
+        if self.dpdcid is None and psn_diff(self.next_psn, self.start_psn) >= self.cfg.syn_window:
+            return None
+        psn = self.next_psn
+        p = _Pkt(m, self.cur_index, size)
+        self.inflight[psn] = p
+        self.inflight_bytes += size
+        self.next_psn = psn_add(psn, 1)
+        self.cur_index += 1
+        if self.cur_index >= m.npkts:
+            self.cur = None
+        return self._tx(p, psn, now, False)
+
+    # -- acknowledgements --------------------------------------------------------------
+    def _acked(self, psn: int, now: float) -> int:
+        p = self.inflight.pop(psn, None)
+        if p is None:
+            return 0
+        self.inflight_bytes -= p.size
+        m = p.msg
+        m.left -= 1
+        if m.left == 0:
+            self.open.pop(m.message_id, None)
+            if m.wr.signaled:
+                self._complete(m, WCStatus.SUCCESS, now)
+        return max(p.size, 1)
+
+    def on_ack(self, cack: int, ack_psn: int, spdcid: int, sack_offset: int, sack_bitmap: int,
+               ecn: bool, now: float) -> None:
+        """An ACK: everything up to `cack` and the SACKed PSNs are acknowledged."""
+        if self.qp.state is QPState.ERROR:
+            return
+        c = self.counters
+        c.acks += 1
+        if ecn:
+            c.ecn_echoes += 1
+        if self.dpdcid is None:
+            self.dpdcid = spdcid  # the target's PDC: SYN is over
+        trigger = self.inflight.get(ack_psn)
+        rtt = now - trigger.sent_at if trigger is not None and not trigger.retx else None
+        if trigger is not None:
+            self.entropy.feedback(trigger.ev, ecn)
+        newly = 0
+        if psn_diff(cack, self.cack) > 0 and psn_diff(cack, self.next_psn) < 0:
+            for psn in list(self.inflight):
+                if psn_diff(psn, cack) <= 0:
+                    newly += self._acked(psn, now)
+            self.cack = cack
+        base = psn_add(cack, sack_offset)
+        bits = sack_bitmap
+        i = 0
+        while bits:
+            if bits & 1:
+                got = self._acked(psn_add(base, i), now)
+                if got:
+                    c.sacked += 1
+                    newly += got
+            bits >>= 1
+            i += 1
+        if newly:
+            self.nscc.on_ack(now, newly, rtt, ecn)
+
+    def on_nack(self, code: int, psn: int, now: float) -> None:
+        """A NACK: trimmed -> resend that packet now; ROD out of order -> resend from it."""
+        if self.qp.state is QPState.ERROR:
+            return
+        c = self.counters
+        c.naks += 1
+        if self.on_event is not None:
+            self.on_event("nak_rx", now, psn=psn, syndrome=code)
+        p = self.inflight.get(psn)
+        if code in (NackCode.TRIMMED, NackCode.TRIMMED_LASTHOP):
+            if code == NackCode.TRIMMED:
+                c.nack_trimmed += 1
+            else:
+                c.nack_trimmed_lasthop += 1
+            if p is not None:
+                p.retx += 1
+                self.nscc.on_nack(now, max(p.size, 1))
+                self.retx.append(psn)
+                self._event_retx(psn, now, "trimmed")
+            return
+        c.nack_other += 1
+        if code == NackCode.ROD_OOO:
+            for q in self.inflight:
+                if psn_diff(q, psn) >= 0 and q not in self.retx:
+                    self.inflight[q].retx += 1
+                    self.retx.append(q)
+            self._event_retx(psn, now, "rod_ooo")
+
+    def _event_retx(self, psn: int, now: float, why: str) -> None:
+        if self.on_event is not None:
+            self.on_event("retransmit", now, psn=psn, why=why)
+
+    def on_timer(self, now: float) -> None:
+        """Resend what timed out; a packet out of retries fails its WR."""
+        if self.qp.state is not QPState.RTS:
+            return
+        for psn, p in list(self.inflight.items()):
+            if p.sent_at + self.cfg.rto_s > now:
+                break
+            if p.retx >= self.cfg.retries:
+                self._fail(p.msg, WCStatus.RETRY_EXC_ERR, now)
+                return
+            self.counters.timeouts += 1
+            p.retx += 1
+            p.sent_at = now  # its timer restarts (sent again, or queued to be)
+            self.inflight.move_to_end(psn)
+            if psn not in self.retx:
+                self.retx.append(psn)
+            self._event_retx(psn, now, "timeout")
+
+    # -- completions -------------------------------------------------------------------
+    def _complete(self, m: _Msg, status: WCStatus, now: float) -> None:
+        self.counters.completions += 1
+        self.qp.send_cq.push(WC(m.wr.wr_id, status, WCOpcode.RDMA_WRITE,
+                                m.wr.length if status is WCStatus.SUCCESS else 0, self.qp.qpn))
+        if self.on_event is not None:
+            self.on_event("wr_done", now, wr_id=m.wr.wr_id, status=status.value)
+
+    def _fail(self, m: _Msg, status: WCStatus, now: float) -> None:
+        """Complete `m` in error, flush everything else, the QP to ERROR (as RC)."""
+        self.error = status.value
+        todo = [x for x in self.open.values() if x is not m]
+        self.open.clear()
+        self._complete(m, status, now)
+        for x in todo:
+            self._complete(x, WCStatus.WR_FLUSH_ERR, now)
+        while self.qp.sq:
+            self._complete(_Msg(self.qp.sq.popleft(), None, 0, 0, 0), WCStatus.WR_FLUSH_ERR, now)
+        self.inflight.clear()
+        self.inflight_bytes = 0
+        self.retx.clear()
+        self.cur = None
+        self.qp.to_error()

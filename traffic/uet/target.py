@@ -1,0 +1,200 @@
+"""The receiving side of a UET PDC: placement, PSN tracking, ACKs, NACKs (issue 16;
+../shared/design/UET_FACTS.md "RUD", "Packet trimming"; the seed 004 "Packet Delivery
+Sublayer"). Pure: works on parsed frames (`fabric.wire.uet_codec.UetFields`) and the
+verbs objects of traffic.verbs (MRs by memory key, the receive queue and CQ); returns
+ACK / NACK descriptors (`TxAck`, `TxNack`) for the NIC to send.
+
+* The PDC is created by the first packet that carries SYN: its start PSN is the packet's
+  PSN minus its PSN offset, so every PSN is placed relative to it.
+* RUD: every packet is placed on arrival at the message's buffer offset plus its message
+  offset (memory key = R_Key, bounds and remote-write checked); a bitmap of PSNs past the
+  cumulative one tracks what arrived; duplicates are not placed again, only re-ACKed.
+  A message is complete when all of its bytes arrived; then, with header data (a WRITE
+  with immediate), a posted receive is consumed and completed on the receive CQ with the
+  immediate, and the next ACK carries an SES response (RESPONSE, OK, mod length).
+* ROD: only the next PSN is accepted; another one is dropped and NACKed ROD_OOO (once
+  per gap) so that the sender goes back.
+* ACKs (ACK_CC): cumulative PSN, the PSN that triggered it, a 64-bit SACK bitmap of the
+  PSNs after the cumulative one, the ECN echo (M: a CE-marked packet arrived since the
+  last ACK), the bytes and out-of-order packets since the last ACK; one every `ack_every`
+  packets, on AR, on a completed message, on the first packet of the PDC, on a duplicate.
+* A trimmed packet (its DSCP is the trimmed code point: a switch cut its payload) is not
+  placed: NACK TRIMMED, or TRIMMED_LASTHOP when the last-hop code point says the cut was
+  at the switch facing this NIC (emu's convention: the code points are configuration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fabric.wire.dscp import ECN_CE
+from fabric.wire.uet import F_AR, F_SYN, NackCode, RetCode, RspOpcode, S_HD
+from fabric.wire.uet_codec import UetFields
+from traffic.uet.config import UetConfig
+from traffic.uet.initiator import psn_add, psn_diff
+from traffic.verbs import QP, WC, Access, QPState, WCOpcode, WCStatus
+
+SACK_BITS = 64
+
+
+@dataclass(slots=True)
+class TxAck:
+    """An ACK_CC to send."""
+
+    cack_psn: int
+    ack_psn_offset: int
+    dpdcid: int
+    flags: int
+    sack_offset: int
+    sack_bitmap: int
+    rcvd_bytes: int
+    ooo_count: int
+    rsp: tuple[int, int, int, int, int] | None = None
+
+
+@dataclass(slots=True)
+class TxNack:
+    """A NACK to send."""
+
+    code: int
+    psn: int
+    dpdcid: int
+    payload: int
+
+
+@dataclass
+class TargetCounters:
+    """Responder-side statistics (names as traffic.responder's where they match)."""
+
+    packets: int = 0
+    bytes_placed: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    acks: int = 0
+    nacks: int = 0
+    trimmed: int = 0
+    trimmed_lasthop: int = 0
+    messages: int = 0
+    ce_seen: int = 0
+    drop_access: int = 0
+    drop_rod: int = 0
+    drop_window: int = 0
+
+
+class Target:
+    """The receiving side of one UET endpoint: the PDC the peer's initiator set up."""
+
+    def __init__(self, qp: QP, cfg: UetConfig, local_pdcid: int, peer_pdcid: int,
+                 start_psn: int, trimmed_dscps: tuple[int, int] = (-1, -1)) -> None:
+        self.qp, self.cfg = qp, cfg
+        self.pdcid, self.peer = local_pdcid, peer_pdcid
+        self.cack = psn_add(start_psn, -1)
+        self.seen = 0                   # bit i = PSN cack + 1 + i arrived
+        self.highest = self.cack
+        self.trimmed_dscp, self.lasthop_dscp = trimmed_dscps
+        self.msgs: dict[int, list] = {}  # message id -> [bytes still to arrive, immediate]
+        self.done_rsp: tuple[int, int, int, int, int] | None = None
+        self.since_ack = self.bytes_since = self.ooo_since = 0
+        self.ce_since = False
+        self.rod_nacked = False
+        self.counters = TargetCounters()
+
+    def _ack(self, psn: int) -> TxAck:
+        self.counters.acks += 1
+        off = psn_diff(psn, self.cack)
+        ack = TxAck(self.cack, off if -32768 <= off <= 32767 else 0, self.peer,
+                    0x20 if self.ce_since else 0, 1, self.seen & ((1 << SACK_BITS) - 1),
+                    self.bytes_since, self.ooo_since, self.done_rsp)
+        self.since_ack = self.bytes_since = self.ooo_since = 0
+        self.ce_since = False
+        self.done_rsp = None
+        return ack
+
+    def _nack(self, code: int, psn: int) -> TxNack:
+        self.counters.nacks += 1
+        return TxNack(code, psn, self.peer, psn_add(self.highest, 1))
+
+    def on_packet(self, f: UetFields) -> list[TxAck | TxNack]:
+        """One request packet of this PDC; returns what to send back."""
+        c = self.counters
+        c.packets += 1
+        if self.qp.state not in (QPState.RTR, QPState.RTS):
+            return []
+        if f.dscp in (self.trimmed_dscp, self.lasthop_dscp):
+            last = f.dscp == self.lasthop_dscp
+            if last:
+                c.trimmed_lasthop += 1
+            else:
+                c.trimmed += 1
+            return [self._nack(NackCode.TRIMMED_LASTHOP if last else NackCode.TRIMMED, f.psn)]
+        if f.ecn == ECN_CE:
+            c.ce_seen += 1
+            self.ce_since = True
+        d = psn_diff(f.psn, self.cack) - 1   # 0: the next in order
+        if d < 0 or (d < SACK_BITS * 64 and self.seen >> d & 1):
+            c.duplicates += 1
+            return [self._ack(f.psn)]
+        if self.cfg.mode == "rod" and d > 0:
+            c.drop_rod += 1
+            if self.rod_nacked:
+                return []
+            self.rod_nacked = True
+            return [self._nack(NackCode.ROD_OOO, psn_add(self.cack, 1))]
+        if d >= 1 << 20:
+            c.drop_window += 1
+            return []
+        ses = f.ses
+        if ses is None or not self._place(ses, f.payload):
+            c.drop_access += 1
+            return [self._nack(NackCode.NO_RESOURCE, f.psn)]
+        if d > 0:
+            c.out_of_order += 1
+            self.ooo_since += 1
+        self.rod_nacked = False
+        self.seen |= 1 << d
+        if psn_diff(f.psn, self.highest) > 0:
+            self.highest = f.psn
+        while self.seen & 1:
+            self.seen >>= 1
+            self.cack = psn_add(self.cack, 1)
+        self.since_ack += 1
+        self.bytes_since += len(f.payload)
+        completed = self._progress(ses, len(f.payload))
+        if (completed or f.flags & (F_AR | F_SYN) and self.since_ack == 1
+                or f.flags & F_AR or self.since_ack >= self.cfg.ack_every):
+            return [self._ack(f.psn)]
+        return []
+
+    def _place(self, ses, payload: memoryview) -> bool:
+        n = len(payload)
+        if not n:
+            return True
+        q = self.qp
+        va = ses.buffer_offset + ses.message_offset
+        mr = q.pd.ctx.lookup_rkey(q.pd, ses.mem_key)
+        if mr is None or not mr.allows(va, n, Access.REMOTE_WRITE):
+            return False
+        mr.view(va, n)[:] = payload
+        self.counters.bytes_placed += n
+        return True
+
+    def _progress(self, ses, n: int) -> bool:
+        """Count a packet's bytes into its message; True when the message completed."""
+        st = self.msgs.get(ses.message_id)
+        if st is None:
+            st = self.msgs[ses.message_id] = [ses.request_length, None]
+        if ses.flags & S_HD:  # the first packet carries the immediate (header data)
+            st[1] = ses.header_data
+        st[0] -= n
+        if st[0] > 0:
+            return False
+        del self.msgs[ses.message_id]
+        self.counters.messages += 1
+        self.done_rsp = (RspOpcode.RESPONSE, RetCode.OK, ses.message_id, ses.job_id,
+                         ses.request_length)
+        if st[1] is not None:
+            q = self.qp
+            wr_id = q.rq.popleft() if q.rq else 0
+            q.recv_cq.push(WC(wr_id, WCStatus.SUCCESS, WCOpcode.RECV_RDMA_WITH_IMM,
+                              ses.request_length, q.qpn, st[1]))
+        return True
