@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fabric.wire.ether import mac_bytes, mac_str
 from fabric.wire.ib import AETH_OPS, IMM_OPS, RETH_OPS, Op
 from fabric.wire.dscp import DSCP_CNP, DSCP_ROCEV2
-from fabric.wire.inet import ones_sum, udp4_ok
+from fabric.wire.inet import ipv4_header_sum0, ones_sum, set_ipv4_tos_len, udp4_ok
 from fabric.wire.roce import (CNP_ECN, DATA_ECN, DEFAULT_TTL, IP_FLAGS_DF, IP_ID, ROCE_UDP_PORT,
                               scapy_frame)
 
@@ -73,7 +73,7 @@ class FrameTemplate:
         bth = struct.pack("!BBHI I", 0, 0, pkey, dqpn, 0)
         self._hdr = bytes(self.dst_mac + self.src_mac + b"\x08\x00" + ip + udp + bth)
         # checksum of the constant IPv4 words (all but version/IHL+TOS, total length, csum)
-        self._sum0 = sum(struct.unpack("!10H", ip)) - (0x45 << 8)
+        self._sum0 = ipv4_header_sum0(ip)
         ps = bytearray(b"\xff" * 8 + ip + udp + bth)
         ps[9] = 0xFF                    # TOS
         ps[16] = 0xFF                   # TTL
@@ -105,11 +105,7 @@ class FrameTemplate:
         ip_len = 40 + len(ext) + len(payload) + pad + 4
         tos = ((self.dscp if dscp is None else dscp) << 2) | (self.ecn if ecn is None else ecn)
         hdr = bytearray(self._hdr)
-        _TOS_LEN.pack_into(hdr, 15, tos, ip_len)
-        s = self._sum0 + (0x45 << 8 | tos) + ip_len
-        s = (s & 0xFFFF) + (s >> 16)
-        s = (s & 0xFFFF) + (s >> 16)
-        _U16.pack_into(hdr, 24, ~s & 0xFFFF)
+        set_ipv4_tos_len(hdr, 14, self._sum0, tos, ip_len)
         _U16.pack_into(hdr, 38, ip_len - 20)
         b43 = pad << 4
         word = (psn & 0xFFFFFF) | (0x80000000 if ackreq else 0)

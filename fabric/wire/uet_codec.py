@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 
 from fabric.wire.ether import mac_bytes
-from fabric.wire.inet import ones_sum
+from fabric.wire.inet import ipv4_header_sum0, ones_sum, set_ipv4_tos_len
 from fabric.wire.uet import (PDS_LEN, S_HD, S_SOM, SES_LEN, UET_IP_ID, UET_TTL, UET_UDP_PORT,
                              F_SYN, NextHdr, PdsType)
 
@@ -38,8 +38,6 @@ _SES_STD = struct.Struct("!BBHIHHQIQQI")
 _SES_SMALL = struct.Struct("!BBHIHHQ")
 _SES_MED = struct.Struct("!BBHIHHQIQ")
 _SES_RSP = struct.Struct("!BBHII")
-_U16 = struct.Struct("!H")
-_TOS_LEN = struct.Struct("!BH")
 
 
 def _prologue(pds_type: int, nh: int, flags: int) -> int:
@@ -95,16 +93,12 @@ class UetTemplate:
         ip = _IP.pack(0x45, 0, 0, UET_IP_ID, 0x4000, ttl, 17, 0, socket.inet_aton(src_ip),
                       socket.inet_aton(dst_ip))
         self._hdr = bytes(self.dst_mac + self.src_mac + b"\x08\x00" + ip)
-        self._sum0 = sum(struct.unpack("!10H", ip)) - (0x45 << 8)
+        self._sum0 = ipv4_header_sum0(ip)
 
     def _frame(self, sport: int, tos: int, body: bytes) -> bytes:
         ip_len = 28 + len(body)
         hdr = bytearray(self._hdr)
-        _TOS_LEN.pack_into(hdr, 15, tos, ip_len)
-        s = self._sum0 + (0x45 << 8 | tos) + ip_len
-        s = (s & 0xFFFF) + (s >> 16)
-        s = (s & 0xFFFF) + (s >> 16)
-        _U16.pack_into(hdr, 24, ~s & 0xFFFF)
+        set_ipv4_tos_len(hdr, 14, self._sum0, tos, ip_len)
         return b"".join((hdr, _UDP.pack(sport, UET_UDP_PORT, ip_len - 20, 0), body))
 
     def request(self, sport: int, psn: int, spdcid: int, dpdcid: int | None, flags: int,
