@@ -152,14 +152,16 @@ def test_captures_decode_in_tshark_and_show_the_hops(fnet, tmp_path):
         pytest.skip("needs tshark (Debian package tshark; ./setup.sh installs it)")
     caps = Captures(tmp_path, bound_kb=1000)
     caps.start(fnet, [("h1", "nic1"), ("h4", "nic2")])
-    reach.check_all(fnet, count=3, pairs=[("h1g1", "h4g2")])
+    [res] = reach.check_all(fnet, count=3, pairs=[("h1g1", "h4g2")])
     files = caps.stop()
     assert set(files) == {"h1-nic1.pcap", "h4-nic2.pcap"}
     out = subprocess.run(["tshark", "-r", str(tmp_path / "h4-nic2.pcap"), "-Y",
                           "icmp.type == 8", "-T", "fields", "-e", "ip.src", "-e", "ip.ttl"],
                          capture_output=True, text=True, timeout=60).stdout.split("\n")
     rows = [r.split("\t") for r in out if r]
-    assert len(rows) == 3
+    # every request ping saw answered crossed h4's NIC; on a loaded CI machine one of the
+    # three once did not (the capture held 2), so the count is bound by ping's own result
+    assert res.received >= 1 and res.received <= len(rows) <= 3, (res, rows)
     assert all(r == ["10.0.1.11", "61"] for r in rows)  # decremented by rail1, spine, rail2
 
 
