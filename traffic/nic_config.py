@@ -27,8 +27,12 @@ from fabric.wire.dscp import DSCP_CNP
 from fabric.wire.ib import PATH_MTUS
 from traffic.nic_client import CM_PORT
 from traffic.rc_config import DEFAULT_WINDOW, RcConfig
+from traffic.uet.config import UetConfig
+from traffic.uet.nscc import NsccConfig
 
-__all__ = ["NicConfig"]
+__all__ = ["NicConfig", "TRANSPORTS"]
+
+TRANSPORTS = ("roce", "uet")  #: the NIC's transports (issue 16: UET the second)
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,12 @@ class NicConfig:
     events_path: str | None = None            #: event log file (RUNDIR/events/<gpu>.jsonl)
     run: str = ""                             #: the emu run's tag ("" outside a run): it
     #: names the shared memory registered with this NIC (fabric.runmark), for `emu clean`
+    transport: str = "roce"                   #: roce (RC over RoCEv2) or uet (issue 16)
+    uet: dict = field(default_factory=dict)   #: UET knobs (traffic.uet.config.UetConfig:
+    #: mode, ev, ack_every, reps_slots, trimming, base_rtt_s)
+    trimmed_dscps: tuple = (-1, -1)           #: UET: the trimmed and trimmed-at-last-hop
+    #: DSCPs a switch rewrites a trimmed packet to (-1: no trimming)
+    job_id: int = 0                           #: UET: the SES job ID of this NIC's traffic
 
     def __post_init__(self) -> None:
         """Validate, naming the bad field."""
@@ -93,6 +103,28 @@ class NicConfig:
         if not 0 <= self.prefix_len <= 32:
             raise ValueError(f"prefix_len: must be 0..32, got {self.prefix_len!r}")
         RcConfig(window=self.window, ackreq_every=self.ackreq_every)  # validates both
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport: {' or '.join(TRANSPORTS)}, got {self.transport!r}")
+        self.uet_config()  # validates the UET knobs (names them)
+        if len(self.trimmed_dscps) != 2 or not all(isinstance(d, int) and -1 <= d <= 63
+                                                   for d in self.trimmed_dscps):
+            raise ValueError(f"trimmed_dscps: two DSCPs 0..63 or -1, got {self.trimmed_dscps!r}")
+        if not 0 <= self.job_id <= 0xFFFFFF:
+            raise ValueError(f"job_id: must be 0..2^24-1, got {self.job_id!r}")
+
+    def uet_config(self) -> UetConfig:
+        """The UET transport's config: the NIC's MTU, RTO and retries, the knobs of `uet`."""
+        u = dict(self.uet)
+        nscc = {k: u.pop(k) for k in ("trimming", "base_rtt_s") if k in u}
+        known = {"mode", "ev", "ack_every", "reps_slots", "ev_range"}
+        bad = sorted(set(u) - known)
+        if bad:
+            raise ValueError(f"uet: unknown knob(s) {bad} (known: "
+                             f"{', '.join(sorted(known | {'trimming', 'base_rtt_s'}))})")
+        if "ev_range" in u:
+            u["ev_range"] = tuple(u["ev_range"])
+        return UetConfig(mtu=self.mtu, rto_s=self.timeout_s, retries=self.retry_cnt,
+                         nscc=NsccConfig(**nscc), **u)
 
     @classmethod
     def from_json(cls, text: str) -> "NicConfig":
@@ -102,6 +134,8 @@ class NicConfig:
         bad = sorted(set(d) - known)
         if bad:
             raise ValueError(f"config: unknown field(s) {bad}")
+        if "trimmed_dscps" in d:
+            d["trimmed_dscps"] = tuple(d["trimmed_dscps"])
         return cls(**d)
 
     def to_json(self) -> str:

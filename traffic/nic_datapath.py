@@ -49,7 +49,9 @@ from fabric.wire.dscp import ECN_CE
 from fabric.wire.pfc import OPCODE_PFC, parse_pfc
 from fabric.wire.roce import ROCE_UDP_PORT
 from fabric.wire.templates import FrameTemplate, RoceFields, malformed, parse
+from fabric.wire.uet import UET_UDP_PORT
 from traffic.nic_config import NicConfig
+from traffic.nic_uet import UetRx, is_uet
 from traffic.nic_verbs import NicVerbs
 
 __all__ = ["Nic", "frame_of", "pkt_of", "pace", "ETH_P_ALL"]
@@ -79,7 +81,7 @@ def pace(next_t: float, now: float, nbytes: int, rate_bps: float, slack: float) 
     return max(base, now - slack) + nbytes * 8 / rate_bps
 
 
-class Nic(NicVerbs):
+class Nic(NicVerbs, UetRx):
     """The NIC: its verbs device plus the data path loop, its sockets and counters."""
 
     def __init__(self, cfg: NicConfig, open_sockets: bool = True) -> None:
@@ -101,8 +103,8 @@ class Nic(NicVerbs):
         self.running = True
         self.c.update({"rx_frames": 0, "rx_bytes": 0, "tx_frames": 0, "tx_bytes": 0,
                        "tx_errors": 0, "rx_other": 0, "rx_unknown_qp": 0, "pfc_rx": 0,
-                       "rx_malformed": 0, "rx_bad_checksum": 0})
-        self.raw = self.udp = None
+                       "rx_malformed": 0, "rx_bad_checksum": 0, "rx_unknown_pdc": 0})
+        self.raw = self.udp = self.udp_uet = None
         self._buf = bytearray(16384)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
@@ -123,6 +125,10 @@ class Nic(NicVerbs):
         u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # kernel minimum: copies dropped
         u.bind((self.cfg.ip, ROCE_UDP_PORT))
         self.udp = u
+        v = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # UET (4793): no ICMP either
+        v.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+        v.bind((self.cfg.ip, UET_UDP_PORT))
+        self.udp_uet = v
 
     def wake(self) -> None:
         """Make the data-path loop re-evaluate now."""
@@ -160,6 +166,9 @@ class Nic(NicVerbs):
                 self.on_pfc(parsed[0], parsed[1], now)
             else:  # a cut PFC frame, or another MAC control opcode (802.3x PAUSE)
                 c["rx_malformed" if len(mv) < 16 or mv[14:16] == OPCODE_PFC else "rx_other"] += 1
+            return
+        if is_uet(mv):
+            self.on_uet(mv, now)
             return
         f = parse(mv, verify_icrc=True, verify_csum=True)
         if f is None:
@@ -249,7 +258,7 @@ class Nic(NicVerbs):
                 if pkt is None:
                     q.blocked = True
                     continue
-                frame = frame_of(q.tmpl, pkt)
+                frame = q.build(pkt) if q.build is not None else frame_of(q.tmpl, pkt)
                 due = max(q.next_t, self.port_next - self.slack, q.ready_at,
                           self.resumed_at[q.prio])
                 self.send(frame)

@@ -42,11 +42,15 @@ from fabric.wire.dscp import DSCP_ROCEV2
 from fabric.wire.ib import Op
 from fabric.wire.roce import CNP_ECN, DATA_ECN, udp_sport
 from fabric.wire.templates import FrameTemplate
+from fabric.wire.uet_codec import UetTemplate
 from traffic.dcqcn import DcqcnProfile, NotificationPoint, ReactionPoint
 from traffic.nic_client import access_from_json, attach_untracked
 from traffic.nic_config import NicConfig
 from traffic.rc import RcEndpoint
 from traffic.rc_config import RcConfig
+from traffic.uet.endpoint import UetEndpoint
+from traffic.uet.frames import frame_of as uet_frame_of
+from traffic.uet.initiator import TxReq
 from traffic.verbs import WR, Context, VerbsError, WROpcode
 
 __all__ = ["NicQp", "NicVerbs"]
@@ -64,14 +68,15 @@ def _get(table: dict, key: int, what: str) -> Any:
 class NicQp:
     """One QP as the NIC drives it: transport, template, DCQCN, pacing, counters."""
 
-    ep: RcEndpoint
+    ep: RcEndpoint | UetEndpoint
     start_psn: int
     write_only: bool
     dscp: int = DSCP_ROCEV2       # of its data frames (and ACKs)
     ecn: int = DATA_ECN
     prio: int = ROCE_PRIORITY     # the PFC priority its data travels on
-    tmpl: FrameTemplate | None = None
-    cnp: bytes = b""              # the CNP frame towards the peer QP (set with tmpl)
+    tmpl: FrameTemplate | UetTemplate | None = None
+    cnp: bytes = b""              # the CNP frame towards the peer QP (set with tmpl; RoCE)
+    build: Any = None             # descriptor -> frame (set with tmpl, per transport)
     rp: ReactionPoint | None = None
     next_t: float = 0.0
     blocked: bool = False
@@ -103,7 +108,24 @@ class NicQp:
                                                         dataclasses.asdict(rs).items()},
                 "ce_rx": self.ce_rx, "cnps_sent": self.cnp_tx, "cnps_rx": self.cnp_rx,
                 "rate_model_bps": self.rp.rc if self.rp else None,
-                "dcqcn": self.rp.snapshot() if self.rp else None}
+                "dcqcn": self.rp.snapshot() if self.rp else None, **self._uet(td)}
+
+    def _uet(self, td: TimeDilation) -> dict:
+        """UET: the transport's own counters, NSCC's window (times in model seconds), and
+        the window as a rate (cwnd / base RTT, at most the link) in the DCQCN rate's place
+        for the plots."""
+        ep = self.ep
+        if not isinstance(ep, UetEndpoint):
+            return {}
+        rq, n = ep.requester, ep.requester.nscc
+        nscc = {k: td.model_time(v) if k.endswith("_s") else v for k, v in n.snapshot().items()}
+        return {"transport": "uet",
+                "rate_model_bps": td.model_rate(min(n.link_bps, n.cwnd * 8 / n.base_rtt)),
+                "nscc": nscc, "pdc": {"local": rq.spdcid, "peer": rq.dpdcid,
+                                              "target": ep.target.pdcid if ep.target else None},
+                "uet": dataclasses.asdict(rq.counters),
+                "ev": {"mode": rq.entropy.mode, "fresh": rq.entropy.fresh,
+                       "recycled": rq.entropy.recycled}}
 
 
 class NicVerbs:
@@ -124,6 +146,11 @@ class NicVerbs:
         self.np = NotificationPoint(self.profile) if self.profile else None
         self.c = {"closed_qps_tx_bytes": 0}  # payload sent by QPs destroyed since
         self.clock = time.monotonic  # lab time (a fake clock in tests)
+        #: UET: PDC id -> the QP whose endpoint owns it (initiator and target PDCs)
+        self.pdcs: dict[int, NicQp] = {}
+        self._next_pdc = self.rng.randrange(1, 0xFFFF)
+        #: UET: the transport's knobs on the lab clock (times x TDF; the link rate / TDF below)
+        self.uet_cfg = cfg.uet_config().dilated(cfg.tdf) if cfg.transport == "uet" else None
         #: the fidelity guard: how late pacer, timers and CNPs act (traffic.nic_datapath)
         self.meter = LagMeter(self.td)
         #: the event log (docs/EVENTS.md); a no-op without cfg.events_path
@@ -190,16 +217,33 @@ class NicVerbs:
             ctx.qps[qpn] = qp
         qp.modify_to_init(pkey)
         c = self.cfg
-        rc = RcConfig(mtu=c.mtu, write_only=write_only, window=c.window,
-                      ackreq_every=c.ackreq_every, reorder_window=max(1024, c.window))
         prio = (c.pfc_priority if dscp == DSCP_ROCEV2
                 else Classifier.book().priority_of_dscp(dscp))
-        q = NicQp(RcEndpoint(qp, rc), self.rng.getrandbits(24) if start_psn is None
+        if self.uet_cfg is not None:  # issue 16: the QP's writes over UET (RUD / ROD)
+            ep = UetEndpoint(qp, self.uet_cfg, self.alloc_pdc, self.td.lab_rate(c.model_bps), self.rng,
+                             c.job_id, c.trimmed_dscps)
+        else:
+            ep = RcEndpoint(qp, RcConfig(mtu=c.mtu, write_only=write_only, window=c.window,
+                                         ackreq_every=c.ackreq_every,
+                                         reorder_window=max(1024, c.window)))
+        q = NicQp(ep, self.rng.getrandbits(24) if start_psn is None
                   else start_psn, write_only, dscp, ecn, prio)
         if self.ev.enabled:
             q.ep.requester.on_event = functools.partial(self._qp_event, qp.qpn)
         self.qps[qp.qpn] = q
+        if isinstance(ep, UetEndpoint):
+            for pdc in ep.pdcids:
+                self.pdcs[pdc] = q
         return qp.qpn
+
+    def alloc_pdc(self) -> int:
+        """A PDC id not in use on this NIC (UET, 16 bits, never 0)."""
+        for _ in range(0xFFFF):
+            self._next_pdc = self._next_pdc % 0xFFFF + 1
+            if self._next_pdc not in self.pdcs:
+                self.pdcs[self._next_pdc] = None  # type: ignore[assignment]  # reserved
+                return self._next_pdc
+        raise VerbsError("pdc: all 65535 PDC ids of this NIC are in use")
 
     def _qp_event(self, qpn: int, name: str, now: float, **fields: Any) -> None:
         """An event of QP `qpn` at lab time `now` (the requester's on_event)."""
@@ -217,6 +261,9 @@ class NicVerbs:
         q.ep.qp.to_error()
         if q in self.order:
             self.order.remove(q)
+        if isinstance(q.ep, UetEndpoint):
+            for pdc in q.ep.pdcids:
+                self.pdcs.pop(pdc, None)
         if self.np:
             self.np.forget(qpn)
 
@@ -225,6 +272,15 @@ class NicVerbs:
         (needed for ACKs already) and the DCQCN reaction point."""
         c, qp = self.cfg, q.ep.qp
         qp.modify_to_rtr(peer_qpn, peer_psn, min(mtu, c.mtu), peer_ip, c.ip)
+        if isinstance(q.ep, UetEndpoint):  # NSCC paces it, not DCQCN; no CNPs
+            t = q.tmpl = UetTemplate(c.mac, c.next_hop_mac(peer_ip), c.ip, peer_ip,
+                                     dscp=q.dscp, ecn=q.ecn, ctrl_dscp=c.cnp_dscp)
+            ep, rod = q.ep, self.uet_cfg.mode == "rod"
+            q.build = lambda tx: uet_frame_of(
+                t, ep.requester.spdcid if isinstance(tx, TxReq) else ep.target.pdcid, tx,
+                ep.ack_ev, rod)
+            self.order.append(q)
+            return
         q.tmpl = FrameTemplate(c.mac, c.next_hop_mac(peer_ip), c.ip, peer_ip,
                                udp_sport(qp.qpn, peer_qpn), peer_qpn, pkey=qp.pkey,
                                dscp=q.dscp, ecn=q.ecn)

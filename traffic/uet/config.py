@@ -12,7 +12,7 @@ of UET_FACTS (`nscc.NsccConfig`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from traffic.uet.nscc import NsccConfig
 
@@ -53,3 +53,13 @@ class UetConfig:
             raise ValueError(f"rto_s: must be > 0, got {self.rto_s!r}")
         if not 1 <= self.syn_window <= 4095:
             raise ValueError(f"syn_window: 1..4095, got {self.syn_window!r}")
+
+    def dilated(self, tdf: float) -> "UetConfig":
+        """The same transport on a lab clock `tdf` times slower (fabric.timedil): every
+        time x tdf. NSCC is dimensionally consistent - its window is a BDP (base RTT x
+        rate, the rate / tdf) and its gains multiply times by 1/time - so the window
+        evolves exactly as in model time when the link rate is given / tdf too."""
+        n = self.nscc
+        return replace(self, rto_s=self.rto_s * tdf,
+                       nscc=replace(n, base_rtt_s=n.base_rtt_s * tdf,
+                                    fast_delay_s=n.fast_delay_s * tdf))
