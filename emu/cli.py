@@ -199,7 +199,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write-only", action="store_true",
                    help="write: every packet WRITE ONLY with its own RETH (ch.12)")
     p.add_argument("--dcqcn", default="paper", choices=["paper", "nvidia", "off"],
-                   help="NIC congestion control profile (default paper)")
+                   help="NIC congestion control profile (default paper; RoCE only)")
+    p.add_argument("--transport", default="roce", choices=["roce", "uet"],
+                   help="what the NICs speak: roce (RC over RoCEv2, default) or uet (Ultra "
+                        "Ethernet over UDP 4793: RUD with SACK, NSCC, an entropy value per "
+                        "packet that sprays one message over every spine); the same verbs, "
+                        "so every workload and --script runs over either")
+    p.add_argument("--uet", default=None, metavar="K=V,...",
+                   help="UET knobs: mode=rud|rod, ev=oblivious|reps|fixed, ack_every=4, "
+                        "reps_slots=8 (with --transport uet)")
+    p.add_argument("--trim", nargs="?", const="on", default=None, metavar="K=V,...",
+                   help="switches trim UET frames on a congested egress instead of queueing "
+                        "them whole: cut to keep=64 B, DSCP 11 (12 at the last hop), header "
+                        "on queue 7, above threshold=100KB (also dscps=24, trimmed_dscp, "
+                        "lasthop_dscp, queue); on top of --qos")
 
     p = sub.add_parser("show-switch", help="ask a running switch agent an NX-OS show command",
                        description="Answered live by the agent of a running emu fabric, e.g. "

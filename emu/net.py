@@ -26,7 +26,7 @@ from fabric.timedil import TimeDilation
 from fabric.wire.dscp import DSCP_ROCEV2
 from switch_agent import control
 from switch_agent.config import AgentConfig, PortConfig
-from topologies.model import Fabric
+from topologies.model import HOST, Fabric
 
 log = logging.getLogger("emu.net")
 
@@ -141,7 +141,8 @@ class FabricNet:
             lab = self.td.lab_rate(link.model_bps) if self.shaping else math.inf
             ports.append(PortConfig(local.ifname, local.mac, link.model_bps, lab,
                                     self.td.lab_time(link.delay_s), local.vlan,
-                                    f"{remote.node}:{remote.ifname}"))
+                                    f"{remote.node}:{remote.ifname}",
+                                    fab.nodes[remote.node].kind == HOST))
         svi = fab.l2_tables(node)
         return AgentConfig(name=node, tdf=fab.tdf, control=str(self.control_path(node)),
                            ports=tuple(ports), svi=svi, ecmp_seed=n.ecmp_seed, mtu=fab.mtu,

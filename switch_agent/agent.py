@@ -45,6 +45,7 @@ from fabric.timedil import TimeDilation
 from fabric.wire.ether import mac_bytes
 from fabric.wire.pfc import parse_pfc
 from fabric.wire.roce import is_cnp
+from fabric.wire.uet_codec import trim_frame
 from switch_agent.admin import AgentAdmin
 from switch_agent.config import AgentConfig
 from switch_agent.dcbx import Dcbx
@@ -72,8 +73,14 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
         self.qos = QosConfig.from_dict(cfg.qos) if cfg.qos is not None else None
         cls = Classifier(self.qos.classification if self.qos else
                          Classification("plain", (), 0))
-        self.q_by_tos = cls.queue_by_tos
-        self.p_by_tos = cls.priority_by_tos
+        self.q_by_tos = list(cls.queue_by_tos)
+        self.p_by_tos = list(cls.priority_by_tos)
+        #: UET packet trimming (fabric.qos.trim); trimmed headers ride its queue everywhere
+        self.trim = self.qos.trim if self.qos is not None else None
+        if self.trim is not None:
+            for tos in range(256):
+                if self.trim.is_trimmed(tos):
+                    self.q_by_tos[tos] = self.p_by_tos[tos] = self.trim.queue
         self.ports: dict[str, Port] = {}
         for pc in cfg.ports:
             sock = rawsock.open_port(pc.ifname) if open_sockets else None
@@ -215,12 +222,31 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
         """A sampled packet of a sprayed flow: the n-th took this port (spray mode)."""
         self.log.emit("spray", now, flow=flow, port=port, n=n)
 
+    def trimmed(self, out: Port, frame: bytes, cut: bytes, now: float) -> None:
+        """A UET frame was trimmed on its way to `out`: counters, and an event for the
+        1st, 257th, 513th, ... of the port (docs/EVENTS.md `trim`)."""
+        out.trimmed += 1
+        out.trimmed_bytes += len(frame) - len(cut)
+        if self.log.enabled and out.trimmed & 0xFF == 1:
+            self.log.emit("trim", now, port=out.name, n=out.trimmed, dscp=cut[15] >> 2,
+                          depth=out.queues.qbytes[self.q_by_tos[frame[15]]],
+                          last_hop=out.cfg.edge)
+
     def admit(self, inp: Port, out: Port, frame: bytes, now: float) -> None:
         """Classify, account at the ingress (PFC), then WRED + enqueue at the egress."""
         if frame[12:14] != ETH_IPV4:
             self.enqueue(out, 0, frame, None, 0, now)
             return
         tos = frame[15]
+        trim = self.trim
+        if trim is not None and trim.trimmable[tos]:
+            d = trim.dscp_for(tos, out.queues.qbytes[self.q_by_tos[tos]], len(frame),
+                              out.cfg.edge)
+            if d is not None:
+                cut = trim_frame(frame, trim.keep, d)
+                if cut is not None:
+                    self.trimmed(out, frame, cut, now)
+                    frame, tos = cut, cut[15]
         q = self.q_by_tos[tos]
         wd = out.watchdog
         if wd is not None and wd.drop_mask >> q & 1:

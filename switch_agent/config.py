@@ -26,6 +26,7 @@ class PortConfig:
     delay_lab_s: float = 0.0
     vlan: int | None = None
     peer: str = ""
+    edge: bool = False  # the peer is a host: trimming here is at the last hop (UET)
 
 
 @dataclass(frozen=True)

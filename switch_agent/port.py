@@ -55,7 +55,7 @@ class Port:
                  "drops", "ingress", "pause", "watchdog", "pfc_mode", "pfc_active",
                  "neighbor", "neighbor_seen", "lldp_rx", "lldp_tx", "pause_tx", "resume_tx",
                  "pfc_rx_frames", "eligible_at", "tx_what", "ctrl_what", "refresh_what",
-                 "paused_logged", "dre", "impair", "link_up")
+                 "paused_logged", "dre", "impair", "link_up", "trimmed", "trimmed_bytes")
 
     def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int,
                  td: TimeDilation, qos: QosConfig | None = None,
@@ -89,6 +89,7 @@ class Port:
         self.refresh_what = f"{cfg.ifname} pfc refresh"
         self.rx_packets = self.rx_bytes = self.tx_packets = self.tx_bytes = 0
         self.drops: dict[str, int] = {}
+        self.trimmed = self.trimmed_bytes = 0  # UET frames cut on their way out (trimming)
         model = cfg.model_bps
         self.pause = EgressPause(model, td)
         if qos is not None:
@@ -170,7 +171,8 @@ class Port:
             drops[reason] = drops.get(reason, 0) + n
         return {"rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes,
                 "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
-                "drops": drops, "queue_bytes": self.queues.bytes,
+                "drops": drops, "trimmed": self.trimmed, "trimmed_bytes": self.trimmed_bytes,
+                "queue_bytes": self.queues.bytes,
                 "max_queue_bytes": max(q["max_depth_bytes"] for q in qc),
                 "model_bps": self.cfg.model_bps, "lab_bps": self.cfg.lab_bps,
                 "peer": self.cfg.peer,

@@ -35,7 +35,8 @@ def switch_totals(counters: dict) -> dict[str, dict]:
     """Packets in and out and drops per switch, summed over its ports."""
     return {sw: {"rx_packets": sum(p["rx_packets"] for p in c["ports"].values()),
                  "tx_packets": sum(p["tx_packets"] for p in c["ports"].values()),
-                 "drops": sum(sum(p["drops"].values()) for p in c["ports"].values())}
+                 "drops": sum(sum(p["drops"].values()) for p in c["ports"].values()),
+                 "trimmed": sum(p.get("trimmed", 0) for p in c["ports"].values())}
             for sw, c in counters.items()}
 
 
@@ -72,6 +73,8 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "fidelity": judged["fidelity"], "suggested_tdf": judged["suggested_tdf"],
         "tdf_choice": plan.tdf_choice, "cpu": cpu,
         "version": SCHEMA_VERSION, "qos": plan.qos.name if plan.qos is not None else "off",
+        "transport": getattr(plan.args, "transport", "roce"),
+        "trim": plan.qos.trim.describe() if plan.qos is not None and plan.qos.trim else None,
         "workload_lab_s": round(out.workload_lab_s, 3),
         "workload_model_s": plan.td.model_time(out.workload_lab_s),
         "metrics_rows": live.sampler.rows,

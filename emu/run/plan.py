@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from emu import capture, faultplan, lbplan
@@ -18,8 +18,10 @@ from emu.run import options
 from fabric.faults import parse_schedule
 from fabric.qos.config import QosConfig
 from fabric.qos.load import load_qos
+from fabric.qos.trim import Trim
 from fabric.timedil import TimeDilation, parse_duration
 from topologies.model import Fabric
+from traffic.nic_config import NicConfig
 
 
 @dataclass
@@ -57,6 +59,51 @@ def load_qos_arg(text: str) -> QosConfig | None:
     return load_qos(text)
 
 
+def kv_arg(option: str, text: str) -> dict:
+    """`K=V,K=V` -> {K: V} (numbers as numbers); ValueError names the option."""
+    out: dict = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        k, eq, v = item.partition("=")
+        if not eq or not k:
+            raise ValueError(f"{option}: expected KEY=VALUE, got {item!r}")
+        try:
+            out[k] = int(v)
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def with_trim(qos: QosConfig | None, text: str | None) -> QosConfig | None:
+    """`--trim [K=V,...]` on top of the QoS configuration (it needs the QoS pipeline)."""
+    if text is None:
+        return qos
+    if qos is None:
+        raise ValueError("--trim: the switches trim in their QoS pipeline; not with --qos off")
+    return replace(qos, trim=Trim.from_dict({} if text == "on" else kv_arg("--trim", text),
+                                            "--trim"))
+
+
+def uet_options(args: argparse.Namespace, qos: QosConfig | None) -> dict:
+    """The NicConfig fields of `--transport` and `--uet` (UET: the switches' trimmed
+    DSCPs, NSCC's lower target when they trim); {} for RoCE."""
+    if getattr(args, "transport", "roce") != "uet":
+        if getattr(args, "uet", None):
+            raise ValueError("--uet: UET knobs need --transport uet")
+        return {}
+    knobs = kv_arg("--uet", args.uet or "")
+    trim = qos.trim if qos is not None else None
+    if trim is not None:
+        knobs.setdefault("trimming", True)
+    opts = {"transport": "uet", "uet": knobs,
+            "trimmed_dscps": (trim.trimmed_dscp, trim.lasthop_dscp) if trim else (-1, -1)}
+    try:
+        NicConfig(gpu="g", ifname="i", ip="10.0.0.1", mac="02:00:00:00:00:01",
+                  gateway_mac="02:00:00:00:00:02", control="/c", **opts)
+    except ValueError as exc:
+        raise ValueError(f"--uet: {exc}") from None
+    return opts
+
+
 def run_dir_arg(out: str | None, fabric: Fabric) -> Path:
     """`--out`, or runs/<topology>-<time> under the current directory."""
     if out:
@@ -67,8 +114,11 @@ def run_dir_arg(out: str | None, fabric: Fabric) -> Path:
 def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
     """Check every `emu run` option against the fabric; ValueError names the bad one."""
     targets = capture.select(fabric, args.pcap)
-    qos = load_qos_arg(args.qos)
+    qos = with_trim(load_qos_arg(args.qos), getattr(args, "trim", None))
     wl = options.validate(args, fabric)
+    nic = uet_options(args, qos)
+    if wl is not None:
+        wl["nic"] = nic  # further NicConfig fields of every NIC the workload starts
     if wl is not None and args.workload in options.TORCH_WORKLOADS and targets:
         for h in sorted({g.host for g in fabric.gpus.values()})[:2]:  # the rendezvous
             if (h, "fe0") not in targets:

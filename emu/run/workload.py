@@ -33,7 +33,7 @@ def run(fnet, args: argparse.Namespace, w: dict, sampler=None, faults=None) -> d
     if args.workload == "bookexample":
         r = bookexample.run()
         return {"result": r, "ok": bookexample.check(r), "text": bookexample.describe(r)}
-    socks = fnet.start_nics(dcqcn=args.dcqcn, gpus=sorted(set(w["gpus"])))
+    socks = fnet.start_nics(dcqcn=args.dcqcn, gpus=sorted(set(w["gpus"])), **w.get("nic", {}))
     if faults is not None:
         faults.start(trigger=lambda: any(
             nic_client.request(p, {"cmd": "counters"}).get("tx_frames", 0)

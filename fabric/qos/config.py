@@ -32,6 +32,7 @@ from fabric.qos.fields import NUM_QUEUES, int_in, prefixed
 from fabric.qos.interface import InterfaceQos, Watchdog
 from fabric.qos.pfc import Pfc
 from fabric.qos.queuing import Queuing
+from fabric.qos.trim import Trim
 
 MTU_RANGE = (1500, 9216)  # NX-OS network-qos mtu range
 
@@ -53,6 +54,8 @@ class QosConfig:
     #: load balancing over equal-cost next hops (NX-OS `hardware profile dlb`, ch.12
     #: Example 12-1); None = flow ECMP (`fabric.lb`)
     load_balance: LoadBalance | None = None
+    #: packet trimming of UET frames (issue 16, `fabric.qos.trim`); None = never trim
+    trim: Trim | None = None
 
     def __post_init__(self) -> None:
         int_in("mtu", self.mtu, *MTU_RANGE)
@@ -108,6 +111,7 @@ class QosConfig:
             "interfaces": {"default": dicts.interface_dict(self.default_interface),
                            **{n: dicts.interface_dict(iq) for n, iq in self.interfaces}},
             **({"load_balance": self.load_balance.to_dict()} if self.load_balance else {}),
+            **({"trim": self.trim.to_dict()} if self.trim else {}),
         }
 
     @classmethod
@@ -129,4 +133,6 @@ class QosConfig:
             kw["interfaces"] = tuple(built.items())
         if "load_balance" in d:
             kw["load_balance"] = LoadBalance.from_dict(d["load_balance"], f"{source}.load_balance")
+        if d.get("trim") not in (None, False):
+            kw["trim"] = Trim.from_dict(d["trim"], f"{source}.trim")
         return prefixed(source, cls, **kw)
