@@ -22,6 +22,7 @@ from collectives.launch import run_job
 from emu.bench_lb import lb as lb_bench  # noqa: F401 (emu bench lb)
 from emu.bench_fuzz import fuzz_bench  # noqa: F401 (`emu bench fuzz`)
 from emu.bench_train import train as train_bench  # noqa: F401 (`emu bench train`)
+from emu.bench_transport import transport as transport_bench  # noqa: F401 (`emu bench transport`)
 from emu.benchrun import emu_run
 from emu import calibrate, guard
 from emu.net import FabricNet

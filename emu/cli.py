@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
     p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity",
-                                    "speed", "lb", "fuzz", "train"],
+                                    "speed", "lb", "fuzz", "train", "transport"],
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
                         "speed: emu's lowest TDF that keeps up vs ns-3's slowdown, same "
                         "fabric and load (--topo, --load 1.0 by default); "
@@ -256,14 +256,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "running agent and NIC during an RDMA WRITE; exit 0 only with 0 "
                         "crashes and the WRITE byte-exact; train: a GPT-2-small DDP step on "
                         "rail2x4 with --gpu h100, overlap on and off: compute, communication, "
-                        "overlap, iteration time (--tdf, --iters, --out)")
+                        "overlap, iteration time (--tdf, --iters, --out); transport: the "
+                        "same 3:1 incast (--size per sender) and ring AllReduce over roce and "
+                        "uet, and the incast over uet with trimming: completion, queue, PFC "
+                        "pauses, trims, retransmissions (--tdf, default 10000; --out)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     p.add_argument("--load", type=float, default=None,
                    help="bench tdf/speed: offered load per NIC as a fraction of its line "
                         "rate (default 0.5 for tdf, 1.0 for speed)")
     p.add_argument("--topo", default="rail2x4",
                    help="bench speed: topologies, comma-separated (e.g. rail2x4,rail8x4)")
-    p.add_argument("--size", default="8MB", help="bench lb: bytes per flow (default 8MB)")
+    p.add_argument("--size", default=None, help="bench lb: bytes per flow (default 8MB); "
+                                                 "bench transport: per incast sender "
+                                                 "(default 4MB)")
     p.add_argument("--tdf", type=float, default=None,
                    help="bench lb: TDF (default 10000); bench fuzz: TDF (default 1000); "
                         "bench train: TDF (default emu run's auto)")
@@ -420,6 +425,7 @@ def cmd_bench(args) -> int:
     if args.what == "fidelity":
         return bench.fidelity()
     if args.what == "lb":
+        args.size = args.size or "8MB"
         try:
             parse_size(args.size)
         except ValueError as exc:
@@ -436,6 +442,13 @@ def cmd_bench(args) -> int:
             print(f"emu bench: --iters: must be >= 1, got {args.iters}", file=sys.stderr)
             return 2
         return bench.train_bench(args.gpu, args.tdf, args.iters, args.out)
+    if args.what == "transport":
+        try:
+            parse_size(args.size or "4MB")
+        except ValueError as exc:
+            print(f"emu bench: --size: {exc}", file=sys.stderr)
+            return 2
+        return bench.transport_bench(args.size or "4MB", tdf=args.tdf or 10000.0, out=args.out)
     return bench.forward(duration=args.duration)
 
 

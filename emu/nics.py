@@ -1,6 +1,7 @@
 """Processes in the host namespaces: one emulated RDMA NIC per GPU (`traffic.nic`, book
 ch.9) and one LLDP/DCBX speaker per host (`traffic.lldp_host`, ch.11), started and
-stopped by pid (never by name). Every path they are given is absolute.
+stopped by pid (never by name). Every path they are given is absolute. `uet_nic_options`:
+the NicConfig fields of a UET NIC under a QoS configuration (emu run, labs).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 from emu.procs import run_module, stop_procs, wait_ready
+from fabric.qos.config import QosConfig
 from topologies.model import Fabric
 from traffic.nic_config import NicConfig
 from traffic.nic_client import NicError, request
@@ -76,3 +78,19 @@ class NicProcesses:
         self.procs.clear()
         self.sockets.clear()
 
+
+def uet_nic_options(knobs: dict, qos: QosConfig | None, where: str = "uet") -> dict:
+    """NicConfig fields of a UET NIC with these knobs under this QoS: the switches'
+    trimmed DSCPs and, when they trim, NSCC's lower target (unless the knobs say)."""
+    knobs = dict(knobs)
+    trim = qos.trim if qos is not None else None
+    if trim is not None:
+        knobs.setdefault("trimming", True)
+    opts = {"transport": "uet", "uet": knobs,
+            "trimmed_dscps": (trim.trimmed_dscp, trim.lasthop_dscp) if trim else (-1, -1)}
+    try:
+        NicConfig(gpu="g", ifname="i", ip="10.0.0.1", mac="02:00:00:00:00:01",
+                  gateway_mac="02:00:00:00:00:02", control="/c", **opts)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return opts

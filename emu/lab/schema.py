@@ -27,6 +27,7 @@ from collectives.launch import plan as job_plan
 from collectives.ring import RING_KINDS
 from emu import faultplan, lbplan
 from emu.lab.checks import parse_expect
+from emu.nics import uet_nic_options
 from fabric.faults import parse_schedule
 from fabric.qos.config import QosConfig
 from fabric.qos.load import load_qos
@@ -49,7 +50,7 @@ FLOW_KEYS = {"name", "src", "dst", "size", "start", "qps", "write_only", "messag
 CHECK_KINDS = ("first", "order", "count", "rate", "util", "ratio", "share", "max", "counter",
                "frames", "flows", "span", "curve", "result", "pct")
 CHECK_KEYS = {"name", "source", "expect", "variant", "note", *CHECK_KINDS}
-NIC_KEYS = {"cnp_dscp", "mtu", "window", "timeout_s", "retry_cnt"}
+NIC_KEYS = {"cnp_dscp", "mtu", "window", "timeout_s", "retry_cnt", "transport", "uet"}
 LINK_RE = re.compile(r"^([\w-]+)->([\w-]+)$")
 
 
@@ -265,6 +266,12 @@ def variant_of(name: str, d: dict, title: str, tdf: float | None = None) -> Vari
     _need(isinstance(nic, dict), f"{where}nic", "a mapping")
     for k in nic:
         _need(k in NIC_KEYS, f"{where}nic.{k}", f"unknown field (known: {', '.join(sorted(NIC_KEYS))})")
+    if nic.get("transport", "roce") == "uet":  # its knobs checked, the switches' trim told
+        nic = {**nic, **uet_nic_options(nic.get("uet") or {}, qos, f"{where}nic.uet")}
+    else:
+        _need(nic.get("transport", "roce") == "roce" and "uet" not in nic,
+              f"{where}nic.transport", f"roce or uet (uet knobs need uet), got "
+                                       f"{nic.get('transport')!r}")
     wl = workload_of(d["workload"], fab, where) if d.get("workload") is not None else None
     flows_raw = d.get("flows")
     _need(wl is None or not flows_raw, f"{where}flows",

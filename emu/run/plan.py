@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from emu import capture, faultplan, lbplan
+from emu.nics import uet_nic_options
 from emu.run import options
 from fabric.faults import parse_schedule
 from fabric.qos.config import QosConfig
@@ -21,7 +22,6 @@ from fabric.qos.load import load_qos
 from fabric.qos.trim import Trim
 from fabric.timedil import TimeDilation, parse_duration
 from topologies.model import Fabric
-from traffic.nic_config import NicConfig
 
 
 @dataclass
@@ -84,24 +84,12 @@ def with_trim(qos: QosConfig | None, text: str | None) -> QosConfig | None:
 
 
 def uet_options(args: argparse.Namespace, qos: QosConfig | None) -> dict:
-    """The NicConfig fields of `--transport` and `--uet` (UET: the switches' trimmed
-    DSCPs, NSCC's lower target when they trim); {} for RoCE."""
+    """The NicConfig fields of `--transport` and `--uet`; {} for RoCE."""
     if getattr(args, "transport", "roce") != "uet":
         if getattr(args, "uet", None):
             raise ValueError("--uet: UET knobs need --transport uet")
         return {}
-    knobs = kv_arg("--uet", args.uet or "")
-    trim = qos.trim if qos is not None else None
-    if trim is not None:
-        knobs.setdefault("trimming", True)
-    opts = {"transport": "uet", "uet": knobs,
-            "trimmed_dscps": (trim.trimmed_dscp, trim.lasthop_dscp) if trim else (-1, -1)}
-    try:
-        NicConfig(gpu="g", ifname="i", ip="10.0.0.1", mac="02:00:00:00:00:01",
-                  gateway_mac="02:00:00:00:00:02", control="/c", **opts)
-    except ValueError as exc:
-        raise ValueError(f"--uet: {exc}") from None
-    return opts
+    return uet_nic_options(kv_arg("--uet", args.uet or ""), qos, "--uet")
 
 
 def run_dir_arg(out: str | None, fabric: Fabric) -> Path:

@@ -110,3 +110,44 @@ def test_other_traffic_of_the_dscp_and_trimmed_headers_are_never_cut():
     for _ in range(3):  # already trimmed (DSCP 12): on queue 7 at every switch, never cut
         b.on_frame(b.ports["eth1"], cut, 0.0)
     assert b.ports["eth2"].trimmed == 0 and b.ports["eth2"].queues.qbytes[7] == 3 * len(cut)
+
+
+# -- how a run and a lab ask for UET and trimming ------------------------------------------
+def plan_of(*argv):
+    import topologies
+    from emu.cli import build_parser
+    from emu.run.plan import make_plan
+
+    args = build_parser().parse_args(["run", "rail2x4", "--workload", "write", *argv])
+    return make_plan(args, topologies.load("rail2x4"))
+
+
+def test_emu_run_transport_uet_and_trim_reach_the_nics_and_switches():
+    p = plan_of("--transport", "uet", "--uet", "ev=reps,ack_every=2", "--trim", "threshold=50KB")
+    assert p.qos.trim == Trim(threshold_bytes=50_000)
+    assert p.workload["nic"] == {"transport": "uet", "trimmed_dscps": (11, 12),
+                                 "uet": {"ev": "reps", "ack_every": 2, "trimming": True}}
+    assert plan_of().workload["nic"] == {} and plan_of().qos.trim is None
+    for argv, match in ((["--trim", "--qos", "off"], "--trim: .*not with --qos off"),
+                        (["--uet", "ev=reps"], "--uet: UET knobs need --transport uet"),
+                        (["--transport", "uet", "--uet", "ev=sideways"], "--uet: ev"),
+                        (["--transport", "uet", "--uet", "speed"], "--uet: expected KEY=VALUE"),
+                        (["--trim", "keep=x"], "--trim.keep")):
+        with pytest.raises(ValueError, match=match):
+            plan_of(*argv)
+
+
+def test_a_lab_variant_runs_over_uet_with_the_switches_trim():
+    from emu.lab import schema as S
+    from tests.unit.test_lab_schema import BASE
+
+    d = {**BASE, "qos_overrides": {"trim": {"threshold": "30KB"}},
+         "nic": {"transport": "uet", "uet": {"mode": "rod"}}}
+    [v] = S.parse(d).variants
+    assert v.qos.trim.threshold_bytes == 30_000
+    assert v.nic == {"transport": "uet", "uet": {"mode": "rod", "trimming": True},
+                     "trimmed_dscps": (11, 12)}
+    for nic, match in (({"transport": "tcp"}, "nic.transport"), ({"uet": {}}, "nic.transport"),
+                       ({"transport": "uet", "uet": {"mode": "x"}}, "nic.uet: mode")):
+        with pytest.raises(ValueError, match=match):
+            S.parse({**BASE, "nic": nic})
