@@ -213,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "them whole: cut to keep=64 B, DSCP 11 (12 at the last hop), header "
                         "on queue 7, above threshold=100KB (also dscps=24, trimmed_dscp, "
                         "lasthop_dscp, queue); on top of --qos")
+    p.add_argument("--llr", nargs="?", const="on", default=None, metavar="K=V,...",
+                   help="link-level retry, modelled in the switch agents (UE; there is no "
+                        "PCS on a veth): a frame a degraded link would lose is replayed "
+                        "after timeout=1us, in order, up to max_replays=8; advertised in "
+                        "LLDP (oui=0xACDE48, subtype=1: not public, configurable); on top "
+                        "of --qos")
 
     p = sub.add_parser("show-switch", help="ask a running switch agent an NX-OS show command",
                        description="Answered live by the agent of a running emu fabric, e.g. "

@@ -77,6 +77,9 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
         self.p_by_tos = list(cls.priority_by_tos)
         #: UET packet trimming (fabric.qos.trim); trimmed headers ride its queue everywhere
         self.trim = self.qos.trim if self.qos is not None else None
+        #: link-level retry, modelled (fabric.qos.llr): a port runs it once LLDP agreed
+        self.llr = self.qos.llr if self.qos is not None else None
+        self.llr_lab_s = self.td.lab_time(self.llr.timeout_s) if self.llr else 0.0
         if self.trim is not None:
             for tos in range(256):
                 if self.trim.is_trimmed(tos):
@@ -419,7 +422,17 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
                 line.popleft()
                 if p.impair is not None and line is p.inflight:  # a degraded link
                     lost = p.impair.verdict()
+                    if lost is not None and p.llr and p.llr_streak < self.llr.max_replays:
+                        p.replay(frame, model_due, now, self.llr_lab_s)  # LLR: sent again
+                        if self.log.enabled and p.llr_replays & 0xFF == 1:
+                            self.log.emit("llr_replay", now, port=p.name, n=p.llr_replays,
+                                          why=lost)
+                        nxt = line[0][0] if nxt is None or line[0][0] < nxt else nxt
+                        break
                     if lost is not None:
+                        if p.llr:
+                            p.llr_exhausted += 1
+                            p.llr_streak = 0
                         p.drop(lost)
                         self.log.emit("drop", now, port=p.name, reason=lost,
                                       queue=self.q_by_tos[frame[15]]
@@ -436,6 +449,8 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
                                           queue=self.q_by_tos[frame[15]]
                                           if frame[12:14] == ETH_IPV4 else 0)
                         continue
+                if line is p.inflight:
+                    p.llr_streak = 0
                 p.tx_packets += 1
                 p.tx_bytes += len(frame)
                 if sent_at is None:

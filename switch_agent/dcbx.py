@@ -58,6 +58,7 @@ class Dcbx:
         port.lldp_rx += 1
         first = port.neighbor is None
         port.neighbor, port.neighbor_seen = nb, now
+        port.llr = lldp.llr_active(self.qos, nb)
         active = lldp.pfc_active(self.qos, nb, port.name)
         if active == port.pfc_active and not first:
             return None

@@ -55,7 +55,8 @@ class Port:
                  "drops", "ingress", "pause", "watchdog", "pfc_mode", "pfc_active",
                  "neighbor", "neighbor_seen", "lldp_rx", "lldp_tx", "pause_tx", "resume_tx",
                  "pfc_rx_frames", "eligible_at", "tx_what", "ctrl_what", "refresh_what",
-                 "paused_logged", "dre", "impair", "link_up", "trimmed", "trimmed_bytes")
+                 "paused_logged", "dre", "impair", "link_up", "trimmed", "trimmed_bytes",
+                 "llr", "llr_replays", "llr_exhausted", "llr_streak")
 
     def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int,
                  td: TimeDilation, qos: QosConfig | None = None,
@@ -90,6 +91,9 @@ class Port:
         self.rx_packets = self.rx_bytes = self.tx_packets = self.tx_bytes = 0
         self.drops: dict[str, int] = {}
         self.trimmed = self.trimmed_bytes = 0  # UET frames cut on their way out (trimming)
+        #: link-level retry (fabric.qos.llr, modelled): on when both partners advertise it
+        self.llr = False
+        self.llr_replays = self.llr_exhausted = self.llr_streak = 0
         model = cfg.model_bps
         self.pause = EgressPause(model, td)
         if qos is not None:
@@ -137,6 +141,17 @@ class Port:
         self.impair = Impair(loss, corrupt, random.Random(f"{seed}:{self.name}:impair"))\
             if loss or corrupt else None
 
+    def replay(self, frame: bytes, model_due: float, now: float, delay: float) -> None:
+        """LLR (modelled): the frame the link just lost goes out again `delay` lab seconds
+        from now, first, and every frame behind it moves back as much (order kept)."""
+        self.llr_replays += 1
+        self.llr_streak += 1
+        line = self.inflight
+        for i, (d, f, m) in enumerate(line):
+            line[i] = (d + delay, f, m + delay)
+        line.appendleft((now + delay, frame, max(model_due, now) + delay))
+        self.shaper.free_at = max(self.shaper.free_at, now) + delay  # the link replays
+
     def restore(self) -> None:
         """Back to the link's nominal rate and delay, no loss."""
         self.shaper.rate_Bps = self.cfg.lab_bps / 8.0
@@ -172,6 +187,8 @@ class Port:
         return {"rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes,
                 "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
                 "drops": drops, "trimmed": self.trimmed, "trimmed_bytes": self.trimmed_bytes,
+                "llr": {"active": self.llr, "replays": self.llr_replays,
+                        "exhausted": self.llr_exhausted},
                 "queue_bytes": self.queues.bytes,
                 "max_queue_bytes": max(q["max_depth_bytes"] for q in qc),
                 "model_bps": self.cfg.model_bps, "lab_bps": self.cfg.lab_bps,

@@ -19,6 +19,7 @@ from emu.run import options
 from fabric.faults import parse_schedule
 from fabric.qos.config import QosConfig
 from fabric.qos.load import load_qos
+from fabric.qos.llr import Llr
 from fabric.qos.trim import Trim
 from fabric.timedil import TimeDilation, parse_duration
 from topologies.model import Fabric
@@ -67,7 +68,7 @@ def kv_arg(option: str, text: str) -> dict:
         if not eq or not k:
             raise ValueError(f"{option}: expected KEY=VALUE, got {item!r}")
         try:
-            out[k] = int(v)
+            out[k] = int(v, 0)
         except ValueError:
             out[k] = v
     return out
@@ -81,6 +82,16 @@ def with_trim(qos: QosConfig | None, text: str | None) -> QosConfig | None:
         raise ValueError("--trim: the switches trim in their QoS pipeline; not with --qos off")
     return replace(qos, trim=Trim.from_dict({} if text == "on" else kv_arg("--trim", text),
                                             "--trim"))
+
+
+def with_llr(qos: QosConfig | None, text: str | None) -> QosConfig | None:
+    """`--llr [K=V,...]` on top of the QoS configuration (advertised with DCBX)."""
+    if text is None:
+        return qos
+    if qos is None:
+        raise ValueError("--llr: the switches advertise it with DCBX; not with --qos off")
+    return replace(qos, llr=Llr.from_dict({} if text == "on" else kv_arg("--llr", text),
+                                          "--llr"))
 
 
 def uet_options(args: argparse.Namespace, qos: QosConfig | None) -> dict:
@@ -102,7 +113,8 @@ def run_dir_arg(out: str | None, fabric: Fabric) -> Path:
 def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
     """Check every `emu run` option against the fabric; ValueError names the bad one."""
     targets = capture.select(fabric, args.pcap)
-    qos = with_trim(load_qos_arg(args.qos), getattr(args, "trim", None))
+    qos = with_llr(with_trim(load_qos_arg(args.qos), getattr(args, "trim", None)),
+                   getattr(args, "llr", None))
     wl = options.validate(args, fabric)
     nic = uet_options(args, qos)
     if wl is not None:

@@ -32,6 +32,7 @@ from fabric.qos.fields import NUM_QUEUES, int_in, prefixed
 from fabric.qos.interface import InterfaceQos, Watchdog
 from fabric.qos.pfc import Pfc
 from fabric.qos.queuing import Queuing
+from fabric.qos.llr import Llr
 from fabric.qos.trim import Trim
 
 MTU_RANGE = (1500, 9216)  # NX-OS network-qos mtu range
@@ -56,6 +57,8 @@ class QosConfig:
     load_balance: LoadBalance | None = None
     #: packet trimming of UET frames (issue 16, `fabric.qos.trim`); None = never trim
     trim: Trim | None = None
+    #: link-level retry, modelled (issue 16, `fabric.qos.llr`); None = off
+    llr: Llr | None = None
 
     def __post_init__(self) -> None:
         int_in("mtu", self.mtu, *MTU_RANGE)
@@ -112,6 +115,7 @@ class QosConfig:
                            **{n: dicts.interface_dict(iq) for n, iq in self.interfaces}},
             **({"load_balance": self.load_balance.to_dict()} if self.load_balance else {}),
             **({"trim": self.trim.to_dict()} if self.trim else {}),
+            **({"llr": self.llr.to_dict()} if self.llr else {}),
         }
 
     @classmethod
@@ -135,4 +139,6 @@ class QosConfig:
             kw["load_balance"] = LoadBalance.from_dict(d["load_balance"], f"{source}.load_balance")
         if d.get("trim") not in (None, False):
             kw["trim"] = Trim.from_dict(d["trim"], f"{source}.trim")
+        if d.get("llr") not in (None, False):
+            kw["llr"] = Llr.from_dict(d["llr"], f"{source}.llr")
         return prefixed(source, cls, **kw)

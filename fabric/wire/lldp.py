@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from scapy.contrib.lldp import (LLDP_NEAREST_BRIDGE_MAC, LLDPDU, LLDPDU_CLASS_TYPES,
-                                LLDPDUChassisID, LLDPDUEndOfLLDPDU, LLDPDUPortID,
+                                LLDPDUChassisID, LLDPDUEndOfLLDPDU,
+                                LLDPDUGenericOrganisationSpecific, LLDPDUPortID,
                                 LLDPDUSystemName, LLDPDUTimeToLive)
 from scapy.fields import (BitEnumField, BitField, BitFieldLenField, ByteEnumField, ByteField,
                           FieldListField, FlagsField, PacketListField, ShortField,
@@ -38,6 +39,7 @@ from fabric.qos.config import QosConfig
 from fabric.qos.fields import NUM_QUEUES
 
 OUI_IEEE_802_1 = 0x0080C2
+UE_LLR, UE_CBFC = 0x01, 0x02  #: the UE link-capabilities TLV's flags (fabric.qos.llr)
 ROCE_UDP_PORT = 4791
 TSA = {0: "strict", 1: "cbs", 2: "ets", 255: "vendor"}
 APP_SELECTORS = {1: "ethertype", 2: "tcp", 3: "udp", 4: "tcp/udp", 5: "dscp"}
@@ -139,12 +141,15 @@ class Neighbor:
     ets_bandwidth: tuple[int, ...] = ()
     ets_tsa: tuple[int, ...] = ()
     app: tuple[tuple[int, int, int], ...] = ()  # (priority, selector, protocol)
+    #: other organisationally specific TLVs: (OUI, subtype, first value byte or -1)
+    org: tuple[tuple[int, int, int], ...] = ()
 
     def to_dict(self) -> dict:
         """JSON-able record (the `lldp` entries of show.py's state dict)."""
         d = asdict(self)
         d["pfc_enabled"] = None if self.pfc_enabled is None else sorted(self.pfc_enabled)
         d["app"] = [list(a) for a in self.app]
+        d["org"] = [list(o) for o in self.org]
         for k in ("ets_tc_of_prio", "ets_bandwidth", "ets_tsa"):
             d[k] = list(d[k])
         return d
@@ -195,7 +200,18 @@ def build_lldp_frame(src_mac: str, chassis_mac: str, port_id: str, system_name: 
            / LLDPDUSystemName(system_name=system_name))
     if cfg is not None:
         pkt = pkt / dcbx_tlvs(cfg, port_id, willing)
+        if cfg.llr is not None:  # UE link capabilities (fabric.qos.llr): LLR
+            pkt = pkt / LLDPDUGenericOrganisationSpecific(
+                org_code=cfg.llr.oui, subtype=cfg.llr.subtype, data=bytes([UE_LLR]))
     return bytes(pkt / LLDPDUEndOfLLDPDU())
+
+
+def llr_active(local_cfg: QosConfig, neighbour: Neighbor | None) -> bool:
+    """LLR runs on a link when we have it and the partner advertised it (our TLV)."""
+    llr = local_cfg.llr
+    return (llr is not None and neighbour is not None
+            and any(o == llr.oui and s == llr.subtype and v >= 0 and v & UE_LLR
+                    for o, s, v in neighbour.org))
 
 
 def _text(v) -> str:
@@ -271,6 +287,15 @@ def _neighbor(pkt: Packet) -> Neighbor:
     if LLDPDUDcbxAppPriority in pkt:
         kw["app"] = tuple((a.priority, a.sel, a.protocol)
                           for a in pkt[LLDPDUDcbxAppPriority].apps)
+    org, layer = [], pkt.getlayer(LLDPDUGenericOrganisationSpecific)
+    while layer is not None:
+        if isinstance(layer, LLDPDUGenericOrganisationSpecific) and \
+                type(layer) is LLDPDUGenericOrganisationSpecific:
+            data = bytes(layer.data or b"")
+            org.append((int(layer.org_code), int(layer.subtype), data[0] if data else -1))
+        layer = layer.payload.getlayer(LLDPDUGenericOrganisationSpecific) \
+            if layer.payload else None
+    kw["org"] = tuple(org)
     return Neighbor(**kw)
 
 

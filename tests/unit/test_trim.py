@@ -45,12 +45,17 @@ def test_yaml_form_round_trips_and_names_bad_fields():
 
 def make_agent(threshold=10_000):
     """rail1 with the book's QoS plus trimming; eth1/eth2 face hosts (the last hop)."""
+    return qos_agent(QosConfig(trim=Trim(threshold_bytes=threshold)))
+
+
+def qos_agent(qos, uplink_rate=200e6):
+    """rail1 of rail2x4 at TDF 1000 with `qos`, in-memory ports: eth1/eth2 face h1/h2
+    (edge ports, VLAN 101), eth5/eth6 the spines; 10.0.2.0/24 routed via eth5 only."""
     rate = 200e6
     ports = (PortConfig("eth1", ROUTER, 200e9, rate, 0.0, 101, "h1:nic1", True),
              PortConfig("eth2", ROUTER, 200e9, rate, 0.0, 101, "h2:nic1", True),
-             PortConfig("eth5", "02:00:00:00:05:05", 400e9, rate, 0.0, None, "spine1:eth1"),
-             PortConfig("eth6", "02:00:00:00:05:06", 400e9, rate, 0.0, None, "spine2:eth1"))
-    qos = QosConfig(trim=Trim(threshold_bytes=threshold))
+             PortConfig("eth5", "02:00:00:00:05:05", 400e9, uplink_rate, 0.0, None, "spine1:eth1"),
+             PortConfig("eth6", "02:00:00:00:05:06", 400e9, uplink_rate, 0.0, None, "spine2:eth1"))
     cfg = AgentConfig("rail1", 1000.0, "/nonexistent", ports,
                       svi={"vlan101": {H1: "eth1", H2: "eth2"}}, ecmp_seed=3,
                       qos=qos.to_dict())
