@@ -219,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "after timeout=1us, in order, up to max_replays=8; advertised in "
                         "LLDP (oui=0xACDE48, subtype=1: not public, configurable); on top "
                         "of --qos")
+    p.add_argument("--cbfc", nargs="?", const="on", default=None, metavar="K=V,...",
+                   help="credit-based flow control, modelled in the switch agents (UE): on "
+                        "switch-to-switch links that both advertise it (LLDP), the lossless "
+                        "priorities run on credits (credits=the xOFF, update=64KB) instead "
+                        "of PFC pauses; host links keep PFC (the NICs speak PFC)")
 
     p = sub.add_parser("show-switch", help="ask a running switch agent an NX-OS show command",
                        description="Answered live by the agent of a running emu fabric, e.g. "

@@ -42,6 +42,7 @@ from fabric.qos.config import QosConfig
 from fabric.qos.pfc import Admission
 from fabric.qos.wred import WredVerdict
 from fabric.timedil import TimeDilation
+from fabric.wire.cbfc import build_credit_frame, parse_credit
 from fabric.wire.ether import mac_bytes
 from fabric.wire.pfc import parse_pfc
 from fabric.wire.roce import is_cnp
@@ -61,6 +62,7 @@ log = logging.getLogger("switch_agent")
 ETH_IPV4 = b"\x08\x00"
 ETH_PFC = b"\x88\x08"
 ETH_LLDP = b"\x88\xcc"
+ETH_CBFC = b"\x88\xb5"
 LINK_LOCAL = b"\x01\x80\xc2"
 
 
@@ -274,6 +276,8 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
                 self.log.emit("pfc_tx", now, port=inp.name, prio=prio,
                               quanta=ing.cfg.pause_quanta, refresh=False)
             self.enqueue(out, q, frame, inp, tos, now)
+        elif inp.cbfc is not None and prio in inp.cbfc.vcs:  # CBFC: its credits come back
+            self.enqueue(out, q, frame, inp, tos, now)
         else:
             self.enqueue(out, q, frame, None, tos, now)
 
@@ -301,7 +305,15 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
         self.backlog.add(out)
 
     def release(self, inp: Port, prio: int, nbytes: int, now: float) -> None:
-        """A frame admitted at `inp` left the switch: free its bytes; resume below xON."""
+        """A frame admitted at `inp` left the switch: free its bytes; resume below xON
+        (PFC) or return the credits once `update` bytes are owed (CBFC)."""
+        cb = inp.cbfc
+        if cb is not None and prio in cb.vcs:
+            n = cb.freed(prio, nbytes)
+            if n:
+                inp.send_ctrl(build_credit_frame(inp.mac, prio, n), now)
+                self.backlog.add(inp)
+            return
         ing = inp.ingress
         if ing.release(prio, nbytes, now):
             inp.send_ctrl(ing.resume_frames[prio], now)
@@ -328,6 +340,17 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
                 self.backlog.add(port)  # the paused set changed: re-evaluate the scheduler
                 if now < port.eligible_at:  # a resume: queued frames may leave from now
                     port.eligible_at = now
+        elif et == ETH_CBFC:
+            upd = parse_credit(frame)
+            if upd is None or port.cbfc is None:
+                port.drop("bad_cbfc")
+                return
+            if port.cbfc.grant(*upd):  # credits back: the channel may send again
+                self.backlog.add(port)
+                if now < port.eligible_at:
+                    port.eligible_at = now
+                self.log.emit("cbfc_resume", now, port=port.name, prio=upd[0],
+                              credits=port.cbfc.credits[upd[0]])
         elif et == ETH_LLDP and self.dcbx is not None:
             was_on = bool(port.pfc_active)
             text = self.dcbx.receive(port, frame, now)
@@ -373,6 +396,13 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
                     if pq.events:
                         queue_events(self.log, p, now)
                     q, frame, tag, queued = item
+                    cb = p.cbfc
+                    if cb is not None:
+                        vc = p_by_tos[frame[15]] if frame[12:14] == ETH_IPV4 else 0
+                        if cb.consume(vc, len(frame)):
+                            mask = p.paused_mask(now)  # out of credits: the channel stops
+                            self.log.emit("cbfc_block", now, port=p.name, prio=vc,
+                                          credits=cb.credits[vc])
                     if tag is not None:
                         self.release(tag, p_by_tos[frame[15]], len(frame), now)
                     free = sh.free_at

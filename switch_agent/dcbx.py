@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from fabric.qos.config import QosConfig
+from fabric.qos.cbfc import CreditState
 from fabric.wire import lldp
 from switch_agent.port import Port
 
@@ -59,9 +60,18 @@ class Dcbx:
         first = port.neighbor is None
         port.neighbor, port.neighbor_seen = nb, now
         port.llr = lldp.llr_active(self.qos, nb)
-        active = lldp.pfc_active(self.qos, nb, port.name)
-        if active == port.pfc_active and not first:
+        cb = lldp.cbfc_active(self.qos, nb)
+        changed = cb != (port.cbfc is not None)
+        if changed:  # CBFC replaces PFC on this link (fabric.qos.cbfc)
+            c = self.qos.cbfc
+            port.cbfc = CreditState(frozenset(self.qos.pfc.no_drop),
+                                    c.credits_bytes or self.qos.pfc.xoff_bytes,
+                                    c.update_bytes, self.qos.mtu) if cb else None
+        active = frozenset() if cb else lldp.pfc_active(self.qos, nb, port.name)
+        if active == port.pfc_active and not first and not changed:
             return None
         port.set_pfc_active(active)
+        how = (f"CBFC on priorities {sorted(self.qos.pfc.no_drop)} (instead of PFC)" if cb
+               else f"PFC active on priorities {sorted(active)}")
         return (f"{port.name}: LLDP neighbour {nb.system_name or nb.chassis_id} "
-                f"port {nb.port_id}; PFC active on priorities {sorted(active)}")
+                f"port {nb.port_id}; {how}")

@@ -22,6 +22,7 @@ from fabric.qos.queuing import Queuing
 from fabric.timedil import TimeDilation
 from switch_agent.config import PortConfig
 from fabric.wire.ether import mac_bytes
+from fabric.qos.cbfc import CreditState
 from switch_agent.queues import PortQueues
 from switch_agent.shaper import Shaper
 from switch_agent.watchdog import PfcWatchdog
@@ -56,7 +57,7 @@ class Port:
                  "neighbor", "neighbor_seen", "lldp_rx", "lldp_tx", "pause_tx", "resume_tx",
                  "pfc_rx_frames", "eligible_at", "tx_what", "ctrl_what", "refresh_what",
                  "paused_logged", "dre", "impair", "link_up", "trimmed", "trimmed_bytes",
-                 "llr", "llr_replays", "llr_exhausted", "llr_streak")
+                 "llr", "llr_replays", "llr_exhausted", "llr_streak", "cbfc")
 
     def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int,
                  td: TimeDilation, qos: QosConfig | None = None,
@@ -94,6 +95,9 @@ class Port:
         #: link-level retry (fabric.qos.llr, modelled): on when both partners advertise it
         self.llr = False
         self.llr_replays = self.llr_exhausted = self.llr_streak = 0
+        #: credit-based flow control (fabric.qos.cbfc, modelled): on when both partners
+        #: advertise it; it then replaces PFC on this link
+        self.cbfc: CreditState | None = None
         model = cfg.model_bps
         self.pause = EgressPause(model, td)
         if qos is not None:
@@ -169,6 +173,8 @@ class Port:
         m = self.pause.paused_mask(now)
         if self.watchdog is not None:
             m = self.watchdog.effective_mask(m)
+        if self.cbfc is not None:
+            m |= self.cbfc.blocked  # channels out of credits
         return m
 
     # -- reporting -------------------------------------------------------------------
@@ -189,6 +195,7 @@ class Port:
                 "drops": drops, "trimmed": self.trimmed, "trimmed_bytes": self.trimmed_bytes,
                 "llr": {"active": self.llr, "replays": self.llr_replays,
                         "exhausted": self.llr_exhausted},
+                "cbfc": self.cbfc.counters() if self.cbfc is not None else None,
                 "queue_bytes": self.queues.bytes,
                 "max_queue_bytes": max(q["max_depth_bytes"] for q in qc),
                 "model_bps": self.cfg.model_bps, "lab_bps": self.cfg.lab_bps,

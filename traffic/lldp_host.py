@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
         s.bind((ifname, 0))
         m = iface_mac(ifname)
-        socks.append((s, build_lldp_frame(m, m, ifname, a.host, cfg)))
+        # the NIC emulator speaks PFC, not CBFC: its link keeps PFC (fabric.qos.cbfc)
+        socks.append((s, build_lldp_frame(m, m, ifname, a.host, cfg, cbfc_capable=False)))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
         for s, frame in socks:

@@ -19,6 +19,7 @@ from emu.run import options
 from fabric.faults import parse_schedule
 from fabric.qos.config import QosConfig
 from fabric.qos.load import load_qos
+from fabric.qos.cbfc import Cbfc
 from fabric.qos.llr import Llr
 from fabric.qos.trim import Trim
 from fabric.timedil import TimeDilation, parse_duration
@@ -74,24 +75,16 @@ def kv_arg(option: str, text: str) -> dict:
     return out
 
 
-def with_trim(qos: QosConfig | None, text: str | None) -> QosConfig | None:
-    """`--trim [K=V,...]` on top of the QoS configuration (it needs the QoS pipeline)."""
+def with_part(qos: QosConfig | None, option: str, part, text: str | None) -> QosConfig | None:
+    """`--trim/--llr/--cbfc [K=V,...]` on top of the QoS configuration (the switches do
+    it in their QoS pipeline and advertise it with DCBX): QosConfig's field `option`."""
     if text is None:
         return qos
     if qos is None:
-        raise ValueError("--trim: the switches trim in their QoS pipeline; not with --qos off")
-    return replace(qos, trim=Trim.from_dict({} if text == "on" else kv_arg("--trim", text),
-                                            "--trim"))
-
-
-def with_llr(qos: QosConfig | None, text: str | None) -> QosConfig | None:
-    """`--llr [K=V,...]` on top of the QoS configuration (advertised with DCBX)."""
-    if text is None:
-        return qos
-    if qos is None:
-        raise ValueError("--llr: the switches advertise it with DCBX; not with --qos off")
-    return replace(qos, llr=Llr.from_dict({} if text == "on" else kv_arg("--llr", text),
-                                          "--llr"))
+        raise ValueError(f"--{option}: the switches do it in their QoS pipeline; not with "
+                         f"--qos off")
+    return replace(qos, **{option: part.from_dict(
+        {} if text == "on" else kv_arg(f"--{option}", text), f"--{option}")})
 
 
 def uet_options(args: argparse.Namespace, qos: QosConfig | None) -> dict:
@@ -113,8 +106,9 @@ def run_dir_arg(out: str | None, fabric: Fabric) -> Path:
 def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
     """Check every `emu run` option against the fabric; ValueError names the bad one."""
     targets = capture.select(fabric, args.pcap)
-    qos = with_llr(with_trim(load_qos_arg(args.qos), getattr(args, "trim", None)),
-                   getattr(args, "llr", None))
+    qos = load_qos_arg(args.qos)
+    for opt, part in (("trim", Trim), ("llr", Llr), ("cbfc", Cbfc)):
+        qos = with_part(qos, opt, part, getattr(args, opt, None))
     wl = options.validate(args, fabric)
     nic = uet_options(args, qos)
     if wl is not None:

@@ -32,6 +32,7 @@ from fabric.qos.fields import NUM_QUEUES, int_in, prefixed
 from fabric.qos.interface import InterfaceQos, Watchdog
 from fabric.qos.pfc import Pfc
 from fabric.qos.queuing import Queuing
+from fabric.qos.cbfc import Cbfc
 from fabric.qos.llr import Llr
 from fabric.qos.trim import Trim
 
@@ -59,6 +60,8 @@ class QosConfig:
     trim: Trim | None = None
     #: link-level retry, modelled (issue 16, `fabric.qos.llr`); None = off
     llr: Llr | None = None
+    #: credit-based flow control on switch links, modelled (issue 16, `fabric.qos.cbfc`)
+    cbfc: Cbfc | None = None
 
     def __post_init__(self) -> None:
         int_in("mtu", self.mtu, *MTU_RANGE)
@@ -116,6 +119,7 @@ class QosConfig:
             **({"load_balance": self.load_balance.to_dict()} if self.load_balance else {}),
             **({"trim": self.trim.to_dict()} if self.trim else {}),
             **({"llr": self.llr.to_dict()} if self.llr else {}),
+            **({"cbfc": self.cbfc.to_dict()} if self.cbfc else {}),
         }
 
     @classmethod
@@ -141,4 +145,6 @@ class QosConfig:
             kw["trim"] = Trim.from_dict(d["trim"], f"{source}.trim")
         if d.get("llr") not in (None, False):
             kw["llr"] = Llr.from_dict(d["llr"], f"{source}.llr")
+        if d.get("cbfc") not in (None, False):
+            kw["cbfc"] = Cbfc.from_dict(d["cbfc"], f"{source}.cbfc")
         return prefixed(source, cls, **kw)

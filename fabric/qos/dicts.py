@@ -20,7 +20,7 @@ from fabric.qos.wred import Wred
 
 #: top-level keys of the schema
 TOP_KEYS = ("kind", "name", "description", "classification", "queuing", "pfc", "watchdog",
-            "mtu", "cnp", "interfaces", "load_balance", "trim", "llr")
+            "mtu", "cnp", "interfaces", "load_balance", "trim", "llr", "cbfc")
 # YAML key -> dataclass field, per part
 WRED_KEYS = {"min": "min_bytes", "max": "max_bytes", "max_prob": "max_prob_pct",
              "weight": "weight", "ecn": "ecn"}

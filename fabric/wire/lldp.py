@@ -36,6 +36,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from fabric.qos.config import QosConfig
+from fabric.qos.llr import Llr
 from fabric.qos.fields import NUM_QUEUES
 
 OUI_IEEE_802_1 = 0x0080C2
@@ -191,8 +192,10 @@ def dcbx_tlvs(cfg: QosConfig, ifname: str | None = None, willing: bool = False) 
 
 
 def build_lldp_frame(src_mac: str, chassis_mac: str, port_id: str, system_name: str,
-                     cfg: QosConfig | None = None, ttl: int = 120, willing: bool = False) -> bytes:
-    """An LLDPDU frame (to 01:80:C2:00:00:0E, Ethertype 0x88CC) with DCBX TLVs if `cfg`."""
+                     cfg: QosConfig | None = None, ttl: int = 120, willing: bool = False,
+                     cbfc_capable: bool = True) -> bytes:
+    """An LLDPDU frame (to 01:80:C2:00:00:0E, Ethertype 0x88CC) with DCBX TLVs if `cfg`,
+    and the UE link-capabilities TLV when it has LLR or (`cbfc_capable`: a switch) CBFC."""
     pkt = (Ether(dst=LLDP_NEAREST_BRIDGE_MAC, src=src_mac)
            / LLDPDUChassisID(subtype=4, id=chassis_mac)
            / LLDPDUPortID(subtype=5, id=port_id)
@@ -200,18 +203,35 @@ def build_lldp_frame(src_mac: str, chassis_mac: str, port_id: str, system_name: 
            / LLDPDUSystemName(system_name=system_name))
     if cfg is not None:
         pkt = pkt / dcbx_tlvs(cfg, port_id, willing)
-        if cfg.llr is not None:  # UE link capabilities (fabric.qos.llr): LLR
-            pkt = pkt / LLDPDUGenericOrganisationSpecific(
-                org_code=cfg.llr.oui, subtype=cfg.llr.subtype, data=bytes([UE_LLR]))
+        flags = (UE_LLR if cfg.llr else 0) | (UE_CBFC if cfg.cbfc and cbfc_capable else 0)
+        if flags:  # fabric.qos.llr / fabric.qos.cbfc
+            oui, sub = ue_link_ids(cfg)
+            pkt = pkt / LLDPDUGenericOrganisationSpecific(org_code=oui, subtype=sub,
+                                                           data=bytes([flags]))
     return bytes(pkt / LLDPDUEndOfLLDPDU())
+
+
+def ue_link_ids(cfg: QosConfig) -> tuple[int, int]:
+    """(OUI, subtype) of the UE link-capabilities TLV: LLR's, else its defaults."""
+    llr = cfg.llr or Llr()
+    return llr.oui, llr.subtype
+
+
+def _ue_flags(cfg: QosConfig, neighbour: Neighbor | None) -> int:
+    if neighbour is None:
+        return 0
+    oui, sub = ue_link_ids(cfg)
+    return next((v for o, s, v in neighbour.org if o == oui and s == sub and v >= 0), 0)
 
 
 def llr_active(local_cfg: QosConfig, neighbour: Neighbor | None) -> bool:
     """LLR runs on a link when we have it and the partner advertised it (our TLV)."""
-    llr = local_cfg.llr
-    return (llr is not None and neighbour is not None
-            and any(o == llr.oui and s == llr.subtype and v >= 0 and v & UE_LLR
-                    for o, s, v in neighbour.org))
+    return local_cfg.llr is not None and bool(_ue_flags(local_cfg, neighbour) & UE_LLR)
+
+
+def cbfc_active(local_cfg: QosConfig, neighbour: Neighbor | None) -> bool:
+    """CBFC replaces PFC on a link when we have it and the partner advertised it."""
+    return local_cfg.cbfc is not None and bool(_ue_flags(local_cfg, neighbour) & UE_CBFC)
 
 
 def _text(v) -> str:
