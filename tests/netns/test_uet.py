@@ -3,12 +3,17 @@ switches' ordinary flow ECMP spreads one message over both spines because every 
 carries its own entropy value, and a congested egress trims instead of queueing; the
 receiver NACKs the trimmed packets and the senders resend them - every byte arrives."""
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 import topologies
 from emu.net import FabricNet
 from fabric.qos.config import QosConfig
 from fabric.qos.trim import Trim
+from emu.capture import Captures
 from traffic.workloads import rdma
 
 pytestmark = pytest.mark.netns
@@ -30,14 +35,33 @@ def uplink_bytes(fnet):
     return ports["eth5"]["tx_bytes"], ports["eth6"]["tx_bytes"]
 
 
-def test_one_uet_write_is_byte_exact_and_spread_over_both_spines(fnet):
+LUA = Path(__file__).resolve().parents[2] / "wireshark" / "uet.lua"
+
+
+def test_one_uet_write_is_byte_exact_and_spread_over_both_spines(fnet, tmp_path):
     before = uplink_bytes(fnet)
+    caps = Captures(tmp_path, bound_kb=20_000, snaplen=128)
+    caps.start(fnet, [("h4", "nic2")])
     r = rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", 4 * MB)
+    caps.stop()
     after = uplink_bytes(fnet)
     assert r["status"] == "SUCCESS" and r["byte_exact"] and r["recv_imm"] is not None
     d5, d6 = after[0] - before[0], after[1] - before[1]
     assert d5 + d6 > 4 * MB and min(d5, d6) > 0.3 * (d5 + d6), (d5, d6)  # ~1:1 by EV
     assert r["timeouts"] == 0, r
+    if shutil.which("tshark") is None:
+        pytest.skip("needs tshark (./setup.sh installs it)")
+    out = subprocess.run(["tshark", "-X", f"lua_script:{LUA}", "-r", str(tmp_path / "h4-nic2.pcap"),
+                          "-Y", "uet", "-T", "fields", "-E", "occurrence=f",
+                          "-e", "uet.pds.type", "-e", "uet.pds.flags.syn", "-e", "udp.srcport",
+                          "-e", "uet.ses.request_length"],
+                         capture_output=True, text=True, timeout=300)
+    assert "Lua" not in out.stderr, out.stderr
+    rows = [line.split("\t") for line in out.stdout.splitlines()]
+    reqs = [x for x in rows if x[0] == "2"]  # RUD_REQ, as the dissector decodes it
+    acks = [x for x in rows if x[0] == "8"]  # ACK_CC from h4g2
+    assert len(reqs) >= 4 * MB // 4096 and reqs[0][1] == "1" and acks
+    assert len({x[2] for x in reqs}) > 100  # an entropy value per packet: many source ports
 
 
 def test_an_incast_is_trimmed_nacked_resent_and_byte_exact(fnet):
