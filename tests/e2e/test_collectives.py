@@ -149,3 +149,19 @@ def test_a_script_that_never_communicates_fails_saying_so(tmp_path):
     s = json.loads((d / "summary.json").read_text())
     assert s["verdict"] == "fail" and s["workload"]["no_fabric_bytes"] is True
     assert "no rank's NIC moved a byte over the fabric" in r.stdout
+
+
+def test_ring_allreduce_over_uet_is_exact_and_sprays(tmp_path):
+    """Issue 16: the emu backend's channels over UET (RUD, NSCC, an entropy value per
+    packet); the book's ring crosses the spines, where the packets of one QP spread."""
+    d = tmp_path / "uet"
+    emu_run(d, "--transport", "uet", "--workload", "allreduce", "--size", "1000008",
+            "--dtype", "int64", "--iters", "1", "--ring", "rank", "--pcap", "none")
+    s = json.loads((d / "summary.json").read_text())
+    assert s["transport"] == "uet"
+    rows = s["workload"]["rank0"]["rows"]
+    assert [(r["dtype"], r["count"], r["correct"]) for r in rows] == [("int64", 125001, True)]
+    counters = json.loads((d / "last_counters.json").read_text())
+    up = [p["tx_bytes"] for p in counters["rail1"]["ports"].values()
+          if p["peer"].startswith("spine")]
+    assert len(up) == 2 and min(up) > 0.25 * sum(up), up  # both spines carried the ring
