@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     server.start()
-    log.info("NIC %s up on %s (%s), link %g bit/s model, TDF %g, DCQCN %s", cfg.gpu,
-             cfg.ifname, cfg.ip, cfg.model_bps, cfg.tdf, cfg.dcqcn)
+    cc = (f"UET ({cfg.uet_config().mode}, NSCC)" if cfg.transport == "uet"
+          else f"RoCEv2 RC, DCQCN {cfg.dcqcn}")
+    log.info("NIC %s up on %s (%s), link %g bit/s model, TDF %g, %s", cfg.gpu,
+             cfg.ifname, cfg.ip, cfg.model_bps, cfg.tdf, cc)
     try:
         nic.run()
     finally:

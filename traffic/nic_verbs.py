@@ -119,7 +119,10 @@ class NicQp:
             return {}
         rq, n = ep.requester, ep.requester.nscc
         nscc = {k: td.model_time(v) if k.endswith("_s") else v for k, v in n.snapshot().items()}
+        t = ep.target.counters if ep.target is not None else None
         return {"transport": "uet",
+                # RC's names where UET has the same thing: an access violation at the target
+                "rx_nak_access": t.drop_access if t is not None else 0,
                 "rate_model_bps": td.model_rate(min(n.link_bps, n.cwnd * 8 / n.base_rtt)),
                 "nscc": nscc, "pdc": {"local": rq.spdcid, "peer": rq.dpdcid,
                                               "target": ep.target.pdcid if ep.target else None},

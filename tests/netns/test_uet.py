@@ -60,7 +60,10 @@ def test_one_uet_write_is_byte_exact_and_spread_over_both_spines(fnet, tmp_path)
     rows = [line.split("\t") for line in out.stdout.splitlines()]
     reqs = [x for x in rows if x[0] == "2"]  # RUD_REQ, as the dissector decodes it
     acks = [x for x in rows if x[0] == "8"]  # ACK_CC from h4g2
-    assert len(reqs) >= 4 * MB // 4096 and reqs[0][1] == "1" and acks
+    # (dumpcap on a loaded 2-core machine may miss a few: the decode is what is checked)
+    assert len(reqs) >= 0.9 * 4 * MB // 4096 and reqs[0][1] == "1" and acks
+    syn = [x[1] for x in reqs]
+    assert syn.count("1") < len(syn) // 2 and syn[-1] == "0", syn.count("1")  # SYN until ACKed
     assert len({x[2] for x in reqs}) > 100  # an entropy value per packet: many source ports
 
 
