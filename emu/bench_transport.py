@@ -45,7 +45,8 @@ def incast_row(run_dir: Path, s: dict, size: int) -> dict:
     port = next((p for p in (counters.get("rail1") or {}).get("ports", {}).values()
                  if p.get("peer", "").startswith("h4:")), {})
     tdf = s.get("tdf") or 1.0
-    done_us = w.get("seconds_lab", float("nan")) / tdf * 1e6
+    lab = w.get("seconds_lab") or {}  # per sender, from the start of all of them
+    done_us = (max(lab.values()) if lab else float("nan")) / tdf * 1e6
     pauses = sum(c.get("pause_tx", 0) for sw in (s.get("classes") or {}).values()
                  for c in sw.values())
     return {"completion_us": done_us, "ideal_us": len(SENDERS) * size * 8 / 200e9 * 1e6,

@@ -14,7 +14,7 @@ def test_incast_row_reads_completion_queue_pauses_trims(tmp_path):
     s = {"tdf": 10000, "switches": {"rail1": {"trimmed": 7}, "spine1": {"trimmed": 0}},
          "classes": {"rail1": {"3": {"pause_tx": 2}, "0": {"pause_tx": 0}},
                      "spine1": {"3": {"pause_tx": 1}}},
-         "workload": {"seconds_lab": 3.6, "status": {"h1g1": "SUCCESS", "h2g1": "SUCCESS"},
+         "workload": {"seconds_lab": {"h1g1": 3.6, "h2g1": 2.9}, "status": {"h1g1": "SUCCESS", "h2g1": "SUCCESS"},
                       "byte_exact": {"h1g1": True, "h2g1": True},
                       "retransmits": {"h1g1": 4, "h2g1": 3}, "cnps_rx": {"h1g1": 0}}}
     r = incast_row(tmp_path, s, 4 << 20)
