@@ -7,7 +7,9 @@ send CQ) and returns packet descriptors (`TxReq`) the NIC turns into frames.
 * A work request (RDMA WRITE, with immediate) is one SES message: packets of at most the
   MTU, each carrying where it goes (the SES standard header: the target's buffer offset,
   memory key, message offset, request length; the first one SOM with the immediate as
-  header data (HD), the last EOM and ACK-requested (AR)).
+  header data (HD), the last EOM and ACK-requested (AR)). AR also marks a packet that
+  fills the window and every retransmission: the target ACKs only every `ack_every`
+  packets otherwise, and a sender blocked on its window would wait for the RTO.
 * The PDC is set up on the fly: until the first ACK names the target's PDC, packets
   carry SYN and their offset from the start PSN (at most `syn_window` of them).
 * In flight is bounded by NSCC's window (bytes); the entropy value of each packet comes
@@ -169,12 +171,13 @@ class Initiator:
                       header_data=imm or 0, payload_length=size if i else 0,
                       message_offset=i * mtu if i else 0)
 
-    def _tx(self, p: _Pkt, psn: int, now: float, retx: bool) -> TxReq:
+    def _tx(self, p: _Pkt, psn: int, now: float, retx: bool, ar: bool = False) -> TxReq:
         m, mtu = p.msg, self.cfg.mtu
         off = p.index * mtu
         payload = (m.mr.view(m.wr.local_addr + off, p.size) if p.size and m.mr is not None
                    else memoryview(b""))
-        flags = (F_AR if p.index == m.npkts - 1 else 0) | (F_RETX if retx else 0)
+        ar = ar or retx or p.index == m.npkts - 1
+        flags = (F_AR if ar else 0) | (F_RETX if retx else 0)
         p.sent_at, p.ev = now, self.entropy.next()
         c = self.counters
         c.packets += 1
@@ -213,7 +216,10 @@ class Initiator:
         self.cur_index += 1
         if self.cur_index >= m.npkts:
             self.cur = None
-        return self._tx(p, psn, now, False)
+        # the window is full after this one: ask for the ACK now, or the target may sit on
+        # 1..ack_every-1 packets while we wait for them to be acknowledged (the RTO)
+        full = self.inflight_bytes + self.cfg.mtu > self.nscc.cwnd
+        return self._tx(p, psn, now, False, ar=full)
 
     # -- acknowledgements --------------------------------------------------------------
     def _acked(self, psn: int, now: float) -> int:
