@@ -26,6 +26,7 @@ log = logging.getLogger("emu.capture")
 
 DEFAULT_SNAPLEN = 512
 DEFAULT_BOUND_KB = 20_000  # per file
+STOP_SETTLE_S = 0.6  #: > dumpcap's 250 ms read timeout: its last block reaches the file
 
 
 def select(fabric: Fabric, spec: str) -> list[tuple[str, str]]:
@@ -88,8 +89,15 @@ class Captures:
         time.sleep(0.5)
 
     def stop(self) -> dict[str, dict]:
-        """Stop all captures; return per-file size and whether the bound truncated it."""
+        """Stop all captures; return per-file size and whether the bound truncated it.
+
+        First wait out dumpcap's read timeout: libpcap hands packets over a block at a
+        time (TPACKET_V3, a block released when full or after the timeout, 250 ms in
+        dumpcap), and a dumpcap terminated before then loses the last block - measured:
+        of 3 pings across h4's NIC, 1 in 6 runs kept only the first."""
         out = {}
+        if any(p.poll() is None for p in self.procs.values()):
+            time.sleep(STOP_SETTLE_S)
         for (node, ifname), p in self.procs.items():
             if p.poll() is None:
                 p.terminate()
