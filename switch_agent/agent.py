@@ -61,6 +61,8 @@ log = logging.getLogger("switch_agent")
 
 ETH_IPV4 = b"\x08\x00"
 ETH_PFC = b"\x88\x08"
+#: flows remembered per cache before it is emptied (UET sprays: one flow per entropy value)
+FLOW_CACHE_MAX = 65536
 ETH_LLDP = b"\x88\xcc"
 ETH_CBFC = b"\x88\xb5"
 LINK_LOCAL = b"\x01\x80\xc2"
@@ -119,6 +121,7 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
         # the common case's cache, keyed by one slice (src, dst IP, ports) per protocol:
         # IHL 5 TCP/UDP frames need no flow_key (~1 us) to find their decision
         self.fast: dict[int, dict[bytes, Path | object | str]] = {6: {}, 17: {}}
+        self.cache_flushes = 0  # a cache reached FLOW_CACHE_MAX and was emptied
         self.local: set[bytes] = set()
         self.fib_table: dict | None = None  # prefix -> next hops last installed
         self.port_ip: dict[str, bytes] = {}  # ingress port -> address to answer from
@@ -172,6 +175,9 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
                 cache, key = self.cache, flow_key(frame)
             hit = cache.get(key)
             if hit is None:
+                if len(cache) >= FLOW_CACHE_MAX:  # bounded: UET sprays a flow per EV
+                    cache.clear()
+                    self.cache_flushes += 1
                 hit = cache[key] = self.route(frame, now)
             if hit.__class__ is not Path:
                 if hit.__class__ is str:

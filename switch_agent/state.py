@@ -27,7 +27,9 @@ class AgentState:
                 "lb": {"mode": self.lb.mode, "describe": self.lb.describe(),
                        "paths": self.balancer.paths(),
                        "flowlets": self.balancer.flowlet_counts(),
-                       "untracked": self.balancer.untracked}}
+                       "untracked": self.balancer.untracked,
+                       "flow_cache": {"flows": len(self.cache) + sum(map(len, self.fast.values())),
+                                      "flushes": self.cache_flushes}}}
         if self.log.enabled:
             for p in self.ports.values():
                 if p.pause.expired:  # expiries the counters noticed

@@ -79,6 +79,22 @@ def test_same_flow_same_uplink_and_flows_spread():
     assert (n5, n6) == (2 * 187, 2 * 213)
 
 
+def test_the_flow_cache_is_bounded_and_flows_keep_their_uplink(monkeypatch):
+    import switch_agent.agent as agent_mod
+    monkeypatch.setattr(agent_mod, "FLOW_CACHE_MAX", 100)
+    a = make_agent()
+    frames = [bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "10.0.2.14", 200, sport=sp))
+              for sp in range(50000, 50400)]          # 400 flows: 4 x the bound
+    for f in frames + frames:
+        a.on_frame(a.ports["eth1"], f, 0.0)
+    run(a, 0.05)
+    # the same 187 / 213 split as without the bound: a flow routed again takes the same
+    # ECMP member (the hash is deterministic)
+    assert (a.ports["eth5"].tx_packets, a.ports["eth6"].tx_packets) == (2 * 187, 2 * 213)
+    fc = a.snapshot()["lb"]["flow_cache"]
+    assert fc["flows"] <= 100 and fc["flushes"] == 7   # 800 lookups, a flush per 100 misses
+
+
 def with_proto(f, proto, options=b""):
     """`f` (IPv4/UDP from build_frame) as protocol `proto`, with IP `options` (IHL > 5);
     the checksum is not fixed (the agent's rewrite is incremental, it never checks it)."""
