@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "rank, a comma list is a size sweep (default 64MB)")
     p.add_argument("--write-only", action="store_true",
                    help="write: every packet WRITE ONLY with its own RETH (ch.12)")
+    p.add_argument("--send", action="store_true",
+                   help="write: a SEND into a receive buffer the target posted instead of an "
+                        "RDMA WRITE (not with --write-only on RoCE: a SEND cannot be sprayed)")
     p.add_argument("--dcqcn", default="paper", choices=["paper", "nvidia", "off"],
                    help="NIC congestion control profile (default paper; RoCE only)")
     p.add_argument("--transport", default="roce", choices=["roce", "uet"],
@@ -207,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "so every workload and --script runs over either")
     p.add_argument("--uet", default=None, metavar="K=V,...",
                    help="UET knobs: mode=rud|rod, ev=oblivious|reps|fixed, ack_every=4, "
-                        "reps_slots=8 (with --transport uet)")
+                        "reps_slots=8, rnr_s=0.00064 (model s a SEND with no receive posted "
+                        "waits), rnr_retries=7 (with --transport uet)")
     p.add_argument("--trim", nargs="?", const="on", default=None, metavar="K=V,...",
                    help="switches trim UET frames on a congested egress instead of queueing "
                         "them whole: cut to keep=64 B, DSCP 11 (12 at the last hop), header "

@@ -247,9 +247,26 @@ class NicClient:
               "rkey": remote.rkey if rkey is None else rkey, "signaled": signaled, "imm": imm}
         self.call("post_send", qpn=qpn, wrs=[wr])
 
-    def post_recv(self, qpn: int, wr_ids: list[int] | int) -> None:
-        """Receive WRs, consumed by incoming WRITEs with immediate (one each)."""
-        self.call("post_recv", qpn=qpn, wr_ids=[wr_ids] if isinstance(wr_ids, int) else wr_ids)
+    def post_send_msg(self, qpn: int, wr_id: int, mr: MemoryRegion, offset: int, length: int,
+                      imm: int | None = None, signaled: bool = True) -> None:
+        """SEND (with immediate if `imm` is set) of mr[offset:offset+length]: it lands in
+        the buffer of the peer's oldest posted receive (`post_recv` with a buffer)."""
+        wr = {"wr_id": wr_id, "opcode": "send", "local_addr": mr.addr + offset,
+              "length": length, "lkey": mr.lkey, "signaled": signaled, "imm": imm}
+        self.call("post_send", qpn=qpn, wrs=[wr])
+
+    def post_recv(self, qpn: int, wr_ids: list[int] | int, mr: MemoryRegion | None = None,
+                  offset: int = 0, length: int = 0) -> None:
+        """Receive WRs: each consumed by an incoming WRITE with immediate, or by a SEND,
+        which lands in mr[offset:offset+length] (one buffer for all `wr_ids` posted here:
+        post one at a time for separate buffers)."""
+        ids = [wr_ids] if isinstance(wr_ids, int) else wr_ids
+        if mr is None:
+            self.call("post_recv", qpn=qpn, wr_ids=ids)
+            return
+        self.call("post_recv", qpn=qpn, wr_ids=[
+            {"wr_id": i, "addr": mr.addr + offset, "length": length, "lkey": mr.lkey}
+            for i in ids])
 
     def poll_cq(self, cq: int, n: int = 16, timeout: float = 0.0) -> list[WC]:
         """Up to `n` completions; waits up to `timeout` lab seconds for the first one."""

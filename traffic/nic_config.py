@@ -116,11 +116,16 @@ class NicConfig:
         """The UET transport's config: the NIC's MTU, RTO and retries, the knobs of `uet`."""
         u = dict(self.uet)
         nscc = {k: u.pop(k) for k in ("trimming", "base_rtt_s") if k in u}
-        known = {"mode", "ev", "ack_every", "reps_slots", "ev_range"}
+        known = {"mode", "ev", "ack_every", "reps_slots", "ev_range", "rnr_s", "rnr_retries"}
         bad = sorted(set(u) - known)
         if bad:
             raise ValueError(f"uet: unknown knob(s) {bad} (known: "
                              f"{', '.join(sorted(known | {'trimming', 'base_rtt_s'}))})")
+        if "rnr_s" in u:
+            try:
+                u["rnr_s"] = float(u["rnr_s"])
+            except (TypeError, ValueError):
+                raise ValueError(f"uet: rnr_s: model seconds, got {u['rnr_s']!r}") from None
         if "ev_range" in u:
             u["ev_range"] = tuple(u["ev_range"])
         return UetConfig(mtu=self.mtu, rto_s=self.timeout_s, retries=self.retry_cnt,

@@ -51,7 +51,7 @@ from traffic.rc_config import RcConfig
 from traffic.uet.endpoint import UetEndpoint
 from traffic.uet.frames import frame_of as uet_frame_of
 from traffic.uet.initiator import TxReq
-from traffic.verbs import WR, Context, VerbsError, WROpcode
+from traffic.verbs import MIN_RNR_TIMER_S, WR, Context, VerbsError, WROpcode
 
 __all__ = ["NicQp", "NicVerbs"]
 
@@ -297,31 +297,46 @@ class NicVerbs:
     def to_rts(self, q: NicQp) -> None:
         """RTR -> RTS: start PSN, local ACK timeout (model, converted to lab), retries."""
         q.ep.qp.modify_to_rts(q.start_psn, self.td.lab_time(self.cfg.timeout_s),
-                              self.cfg.retry_cnt)
+                              self.cfg.retry_cnt, rnr_delay_s=self.td.lab_time(MIN_RNR_TIMER_S))
         q.blocked = False
         q.ready_at = self.clock()
         self.wake()
 
     def post_send(self, qpn: int, wrs: list[dict]) -> None:
-        """ibv_post_send of RDMA WRITE [with immediate] work requests."""
+        """ibv_post_send of RDMA WRITE or SEND [with immediate] work requests (`opcode`
+        "write" - the default - or "send"; `imm` makes it the with-immediate kind)."""
         q = self._qp(qpn)
         if q.blocked or q.ep.requester.idle():  # nothing to send until now
             q.ready_at = self.clock()
         for w in wrs:
             imm = w.get("imm")
-            wr = WR(int(w["wr_id"]), WROpcode.WRITE if imm is None else WROpcode.WRITE_WITH_IMM,
-                    int(w["local_addr"]), int(w["length"]), int(w["lkey"]),
-                    int(w["remote_addr"]), int(w["rkey"]), bool(w.get("signaled", True)), imm)
+            kind = w.get("opcode", "write")
+            if kind not in ("write", "send"):
+                raise VerbsError(f"opcode: write or send, got {kind!r}")
+            send = kind == "send"
+            if send and q.write_only and not isinstance(q.ep, UetEndpoint):
+                raise VerbsError("opcode: a SEND carries no address and cannot be sprayed; "
+                                 f"QP {qpn:#x} is write-only (WRITE ONLY packets)")
+            op = ((WROpcode.SEND_WITH_IMM if send else WROpcode.WRITE_WITH_IMM) if imm is not None
+                  else WROpcode.SEND if send else WROpcode.WRITE)
+            wr = WR(int(w["wr_id"]), op, int(w["local_addr"]), int(w["length"]), int(w["lkey"]),
+                    int(w.get("remote_addr", 0)), int(w.get("rkey", 0)),
+                    bool(w.get("signaled", True)), imm)
             q.ep.qp.post_send(wr)
             self.ev.emit("wr_post", self.clock(), qp=qpn, wr_id=wr.wr_id, bytes=wr.length)
         q.blocked = False
         self.wake()
 
-    def post_recv(self, qpn: int, wr_ids: list[int]) -> None:
-        """ibv_post_recv (for WRITE with immediate)."""
+    def post_recv(self, qpn: int, wrs: list[int | dict]) -> None:
+        """ibv_post_recv: a wr_id (for a WRITE with immediate), or {wr_id, addr, length,
+        lkey} - the buffer a SEND lands in."""
         q = self._qp(qpn)
-        for i in wr_ids:
-            q.ep.qp.post_recv(int(i))
+        for w in wrs:
+            if isinstance(w, dict):
+                q.ep.qp.post_recv(int(w["wr_id"]), int(w.get("addr", 0)),
+                                  int(w.get("length", 0)), int(w.get("lkey", 0)))
+            else:
+                q.ep.qp.post_recv(int(w))
 
     def _pd(self, h: int) -> Any:
         return _get(self.pds, h, "pd: no protection domain")

@@ -1,4 +1,4 @@
-"""Segmentation of an RDMA WRITE message into RC packets (IBA 9.4.3).
+"""Segmentation of an RDMA WRITE or SEND message into RC packets (IBA 9.4.3).
 
 Book ch.12: Figures 12-1..12-3 (a message as WRITE FIRST, MIDDLE..., LAST; the RETH
 only in the first packet) and Figure 12-7 (packet spraying: every packet a WRITE ONLY
@@ -30,14 +30,24 @@ def packet_count(length: int, mtu: int) -> int:
     return max(1, -(-length // mtu))
 
 
-def segment_at(i: int, length: int, mtu: int, write_only: bool = False, imm: bool = False) -> Segment:
-    """Packet i of a message: FIRST/MIDDLE/LAST/ONLY, or all WRITE ONLY in write-only mode."""
+_SEND = {"only": (Op.SEND_ONLY, Op.SEND_ONLY_IMM), "first": (Op.SEND_FIRST, Op.SEND_FIRST),
+         "middle": (Op.SEND_MIDDLE, Op.SEND_MIDDLE), "last": (Op.SEND_LAST, Op.SEND_LAST_IMM)}
+
+
+def segment_at(i: int, length: int, mtu: int, write_only: bool = False, imm: bool = False,
+               send: bool = False) -> Segment:
+    """Packet i of a message: FIRST/MIDDLE/LAST/ONLY, or all WRITE ONLY in write-only mode.
+    A SEND (`send`) is always FIRST/MIDDLE/LAST/ONLY: it carries no address to be placed
+    by on its own, so it cannot be sprayed (write-only mode does not apply)."""
     n = packet_count(length, mtu)
     if not 0 <= i < n:
         raise IndexError(f"i: packet {i} of a {n}-packet message")
     off = i * mtu
     size = min(mtu, length - off)
     last = i == n - 1
+    if send:
+        place = "only" if n == 1 else "first" if i == 0 else "last" if last else "middle"
+        return Segment(_SEND[place][imm], off, size)
     if n == 1 or write_only:
         op = Op.WRITE_ONLY_IMM if imm and last else Op.WRITE_ONLY
     elif i == 0:
@@ -49,7 +59,8 @@ def segment_at(i: int, length: int, mtu: int, write_only: bool = False, imm: boo
     return Segment(op, off, size)
 
 
-def segments(length: int, mtu: int, write_only: bool = False, imm: bool = False) -> Iterator[Segment]:
+def segments(length: int, mtu: int, write_only: bool = False, imm: bool = False,
+             send: bool = False) -> Iterator[Segment]:
     """All packets of a message, lazily (a 64 MB write needs no 64 MB of anything)."""
     for i in range(packet_count(length, mtu)):
-        yield segment_at(i, length, mtu, write_only, imm)
+        yield segment_at(i, length, mtu, write_only, imm, send)

@@ -3,12 +3,14 @@
 Book ch.9 (Figures 9-5/9-6: the requester builds BTH + RETH from the work request) and
 ch.12 (Figures 12-1..12-3, 12-7). IBA Vol. 1 ch.9.7 (PSNs, AckReq, ACK/NAK handling,
 go-back-N retransmission on a PSN-sequence NAK or on the local ACK timeout, retry
-count) and 10.8.3 (a failed WR flushes the rest, the QP goes to ERROR).
+count; an RNR NAK - the peer had no receive WR for a SEND - holds the QP for the RNR
+delay, then goes back to that PSN, at most rnr_retry times: RNR_RETRY_EXC_ERR) and
+10.8.3 (a failed WR flushes the rest, the QP goes to ERROR).
 
 Works on packet descriptors (`fabric.wire.ib.RocePkt`); time (`now`, seconds of the
 caller's clock) and the pacing decision come from outside. `on_event`, if set, hears
 what the RNIC logs (docs/EVENTS.md): on_event(name, now, **fields) for "wr_done"
-(wr_id, status), "nak_rx" (psn, syndrome) and "retransmit" (psn, why nak/timeout).
+(wr_id, status), "nak_rx" (psn, syndrome) and "retransmit" (psn, why nak/timeout/rnr).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from fabric.wire.ib import (IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, R
                             Op, RocePkt, decode_syndrome, psn_add, psn_diff, psn_lt)
 from traffic.rc_config import RcConfig
 from traffic.rc_segment import packet_count, segment_at
-from traffic.verbs import MR, QP, WC, WR, Access, QPState, WCOpcode, WCStatus, WROpcode
+from traffic.verbs import (IMM_WR_OPS, MR, QP, SEND_WR_OPS, WC, WR, Access, QPState, WCStatus,
+                           wc_opcode_of)
 
 __all__ = ["Requester", "RequesterCounters"]
 
@@ -38,6 +41,7 @@ class RequesterCounters:
     timeouts: int = 0
     acks: int = 0
     naks: int = 0
+    rnr_naks: int = 0
     completions: int = 0
 
 
@@ -67,6 +71,8 @@ class Requester:
         q = self.qp
         self.una = self.nxt = self.tail = self.max_sent = q.sq_psn
         self.retries_left = q.retry_cnt
+        self.rnr_left = q.rnr_retry
+        self.rnr_hold = False  # an RNR NAK came: nothing is sent until the timer fires
         self._started = True
 
     @property
@@ -110,7 +116,7 @@ class Requester:
             return None
         if not self._started:
             self._start()
-        if psn_diff(self.nxt, self.una) >= cfg.window:
+        if self.rnr_hold or psn_diff(self.nxt, self.una) >= cfg.window:
             return None
         if self.nxt == self.tail and not self._pull(now):
             return None
@@ -118,7 +124,8 @@ class Requester:
         assert m is not None, "PSN between una and tail must belong to a message"
         wr, psn = m.wr, self.nxt
         i = psn_diff(psn, m.first_psn)
-        seg = segment_at(i, wr.length, self.mtu, cfg.write_only, wr.opcode is WROpcode.WRITE_WITH_IMM)
+        seg = segment_at(i, wr.length, self.mtu, cfg.write_only, wr.opcode in IMM_WR_OPS,
+                         wr.opcode in SEND_WR_OPS)
         pkt = RocePkt(seg.opcode, q.dest_qpn, psn, pkey=q.pkey, src=q.local_addr, dst=q.remote_addr)
         if seg.size:
             assert m.mr is not None
@@ -158,6 +165,7 @@ class Requester:
         if psn_lt(self.nxt, self.una):
             self.nxt = self.una
         self.retries_left = self.qp.retry_cnt
+        self.rnr_left = self.qp.rnr_retry
         while self._msgs:
             m = self._msgs[0]
             if not psn_lt(psn_add(m.first_psn, m.npkts - 1), self.una):
@@ -179,7 +187,15 @@ class Requester:
         kind, code = decode_syndrome(syndrome)
         if not 0 <= psn_diff(psn, self.una) < max(1, psn_diff(self.max_sent, self.una)):
             return  # stale NAK
-        if kind is AckKind.RNR_NAK or code == NAK_PSN_SEQ & 0x1F:
+        if kind is AckKind.RNR_NAK:
+            # IBA 9.7.5.2.8: wait the RNR delay, then resend from this PSN
+            self.counters.rnr_naks += 1
+            self.nxt, self.rnr_hold = psn, True
+            self.deadline = now + self.qp.rnr_delay_s
+            return
+        if code == NAK_PSN_SEQ & 0x1F:
+            if self.rnr_hold:
+                return  # the RNR NAK's PSN is where we go back to, after the RNR delay
             log.debug("QP %#x: NAK %#x at PSN %#x, go back", self.qp.qpn, syndrome, psn)
             self.nxt = psn
             self.deadline = now + self.qp.timeout_s
@@ -196,17 +212,22 @@ class Requester:
         """Retransmission timer: on expiry go back to the oldest unacked PSN, or give up."""
         if self.deadline is None or now < self.deadline or self.qp.state is not QPState.RTS:
             return
-        self.counters.timeouts += 1
-        if self.retries_left <= 0:
+        rnr, self.rnr_hold = self.rnr_hold, False  # the RNR delay ran out, or the ACK timeout
+        if not rnr:
+            self.counters.timeouts += 1
+        if (self.rnr_left if rnr else self.retries_left) <= 0:
             m = self._find(self.una)
             if m is not None:
-                self._fail(m, WCStatus.RETRY_EXC_ERR, now)
+                self._fail(m, WCStatus.RNR_RETRY_EXC_ERR if rnr else WCStatus.RETRY_EXC_ERR, now)
             return
-        self.retries_left -= 1
-        self.nxt = self.una
+        if rnr:
+            self.rnr_left -= 1
+        else:
+            self.retries_left -= 1
+        self.nxt = self.una  # after an RNR NAK, una is its PSN (everything before is acked)
         self.deadline = now + self.qp.timeout_s
         if self.on_event is not None:
-            self.on_event("retransmit", now, psn=self.una, why="timeout")
+            self.on_event("retransmit", now, psn=self.una, why="rnr" if rnr else "timeout")
 
     def on_response(self, pkt: RocePkt, now: float) -> None:
         """Dispatch an ACK/NAK packet addressed to this QP."""
@@ -223,7 +244,7 @@ class Requester:
 
     def _complete(self, m: _Msg, status: WCStatus, now: float) -> None:
         self.counters.completions += 1
-        self.qp.send_cq.push(WC(m.wr.wr_id, status, WCOpcode.RDMA_WRITE,
+        self.qp.send_cq.push(WC(m.wr.wr_id, status, wc_opcode_of(m.wr.opcode),
                                 m.wr.length if status is WCStatus.SUCCESS else 0, self.qp.qpn))
         if self.on_event is not None:
             self.on_event("wr_done", now, wr_id=m.wr.wr_id, status=status.value)

@@ -1,7 +1,10 @@
 """The responder (receiving) side of an RDMA RC queue pair, as a pure state machine.
 
 Book ch.9 (Figure 9-6: the responder checks P_Key and R_Key, places the payload in the
-registered memory, completes a WRITE with immediate on the receive CQ) and ch.12
+registered memory, completes a WRITE with immediate on the receive CQ; a SEND lands in
+the buffer of the oldest posted receive WR, which completes RECV - with none posted it
+is answered by an RNR NAK, IBA 9.7.5.2.8, and is tried again; longer than the buffer
+it completes LOC_LEN_ERR and is NAKed invalid request, IBA 9.7.4.1.4) and ch.12
 (Figure 12-7: sprayed WRITE ONLY packets placed in any order). IBA Vol. 1 ch.9.7
 (expected PSN, duplicates re-ACKed not re-executed 9.9.2, one PSN-sequence NAK per gap,
 NAK codes of Table 45), 10.9.3 (P_Key check); packets for a wrong QP or P_Key, or with
@@ -18,10 +21,15 @@ import logging
 from dataclasses import dataclass
 
 from fabric.wire.ib import (END_OPS, IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, RETH_OPS,
-                            WRITE_OPS, Op, RocePkt, encode_ack, pkey_match, psn_add, psn_diff,
-                            psn_lt)
+                            SEND_OPS, WRITE_OPS, Op, RocePkt, encode_ack, pkey_match, psn_add,
+                            psn_diff, psn_lt)
 from traffic.rc_config import RcConfig
-from traffic.verbs import MR, QP, WC, Access, QPState, WCOpcode, WCStatus
+from traffic.verbs import MR, QP, WC, Access, QPState, RecvWR, WCOpcode, WCStatus
+
+#: the RNR NAK syndrome emu's responder sends: kind 01, timer code 12 = 0.64 ms (IBA
+#: Table 45); the requester waits its QP's rnr_delay_s (by default that same 0.64 ms)
+RNR_NAK_SYNDROME = 0x20 | 12
+_SEND_STARTS = frozenset({Op.SEND_FIRST, Op.SEND_ONLY, Op.SEND_ONLY_IMM})
 
 __all__ = ["Responder", "ResponderCounters"]
 
@@ -40,6 +48,8 @@ class ResponderCounters:
     nak_seq: int = 0
     nak_access: int = 0
     nak_inv_req: int = 0
+    rnr_nak: int = 0
+    recv_len_err: int = 0
     drop_pkey: int = 0
     drop_qpn: int = 0
     drop_state: int = 0
@@ -65,6 +75,7 @@ class Responder:
         self._dup_acked = False     # one re-ACK per run of duplicates (plus those with AckReq)
         self._since_ack = 0
         self._msg: tuple[MR, int, int, int] | None = None  # (mr, next va, bytes left, total)
+        self._recv: tuple[RecvWR, MR | None, int] | None = None  # a SEND: (wqe, mr, bytes in)
         self._seen = 0              # write-only: bit i = PSN epsn+i received
         self._imm: dict[int, tuple[int, int]] = {}  # write-only: psn -> (imm, byte_len)
         self._ackreq_hi: int | None = None  # write-only: an AckReq PSN not yet acked
@@ -85,7 +96,8 @@ class Responder:
         return [self._reply(pkt, psn_add(self.epsn, -1), encode_ack(None))]
 
     def _nak(self, pkt: RocePkt, syndrome: int, psn: int, fatal: bool) -> list[RocePkt]:
-        name = {NAK_PSN_SEQ: "nak_seq", NAK_REM_ACCESS: "nak_access"}.get(syndrome, "nak_inv_req")
+        name = {NAK_PSN_SEQ: "nak_seq", NAK_REM_ACCESS: "nak_access",
+                RNR_NAK_SYNDROME: "rnr_nak"}.get(syndrome, "nak_inv_req")
         setattr(self.counters, name, getattr(self.counters, name) + 1)
         if fatal:
             log.info("QP %#x: NAK %#x for PSN %#x, QP to ERROR", self.qp.qpn, syndrome, psn)
@@ -128,8 +140,42 @@ class Responder:
 
     def _recv_imm(self, imm: int | None, byte_len: int) -> None:
         q = self.qp
-        wr_id = q.rq.popleft() if q.rq else 0
-        q.recv_cq.push(WC(wr_id, WCStatus.SUCCESS, WCOpcode.RECV_RDMA_WITH_IMM, byte_len, q.qpn, imm))
+        wqe = q.take_recv()
+        q.recv_cq.push(WC(wqe.wr_id if wqe else 0, WCStatus.SUCCESS, WCOpcode.RECV_RDMA_WITH_IMM,
+                          byte_len, q.qpn, imm))
+
+    def _on_send(self, pkt: RocePkt) -> list[RocePkt] | None:
+        """A SEND packet in sequence: into the posted receive buffer. Returns the reply
+        when the packet is refused (RNR, length, sequence of opcodes), else None."""
+        q, op, size = self.qp, pkt.opcode, len(pkt.payload)
+        if self._msg is not None or (op in _SEND_STARTS) == (self._recv is not None):
+            return self._nak(pkt, NAK_INV_REQ, pkt.psn, True)
+        if self._recv is None:
+            wqe = q.take_recv()
+            if wqe is None:  # receiver not ready: not fatal, the requester tries again
+                self._nak_sent = True  # what follows is dropped until it comes back here
+                return self._nak(pkt, RNR_NAK_SYNDROME, pkt.psn, False)
+            mr = q.pd.ctx.lookup_lkey(q.pd, wqe.lkey) if wqe.length else None
+            self._recv = (wqe, mr, 0)
+        wqe, mr, got = self._recv
+        if op in (Op.SEND_FIRST, Op.SEND_MIDDLE) and size != self.mtu:
+            return self._nak(pkt, NAK_INV_REQ, pkt.psn, True)
+        if got + size > wqe.length or (size and (mr is None or not mr.allows(
+                wqe.addr + got, size, Access.LOCAL_WRITE))):
+            self.counters.recv_len_err += 1
+            self._recv = None
+            q.recv_cq.push(WC(wqe.wr_id, WCStatus.LOC_LEN_ERR, WCOpcode.RECV, 0, q.qpn))
+            return self._nak(pkt, NAK_INV_REQ, pkt.psn, True)
+        if size:
+            assert mr is not None
+            self._place(mr, wqe.addr + got, pkt.payload)
+        got += size
+        self._recv = (wqe, mr, got)
+        if op in END_OPS:
+            self._recv = None
+            q.recv_cq.push(WC(wqe.wr_id, WCStatus.SUCCESS, WCOpcode.RECV, got, q.qpn,
+                              pkt.imm if op in IMM_OPS else None))
+        return None
 
     def on_packet(self, pkt: RocePkt, now: float) -> list[RocePkt]:
         """Process one request packet; returns the ACK/NAK packets to send (maybe none)."""
@@ -148,13 +194,20 @@ class Responder:
                 return []
             self._nak_sent = True
             return self._nak(pkt, NAK_PSN_SEQ, self.epsn, False)
-        if pkt.opcode not in WRITE_OPS:
+        if pkt.opcode not in WRITE_OPS and pkt.opcode not in SEND_OPS:
             return self._nak(pkt, NAK_INV_REQ, pkt.psn, True)
         self._nak_sent = self._dup_acked = False
         size, op = len(pkt.payload), pkt.opcode
         if size > self.mtu:
             return self._nak(pkt, NAK_INV_REQ, pkt.psn, True)
-        if op in RETH_OPS:
+        total = 0
+        if op in SEND_OPS:
+            refused = self._on_send(pkt)
+            if refused is not None:
+                return refused
+        elif self._recv is not None:  # a WRITE inside a SEND
+            return self._nak(pkt, NAK_INV_REQ, pkt.psn, True)
+        elif op in RETH_OPS:
             total = pkt.dlen or 0
             if self._msg is not None or pkt.dlen is None or (
                     size != total if op != Op.WRITE_FIRST else (size != self.mtu or total <= size)):
@@ -178,7 +231,7 @@ class Responder:
             self._msg = (mr, va + size, left - size, total) if op == Op.WRITE_MIDDLE else None
         if op in END_OPS:
             self.msn = psn_add(self.msn, 1)
-            if op in IMM_OPS:
+            if op in IMM_OPS and op not in SEND_OPS:
                 self._recv_imm(pkt.imm, total)
         self.epsn = psn_add(self.epsn, 1)
         self._since_ack += 1

@@ -57,6 +57,13 @@ class WROpcode(enum.Enum):
 
     WRITE = "RDMA_WRITE"
     WRITE_WITH_IMM = "RDMA_WRITE_WITH_IMM"
+    SEND = "SEND"                      #: into the peer's next posted receive buffer
+    SEND_WITH_IMM = "SEND_WITH_IMM"
+
+
+#: opcodes that carry an immediate / that consume a receive WR at the peer
+IMM_WR_OPS = frozenset({WROpcode.WRITE_WITH_IMM, WROpcode.SEND_WITH_IMM})
+SEND_WR_OPS = frozenset({WROpcode.SEND, WROpcode.SEND_WITH_IMM})
 
 
 class WCStatus(enum.Enum):
@@ -68,14 +75,27 @@ class WCStatus(enum.Enum):
     REM_INV_REQ_ERR = "REM_INV_REQ_ERR"
     REM_OP_ERR = "REM_OP_ERR"
     RETRY_EXC_ERR = "RETRY_EXC_ERR"
+    RNR_RETRY_EXC_ERR = "RNR_RETRY_EXC_ERR"  #: the peer had no receive posted, too long
+    LOC_LEN_ERR = "LOC_LEN_ERR"          #: a SEND longer than the posted receive buffer
     WR_FLUSH_ERR = "WR_FLUSH_ERR"
 
 
 class WCOpcode(enum.Enum):
-    """Work completion opcode: a send-side RDMA write or a receive of an immediate."""
+    """Work completion opcode: a send-side RDMA write or SEND, a received SEND, or the
+    receive WR an RDMA WRITE with immediate consumed."""
 
     RDMA_WRITE = "RDMA_WRITE"
+    SEND = "SEND"
+    RECV = "RECV"
     RECV_RDMA_WITH_IMM = "RECV_RDMA_WITH_IMM"
+
+
+def wc_opcode_of(op: WROpcode) -> WCOpcode:
+    """The send-side completion opcode of a work request."""
+    return WCOpcode.SEND if op in SEND_WR_OPS else WCOpcode.RDMA_WRITE
+
+
+MIN_RNR_TIMER_S = 0.64e-3  #: IBA Table 45, min_rnr_timer 12: the RNR delay emu uses
 
 
 def ib_timeout_s(exponent: int) -> float:
@@ -98,6 +118,18 @@ class WR:
     rkey: int
     signaled: bool = True
     imm: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class RecvWR:
+    """A receive work request (ibv_recv_wr with at most one SGE): a SEND lands in
+    [addr, addr + length) of the MR of `lkey`; length 0 takes only WRITEs with immediate
+    and zero-byte SENDs."""
+
+    wr_id: int
+    addr: int = 0
+    length: int = 0
+    lkey: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -213,7 +245,9 @@ class QP:
         self.timeout_s = ib_timeout_s(14)
         self.retry_cnt = 7
         self.sq: deque[WR] = deque()
-        self.rq: deque[int] = deque()
+        self.rq: deque[RecvWR] = deque()
+        self.rnr_retry = 7
+        self.rnr_delay_s = MIN_RNR_TIMER_S  # of the caller's clock
 
     def _move(self, new: QPState) -> None:
         if (self.state, new) not in _LEGAL:
@@ -240,18 +274,25 @@ class QP:
         self.dest_qpn, self.rq_psn, self.path_mtu = dest_qpn, rq_psn, path_mtu
         self.remote_addr, self.local_addr = remote_addr, local_addr
 
-    def modify_to_rts(self, sq_psn: int, timeout_s: float | None = None, retry_cnt: int = 7) -> None:
-        """RTR -> RTS: local start PSN, ACK timeout (seconds, of the caller's clock), retries."""
+    def modify_to_rts(self, sq_psn: int, timeout_s: float | None = None, retry_cnt: int = 7,
+                      rnr_retry: int = 7, rnr_delay_s: float | None = None) -> None:
+        """RTR -> RTS: local start PSN, ACK timeout (seconds, of the caller's clock), retries,
+        and how often / after how long a SEND the peer had no receive for is tried again
+        (rnr_retry: IBA's 7 means "forever"; emu bounds it at 7 so a job fails, not hangs)."""
         if not 0 <= sq_psn < 1 << 24:
             raise VerbsError(f"sq_psn: must be 24 bit, got {sq_psn:#x}")
-        if not 0 <= retry_cnt <= 7:
-            raise VerbsError(f"retry_cnt: must be 0..7, got {retry_cnt}")
-        if timeout_s is not None and timeout_s <= 0:
-            raise VerbsError(f"timeout_s: must be > 0, got {timeout_s}")
+        for name, v in (("retry_cnt", retry_cnt), ("rnr_retry", rnr_retry)):
+            if not 0 <= v <= 7:
+                raise VerbsError(f"{name}: must be 0..7, got {v}")
+        for name, t in (("timeout_s", timeout_s), ("rnr_delay_s", rnr_delay_s)):
+            if t is not None and t <= 0:
+                raise VerbsError(f"{name}: must be > 0, got {t}")
         self._move(QPState.RTS)
-        self.sq_psn, self.retry_cnt = sq_psn, retry_cnt
+        self.sq_psn, self.retry_cnt, self.rnr_retry = sq_psn, retry_cnt, rnr_retry
         if timeout_s is not None:
             self.timeout_s = timeout_s
+        if rnr_delay_s is not None:
+            self.rnr_delay_s = rnr_delay_s
 
     def to_error(self) -> None:
         """Any state -> ERROR (outstanding WRs are flushed by the transport)."""
@@ -271,15 +312,30 @@ class QP:
             raise VerbsError(f"max_send_wr: send queue full ({self.max_send_wr})")
         if not 0 <= wr.length < 1 << 31:
             raise VerbsError(f"length: must be 0..2^31-1, got {wr.length}")
-        if (wr.opcode is WROpcode.WRITE_WITH_IMM) != (wr.imm is not None):
-            raise VerbsError(f"imm: required exactly for WRITE_WITH_IMM, got {wr.imm!r}")
+        if (wr.opcode in IMM_WR_OPS) != (wr.imm is not None):
+            raise VerbsError(f"imm: required exactly for WRITE_WITH_IMM and SEND_WITH_IMM, "
+                             f"got {wr.imm!r} for {wr.opcode.value}")
+        if wr.imm is not None and not 0 <= wr.imm <= 0xFFFFFFFF:
+            raise VerbsError(f"imm: must be 32 bit, got {wr.imm!r}")
         self.sq.append(wr)
 
-    def post_recv(self, wr_id: int) -> None:
-        """Post a receive WR, consumed by an incoming RDMA WRITE with immediate."""
+    def post_recv(self, wr_id: int, addr: int = 0, length: int = 0, lkey: int = 0) -> None:
+        """Post a receive WR: consumed by an incoming SEND (which lands in [addr, addr +
+        length) of the MR of `lkey`) or RDMA WRITE with immediate (no buffer used)."""
         if self.state is QPState.RESET or self.state is QPState.ERROR:
             raise VerbsError(f"state: post_recv needs INIT/RTR/RTS, QP is {self.state.value}")
-        self.rq.append(wr_id)
+        if not 0 <= length < 1 << 31:
+            raise VerbsError(f"length: must be 0..2^31-1, got {length}")
+        if length:
+            mr = self.pd.ctx.lookup_lkey(self.pd, lkey)
+            if mr is None or not mr.allows(addr, length, Access.LOCAL_WRITE):
+                raise VerbsError(f"lkey: no locally writable MR of L_Key {lkey:#x} holds "
+                                 f"[{addr:#x}, +{length})")
+        self.rq.append(RecvWR(wr_id, addr, length, lkey))
+
+    def take_recv(self) -> RecvWR | None:
+        """The oldest posted receive WR, removed from the queue (None: nothing posted)."""
+        return self.rq.popleft() if self.rq else None
 
 
 class PD:

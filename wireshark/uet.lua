@@ -165,6 +165,7 @@ local function dissect_ses(buf, tree, at, nh, info)
       parts[#parts + 1] = "len=" .. buf(at + 40, 4):uint()
     else
       t:add(f.ses_small_length, buf(at + 2, 2))
+      parts[#parts + 1] = "len=" .. bit32.band(buf(at + 2, 2):uint(), 0x3FFF)
       ids(t, buf, at + 4)
       if nh == 1 then
         t:add(f.ses_buffer_offset, buf(at + 12, 8))

@@ -27,6 +27,8 @@ def validate(args: argparse.Namespace, fab: Fabric) -> dict | None:
         if not args.script or not Path(args.script[0]).is_file():
             raise ValueError(f"--script: no such file {(args.script or [''])[0]!r}")
         args.workload = "script"
+    if getattr(args, "send", False) and args.workload != "write":
+        raise ValueError(f"--send: with --workload write, not {args.workload or 'none'}")
     if args.workload is None:
         return None
     if args.workload == "bookexample":
@@ -34,6 +36,10 @@ def validate(args: argparse.Namespace, fab: Fabric) -> dict | None:
     if args.workload in TORCH_WORKLOADS:
         return _torch_options(args, fab)
     if args.workload == "write":
+        roce = getattr(args, "transport", "roce") != "uet"
+        if getattr(args, "send", False) and args.write_only and roce:
+            raise ValueError("--send and --write-only: a SEND carries no address, RoCE cannot "
+                             "spray it (UET can: --transport uet)")
         named = [("--src", args.src), ("--dst", args.dst)]
     else:
         named = [("--to", args.to)] + [("--from", g) for g in args.froms.split(",") if g]

@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Op", "RETH_OPS", "IMM_OPS", "AETH_OPS", "WRITE_OPS", "END_OPS", "RocePkt",
+__all__ = ["Op", "RETH_OPS", "IMM_OPS", "AETH_OPS", "WRITE_OPS", "SEND_OPS", "END_OPS", "RocePkt",
            "PSN_MASK", "PSN_HALF", "psn_add", "psn_diff", "psn_lt", "SYN_ACK", "NAK_PSN_SEQ",
            "NAK_INV_REQ", "NAK_REM_ACCESS", "NAK_REM_OP", "CREDITS_INVALID", "CREDIT_TABLE",
            "AckKind", "encode_ack", "encode_nak", "decode_syndrome", "PATH_MTUS", "pkey_match"]
@@ -41,7 +41,11 @@ class Op(enum.IntEnum):
         op.operation, op.place, op.headers = operation, place, headers
         return op
 
+    SEND_FIRST = 0x00, "SEND", "first", ""
+    SEND_MIDDLE = 0x01, "SEND", "middle", ""
+    SEND_LAST = 0x02, "SEND", "last", ""
     SEND_LAST_IMM = 0x03, "SEND", "last", "I"
+    SEND_ONLY = 0x04, "SEND", "only", ""
     SEND_ONLY_IMM = 0x05, "SEND", "only", "I"
     WRITE_FIRST = 0x06, "WRITE", "first", "R"
     WRITE_MIDDLE = 0x07, "WRITE", "middle", ""
@@ -63,6 +67,8 @@ IMM_OPS = frozenset(op for op in Op if "I" in op.headers)
 AETH_OPS = frozenset(op for op in Op if "A" in op.headers)
 #: the RDMA WRITE request opcodes
 WRITE_OPS = frozenset(op for op in Op if op.operation == "WRITE")
+#: the SEND request opcodes
+SEND_OPS = frozenset(op for op in Op if op.operation == "SEND")
 #: opcodes that end a message (its last or only packet)
 END_OPS = frozenset(op for op in Op if op.place in ("last", "only"))
 

@@ -46,7 +46,11 @@ def _prologue(pds_type: int, nh: int, flags: int) -> int:
 
 @dataclass(slots=True, frozen=True)
 class SesReq:
-    """An SES standard request header's fields (UET_FACTS "SES")."""
+    """An SES request header's fields (UET_FACTS "SES"): standard (`hdr` REQ_STD, 44 B),
+    or for a single-packet message medium (32 B: header data if S_HD, else the buffer
+    offset; initiator, memory key) or small (20 B: the buffer offset only). The 14-bit
+    request length of medium and small bounds them to 16383 bytes; they carry no
+    message ID (parsed as 0)."""
 
     opcode: int
     flags: int              # S_SOM, S_EOM, S_HD, ... (the version stays 0)
@@ -62,13 +66,25 @@ class SesReq:
     message_offset: int = 0  # on later packets: where it goes in the message
     initiator: int = 0
     index_generation: int = 0
+    hdr: int = NextHdr.REQ_STD
 
     def pack(self) -> bytes:
-        """The 44 header bytes."""
+        """The header bytes (44, 32 or 20 by `hdr`)."""
+        ij = (self.index_generation & 0xFF) << 24 | (self.job_id & 0xFFFFFF)
+        if self.hdr != NextHdr.REQ_STD:
+            if self.request_length > 0x3FFF:
+                raise ValueError(f"request_length: {self.request_length} needs the standard "
+                                 "header (medium and small hold 14 bits)")
+            head = (self.opcode & 0x3F, self.flags & 0x3F, self.request_length, ij,
+                    self.pid_on_fep & 0xFFF, self.resource_index & 0xFFF)
+            if self.hdr == NextHdr.REQ_SMALL:
+                return _SES_SMALL.pack(*head, self.buffer_offset)
+            first = self.header_data if self.flags & S_HD else self.buffer_offset
+            return _SES_MED.pack(*head, first, self.initiator, self.mem_key)
         tail = self.header_data if self.flags & S_SOM else (
             (self.payload_length & 0x3FFF) << 32 | (self.message_offset & 0xFFFFFFFF))
         return _SES_STD.pack(self.opcode & 0x3F, self.flags & 0x3F, self.message_id & 0xFFFF,
-                             (self.index_generation & 0xFF) << 24 | (self.job_id & 0xFFFFFF),
+                             ij,
                              self.pid_on_fep & 0xFFF, self.resource_index & 0xFFF,
                              self.buffer_offset, self.initiator, self.mem_key, tail,
                              self.request_length)
@@ -104,8 +120,9 @@ class UetTemplate:
     def request(self, sport: int, psn: int, spdcid: int, dpdcid: int | None, flags: int,
                 ses: SesReq, payload: bytes | memoryview = b"", rod: bool = False,
                 psn_offset: int = 0, clear_psn_offset: int = 0, ecn: int | None = None) -> bytes:
-        """A RUD (or ROD) request with an SES standard header; dpdcid None = SYN (the
-        PDC is new: the PSN offset from its start PSN goes where dpdcid would)."""
+        """A RUD (or ROD) request with its SES header (`ses.hdr`: standard, medium or
+        small); dpdcid None = SYN (the PDC is new: the PSN offset from its start PSN goes
+        where dpdcid would)."""
         if dpdcid is None:
             flags |= F_SYN
             last = psn_offset & 0xFFF
@@ -113,7 +130,7 @@ class UetTemplate:
             flags &= ~F_SYN
             last = dpdcid & 0xFFFF
         t = PdsType.ROD_REQ if rod else PdsType.RUD_REQ
-        pds = _REQ.pack(_prologue(t, NextHdr.REQ_STD, flags), clear_psn_offset, psn & 0xFFFFFFFF,
+        pds = _REQ.pack(_prologue(t, ses.hdr, flags), clear_psn_offset, psn & 0xFFFFFFFF,
                         spdcid & 0xFFFF, last)
         tos = self.dscp << 2 | (self.ecn if ecn is None else ecn)
         return self._frame(sport, tos, pds + ses.pack() + bytes(payload))
@@ -271,13 +288,14 @@ def parse(frame: bytes | bytearray | memoryview, verify_csum: bool = False) -> U
         elif nh == NextHdr.REQ_SMALL:
             op, sf, rl, ij, pid, ri, boff = _SES_SMALL.unpack_from(mv, s)
             f.ses = SesReq(op & 0x3F, sf & 0x3F, 0, ij & 0xFFFFFF, pid & 0xFFF, ri & 0xFFF,
-                           boff, 0, rl & 0x3FFF, index_generation=ij >> 24)
+                           boff, 0, rl & 0x3FFF, index_generation=ij >> 24,
+                           hdr=NextHdr.REQ_SMALL)
         elif nh == NextHdr.REQ_MEDIUM:
             op, sf, rl, ij, pid, ri, hd, init, key = _SES_MED.unpack_from(mv, s)
             hdr = bool(sf & S_HD)
             f.ses = SesReq(op & 0x3F, sf & 0x3F, 0, ij & 0xFFFFFF, pid & 0xFFF, ri & 0xFFF,
                            0 if hdr else hd, key, rl & 0x3FFF, hd if hdr else 0, 0, 0, init,
-                           ij >> 24)
+                           ij >> 24, NextHdr.REQ_MEDIUM)
         f.payload = mv[s + SES_LEN[nh]:end]
     elif t in (PdsType.ACK, PdsType.ACK_CC):
         _w, f.ack_psn_offset, f.cack_psn, f.spdcid, f.dpdcid = _ACK.unpack_from(mv, p)

@@ -117,6 +117,22 @@ def test_wireshark_decodes_every_frame_as_rroce(fnet, tmp_path):
     assert tshark(pcap, "icmp", "frame.number") == []
 
 
+def test_a_send_lands_in_the_posted_buffer_and_wireshark_names_it(fnet, tmp_path):
+    caps = Captures(tmp_path, snaplen=128, bound_kb=10_000)
+    caps.start(fnet, [("h4", "nic2")])
+    r = rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", 64 * 4096 + 5, send=True,
+                   port=18601)
+    caps.stop()
+    assert r["op"] == "send" and r["status"] == "SUCCESS" and r["byte_exact"], r
+    assert (r["recv_status"], r["recv_imm"]) == ("SUCCESS", rdma.IMM)
+    if shutil.which("tshark") is None:
+        pytest.skip("needs tshark")
+    ops = [int(x[0]) for x in tshark(caps.path("h4", "nic2"),
+                                     "udp.dstport == 4791 && ip.src == 10.0.1.11",
+                                     "infiniband.bth.opcode")]
+    assert ops == [0] + [1] * 63 + [3], ops[:3]   # SEND FIRST, MIDDLE.., LAST with immediate
+
+
 @pytest.fixture(scope="module")
 def incast(fnet, tmp_path_factory):
     d = tmp_path_factory.mktemp("incast")

@@ -76,3 +76,21 @@ def test_an_incast_is_trimmed_nacked_resent_and_byte_exact(fnet):
     trimmed = fnet.counters("rail1")["ports"][port]["trimmed"] - before
     assert trimmed > 0
     assert sum(r["retransmits"].values()) >= trimmed  # each cut packet NACKed and resent
+
+
+def test_a_uet_send_lands_in_the_posted_buffer(fnet, tmp_path):
+    caps = Captures(tmp_path, bound_kb=20_000, snaplen=128)
+    caps.start(fnet, [("h4", "nic2")])
+    r = rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", MB + 5, send=True)
+    caps.stop()
+    assert r["op"] == "send" and r["status"] == "SUCCESS" and r["byte_exact"], r
+    assert r["recv_status"] == "SUCCESS" and r["recv_imm"] == rdma.IMM
+    if shutil.which("tshark") is None:
+        pytest.skip("needs tshark (./setup.sh installs it)")
+    out = subprocess.run(["tshark", "-X", f"lua_script:{LUA}", "-r", str(tmp_path / "h4-nic2.pcap"),
+                          "-Y", "uet.pds.type == 2", "-T", "fields", "-E", "occurrence=f",
+                          "-e", "uet.ses.opcode", "-e", "uet.ses.hd"],
+                         capture_output=True, text=True, timeout=300)
+    rows = [line.split("\t") for line in out.stdout.splitlines()]
+    assert rows and {x[0] for x in rows} == {"5"}, rows[:3]   # SES opcode SEND
+    assert rows.count(["5", "1"]) <= 1   # the immediate as header data on the first packet

@@ -108,9 +108,12 @@ def test_run_plan_checks_options_before_anything_is_built():
     assert p.workload["sizes"] == [1_000_000, 2_000_000] and ("h1", "fe0") in p.targets
     assert p.qos.name and p.interval == pytest.approx(50e-6)
     assert plan_of("--qos", "off").qos is None
+    assert plan_of("--workload", "write", "--send", "--write-only", "--transport", "uet").workload
     for argv, opt in ((["--interval", "0us"], "--interval"), (["--pcap", "rail9:eth1"], "rail9"),
                       (["--workload", "write", "--src", "h9g9"], "--src"),
-                      (["--workload", "allreduce", "--dtype", "bf16"], "--dtype")):
+                      (["--workload", "allreduce", "--dtype", "bf16"], "--dtype"),
+                      (["--workload", "incast", "--send"], "--send: with --workload write"),
+                      (["--workload", "write", "--send", "--write-only"], "--send and --write-only")):
         with pytest.raises(ValueError, match=opt):
             plan_of(*argv)
 

@@ -14,7 +14,7 @@ from scapy.utils import wrpcap
 from fabric.wire.uet import (F_AR, F_M, F_RETX, NackCode, PdsType, RetCode, RspOpcode,
                              SesOpcode)
 from fabric.wire.uet_codec import trim_frame
-from tests.unit.test_uet_wire import MID, SOM, T
+from tests.unit.test_uet_wire import MED_HD, MED_OFF, MID, SMALL, SOM, T
 
 LUA = Path(__file__).resolve().parents[2] / "wireshark" / "uet.lua"
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None,
@@ -30,7 +30,8 @@ FIELDS = ["uet.pds.type", "uet.pds.nh", "uet.pds.flags", "uet.pds.flags.syn",
           "uet.ses.pid_on_fep", "uet.ses.resource_index", "uet.ses.buffer_offset",
           "uet.ses.mem_key", "uet.ses.header_data", "uet.ses.payload_length",
           "uet.ses.message_offset", "uet.ses.request_length", "uet.ses.rsp_opcode",
-          "uet.ses.return_code", "uet.ses.mod_length", "uet.payload"]
+          "uet.ses.return_code", "uet.ses.mod_length", "uet.payload",
+          "uet.ses.request_length_small", "uet.ses.initiator", "uet.pds.nh"]
 
 
 def decode(tmp_path, frames):
@@ -106,3 +107,23 @@ def test_info_column_and_a_cut_frame_is_an_expert_error(tmp_path):
     assert lines[0].startswith("RUD_REQ psn=100 SYN,AR | SES WRITE som,hd msg=7 len=12288")
     assert lines[1].startswith("NACK TRIMMED psn=102")
     assert "UET headers need 56 bytes" in lines[2]
+
+
+def test_small_and_medium_request_fields(tmp_path):
+    small, med_hd, med = decode(tmp_path, [T.request(50000, 5, 3, 4, F_AR, s, b"\x03" * 8)
+                                           for s in (SMALL, MED_HD, MED_OFF)])
+    for row, ses in ((small, SMALL), (med_hd, MED_HD), (med, MED_OFF)):
+        assert row["uet.pds.nh"] == str(int(ses.hdr))
+        assert (row["uet.ses.opcode"], row["uet.ses.som"], row["uet.ses.eom"]) == (
+            str(int(ses.opcode)), "1", "1")
+        assert row["uet.ses.request_length_small"] == str(ses.request_length)
+        assert (row["uet.ses.job_id"], row["uet.ses.pid_on_fep"],
+                row["uet.ses.resource_index"]) == (str(0xABCDE), str(0x123), str(0x456))
+        assert row["uet.ses.message_id"] == "" and len(row["uet.payload"]) == 2 * 8
+    assert int(small["uet.ses.buffer_offset"], 16) == 0 and small["uet.ses.mem_key"] == ""
+    assert int(med_hd["uet.ses.header_data"], 16) == 0xDEADBEEF
+    assert med_hd["uet.ses.buffer_offset"] == "" and med_hd["uet.ses.hd"] == "1"
+    assert int(med["uet.ses.buffer_offset"], 16) == 0x7000
+    assert int(med["uet.ses.mem_key"], 16) == 0xFEEDF00D and med["uet.ses.initiator"] in ("5", "0x00000005")
+    assert any("SEND" in line and "len=1000" in line
+               for line in info(tmp_path, [T.request(50000, 5, 3, 4, 0, SMALL, b"")]))

@@ -124,3 +124,37 @@ def test_trim_keeps_the_headers_fixes_lengths_and_checksum():
     assert trim_frame(b"\x00" * 60, 64, 11) is None
     only_hdrs = trim_frame(full, 10, dscp=11)
     assert len(only_hdrs) == 42 + 56 and parse(only_hdrs).payload.nbytes == 0
+
+
+SMALL = SesReq(SesOpcode.SEND, S_SOM | S_EOM, 0, 0xABCDE, 0x123, 0x456, 0, 0, 1000,
+               hdr=NextHdr.REQ_SMALL)
+MED_HD = SesReq(SesOpcode.SEND, S_SOM | S_EOM | S_HD, 0, 0xABCDE, 0x123, 0x456, 0, 0, 16383,
+                header_data=0xDEADBEEF, hdr=NextHdr.REQ_MEDIUM)
+MED_OFF = SesReq(SesOpcode.WRITE, S_SOM | S_EOM, 0, 0xABCDE, 0x123, 0x456, 0x7000,
+                 0xFEEDF00D, 4096, initiator=5, hdr=NextHdr.REQ_MEDIUM)
+
+
+@pytest.mark.parametrize("ses", [SMALL, MED_HD, MED_OFF], ids=["small", "medium_hd", "medium"])
+def test_small_and_medium_request_bytes_equal_scapy(ses):
+    got = T.request(50000, 9, 3, 4, F_AR, ses, b"\x05" * 10)
+    common = dict(opcode=ses.opcode, ses_flags=ses.flags, job_id=ses.job_id,
+                  pid_on_fep=ses.pid_on_fep, resource_index=ses.resource_index,
+                  request_length=ses.request_length)
+    if ses.hdr == NextHdr.REQ_SMALL:
+        layer = uet.SESSmall(buffer_offset=ses.buffer_offset, **common)
+    else:
+        extra = ({"header_data": ses.header_data} if ses.flags & S_HD
+                 else {"buffer_offset": ses.buffer_offset})
+        layer = uet.SESMedium(initiator=ses.initiator, mem_key=ses.mem_key, **extra, **common)
+    pds = uet.PDSRequest(type=PdsType.RUD_REQ, nh=ses.hdr, flags=F_AR, psn=9, spdcid=3,
+                         dpdcid=4)
+    assert got == ref(pds, layer, b"\x05" * 10)
+    assert len(got) == 42 + 12 + {NextHdr.REQ_SMALL: 20, NextHdr.REQ_MEDIUM: 32}[ses.hdr] + 10
+    f = parse(got)
+    assert f.ses == ses and f.nh == ses.hdr and bytes(f.payload) == b"\x05" * 10
+
+
+def test_small_and_medium_refuse_a_length_past_14_bits():
+    big = SesReq(SesOpcode.SEND, S_SOM | S_EOM, 0, 1, 0, 0, 0, 0, 16384, hdr=NextHdr.REQ_SMALL)
+    with pytest.raises(ValueError, match="request_length"):
+        big.pack()

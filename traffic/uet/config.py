@@ -29,6 +29,8 @@ class UetConfig:
     ack_every: int = 4              #: the target ACKs every N packets (and EOM, AR)
     rto_s: float = 4.096e-6 * 2 ** 8  #: retransmission timeout, model s
     retries: int = 7                #: retransmissions of one packet before the WR fails
+    rnr_s: float = 0.64e-3          #: NACK NO_RESOURCE (no receive posted): resend after, model s
+    rnr_retries: int = 7            #: ... at most this often per packet (then RNR_RETRY_EXC_ERR)
     ev: str = "oblivious"           #: entropy: fixed, oblivious or reps
     ev_range: tuple[int, int] = (49152, 65535)
     reps_slots: int = 8             #: REPS: EVs remembered from unmarked ACKs
@@ -46,11 +48,13 @@ class UetConfig:
         lo, hi = self.ev_range
         if not 1 <= lo <= hi <= 0xFFFF:
             raise ValueError(f"ev_range: 1 <= low <= high <= 65535, got {self.ev_range!r}")
-        for name in ("ack_every", "retries", "reps_slots"):
-            if getattr(self, name) < 1 and name != "retries" or getattr(self, name) < 0:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
-        if self.rto_s <= 0:
-            raise ValueError(f"rto_s: must be > 0, got {self.rto_s!r}")
+        for name in ("ack_every", "retries", "reps_slots", "rnr_retries"):
+            low = 0 if name in ("retries", "rnr_retries") else 1
+            if getattr(self, name) < low:
+                raise ValueError(f"{name}: must be >= {low}, got {getattr(self, name)!r}")
+        for name in ("rto_s", "rnr_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)!r}")
         if not 1 <= self.syn_window <= 4095:
             raise ValueError(f"syn_window: 1..4095, got {self.syn_window!r}")
 
@@ -60,6 +64,6 @@ class UetConfig:
         rate, the rate / tdf) and its gains multiply times by 1/time - so the window
         evolves exactly as in model time when the link rate is given / tdf too."""
         n = self.nscc
-        return replace(self, rto_s=self.rto_s * tdf,
+        return replace(self, rto_s=self.rto_s * tdf, rnr_s=self.rnr_s * tdf,
                        nscc=replace(n, base_rtt_s=n.base_rtt_s * tdf,
                                     fast_delay_s=n.fast_delay_s * tdf))

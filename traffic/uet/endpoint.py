@@ -77,7 +77,7 @@ class UetEndpoint:
             return self.target.on_packet(f)
         if f.pds_type in (PdsType.ACK, PdsType.ACK_CC):
             self.requester.on_ack(f.cack_psn, f.ack_psn, f.spdcid, f.sack_offset,
-                                  f.sack_bitmap, bool(f.flags & F_M), now)
+                                  f.sack_bitmap, bool(f.flags & F_M), now, f.rsp)
         elif f.pds_type == PdsType.NACK:
             self.requester.on_nack(f.nack_code, f.psn, now)
         return []

@@ -4,10 +4,13 @@ completions (issue 16; ../shared/design/UET_FACTS.md "RUD", "NSCC"; the seed 004
 from outside; works on the verbs objects of traffic.verbs (the QP's send queue, MRs,
 send CQ) and returns packet descriptors (`TxReq`) the NIC turns into frames.
 
-* A work request (RDMA WRITE, with immediate) is one SES message: packets of at most the
-  MTU, each carrying where it goes (the SES standard header: the target's buffer offset,
-  memory key, message offset, request length; the first one SOM with the immediate as
-  header data (HD), the last EOM and ACK-requested (AR)). AR also marks a packet that
+* A work request (RDMA WRITE or SEND, with immediate) is one SES message: packets of at
+  most the MTU, each carrying where it goes (the SES standard header: the target's
+  buffer offset, memory key, message offset, request length; the first one SOM with the
+  immediate as header data (HD), the last EOM and ACK-requested (AR)). A message of one
+  packet takes the shorter header that holds it: a SEND the small one (20 B), a SEND
+  with immediate the medium one with header data, a WRITE the medium one with buffer
+  offset and key (32 B); a WRITE with immediate needs both, so the standard one. AR also marks a packet that
   fills the window and every retransmission: the target ACKs only every `ack_every`
   packets otherwise, and a sender blocked on its window would wait for the RTO.
 * The PDC is set up on the fly: until the first ACK names the target's PDC, packets
@@ -19,7 +22,10 @@ send CQ) and returns packet descriptors (`TxReq`) the NIC turns into frames.
   for a retransmitted one) and the ECN echo; a message is complete - its WR completes on
   the send CQ - when all its packets are acknowledged, in any order.
 * Retransmission: a NACK TRIMMED / TRIMMED_LASTHOP resends that packet at once (and
-  tells NSCC); ROD_OOO resends everything from that PSN (ROD, go back); a packet not
+  tells NSCC); ROD_OOO resends everything from that PSN (ROD, go back); NO_RESOURCE (a
+  SEND the target had no receive for) resends that packet after the RNR delay, at most
+  `rnr_retries` times (then RNR_RETRY_EXC_ERR, as RC); an SES response whose return
+  code is not OK fails its message's WR (BAD_MKEY / BAD_ADDR: REM_ACCESS_ERR); a packet not
   acknowledged within the RTO is resent; after `retries` resends of one packet the WR
   fails with RETRY_EXC_ERR, the rest are flushed and the QP goes to ERROR (as RC).
 SACK holes alone trigger nothing: with spraying a hole is reordering, not loss; loss in
@@ -33,12 +39,14 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable
 
-from fabric.wire.uet import F_AR, F_RETX, S_EOM, S_HD, S_SOM, NackCode, SesOpcode
+from fabric.wire.uet import (F_AR, F_RETX, S_EOM, S_HD, S_SOM, NackCode, NextHdr, RetCode,
+                             SesOpcode)
 from fabric.wire.uet_codec import SesReq
 from traffic.uet.config import UetConfig
 from traffic.uet.ev import Entropy
 from traffic.uet.nscc import Nscc
-from traffic.verbs import MR, QP, WC, WR, Access, QPState, WCOpcode, WCStatus, WROpcode
+from traffic.verbs import (IMM_WR_OPS, MR, QP, SEND_WR_OPS, WC, WR, Access, QPState, WCStatus,
+                           wc_opcode_of)
 
 MASK32 = 0xFFFFFFFF
 
@@ -84,6 +92,7 @@ class _Pkt:
     sent_at: float = 0.0
     ev: int = 0
     retx: int = 0               # times sent again
+    rnr: int = 0                # times NACKed NO_RESOURCE
 
 
 @dataclass
@@ -99,6 +108,7 @@ class InitiatorCounters:
     completions: int = 0
     nack_trimmed: int = 0
     nack_trimmed_lasthop: int = 0
+    nack_no_resource: int = 0
     nack_other: int = 0
     sacked: int = 0
     ecn_echoes: int = 0
@@ -119,6 +129,7 @@ class Initiator:
         self.inflight: OrderedDict[int, _Pkt] = OrderedDict()  # psn -> packet, oldest send first
         self.inflight_bytes = 0
         self.retx: deque[int] = deque()
+        self.rnr_wait: deque[tuple[float, int]] = deque()  # (resend at, psn), in time order
         self.msgs: deque[_Msg] = deque()            # messages with packets still to send
         self.open: dict[int, _Msg] = {}             # message id -> message not yet complete
         self.cur: _Msg | None = None
@@ -139,7 +150,8 @@ class Initiator:
         """When the oldest packet in flight times out (None: nothing in flight)."""
         if not self.inflight:
             return None
-        return next(iter(self.inflight.values())).sent_at + self.cfg.rto_s
+        rto = next(iter(self.inflight.values())).sent_at + self.cfg.rto_s
+        return min(rto, self.rnr_wait[0][0]) if self.rnr_wait else rto
 
     # -- sending -----------------------------------------------------------------------
     def _pull(self, now: float) -> bool:
@@ -162,14 +174,20 @@ class Initiator:
     def _ses(self, m: _Msg, i: int, size: int) -> SesReq:
         wr, mtu = m.wr, self.cfg.mtu
         flags = (S_SOM if i == 0 else 0) | (S_EOM if i == m.npkts - 1 else 0)
-        imm = wr.imm if wr.opcode is WROpcode.WRITE_WITH_IMM else None
+        imm = wr.imm if wr.opcode in IMM_WR_OPS else None
         if imm is not None and i == 0:
             flags |= S_HD
+        send = wr.opcode in SEND_WR_OPS
+        hdr = NextHdr.REQ_STD
+        if m.npkts == 1 and wr.length <= 0x3FFF:
+            hdr = (NextHdr.REQ_SMALL if send and imm is None else
+                   NextHdr.REQ_STD if not send and imm is not None else NextHdr.REQ_MEDIUM)
         peer = self.qp.dest_qpn
-        return SesReq(SesOpcode.WRITE, flags, m.message_id, self.job_id, peer >> 12 & 0xFFF,
-                      peer & 0xFFF, wr.remote_addr, wr.rkey, wr.length,
+        return SesReq(SesOpcode.SEND if send else SesOpcode.WRITE, flags, m.message_id,
+                      self.job_id, peer >> 12 & 0xFFF, peer & 0xFFF,
+                      0 if send else wr.remote_addr, 0 if send else wr.rkey, wr.length,
                       header_data=imm or 0, payload_length=size if i else 0,
-                      message_offset=i * mtu if i else 0)
+                      message_offset=i * mtu if i else 0, hdr=hdr)
 
     def _tx(self, p: _Pkt, psn: int, now: float, retx: bool, ar: bool = False) -> TxReq:
         m, mtu = p.msg, self.cfg.mtu
@@ -236,10 +254,19 @@ class Initiator:
         return max(p.size, 1)
 
     def on_ack(self, cack: int, ack_psn: int, spdcid: int, sack_offset: int, sack_bitmap: int,
-               ecn: bool, now: float) -> None:
-        """An ACK: everything up to `cack` and the SACKed PSNs are acknowledged."""
+               ecn: bool, now: float, rsp: tuple[int, int, int, int, int] | None = None) -> None:
+        """An ACK: everything up to `cack` and the SACKed PSNs are acknowledged. `rsp`, an
+        SES response (opcode, return code, message id, job, length) on the ACK of the
+        packet that completed a message: a return code other than OK fails that WR."""
         if self.qp.state is QPState.ERROR:
             return
+        if rsp is not None and rsp[1] not in (RetCode.OK, RetCode.NULL):
+            p = self.inflight.get(ack_psn)
+            if p is not None:
+                bad = (WCStatus.REM_ACCESS_ERR if rsp[1] in (RetCode.BAD_MKEY, RetCode.BAD_ADDR)
+                       else WCStatus.REM_OP_ERR)
+                self._fail(p.msg, bad, now)
+                return
         c = self.counters
         c.acks += 1
         if ecn:
@@ -290,6 +317,17 @@ class Initiator:
                 self.retx.append(psn)
                 self._event_retx(psn, now, "trimmed")
             return
+        if code == NackCode.NO_RESOURCE and p is not None:
+            # the target had no receive posted for this SEND: try again after the RNR delay
+            c.nack_no_resource += 1
+            p.rnr += 1
+            if p.rnr > self.cfg.rnr_retries:
+                self._fail(p.msg, WCStatus.RNR_RETRY_EXC_ERR, now)
+                return
+            p.sent_at = now  # no RTO meanwhile
+            self.inflight.move_to_end(psn)
+            self.rnr_wait.append((now + self.cfg.rnr_s, psn))
+            return
         c.nack_other += 1
         if code == NackCode.ROD_OOO:
             for q in self.inflight:
@@ -306,6 +344,13 @@ class Initiator:
         """Resend what timed out; a packet out of retries fails its WR."""
         if self.qp.state is not QPState.RTS:
             return
+        while self.rnr_wait and self.rnr_wait[0][0] <= now:
+            _t, psn = self.rnr_wait.popleft()
+            if psn in self.inflight and psn not in self.retx:
+                self.inflight[psn].sent_at = now
+                self.inflight.move_to_end(psn)
+                self.retx.append(psn)
+                self._event_retx(psn, now, "rnr")
         for psn, p in list(self.inflight.items()):
             if p.sent_at + self.cfg.rto_s > now:
                 break
@@ -323,7 +368,7 @@ class Initiator:
     # -- completions -------------------------------------------------------------------
     def _complete(self, m: _Msg, status: WCStatus, now: float) -> None:
         self.counters.completions += 1
-        self.qp.send_cq.push(WC(m.wr.wr_id, status, WCOpcode.RDMA_WRITE,
+        self.qp.send_cq.push(WC(m.wr.wr_id, status, wc_opcode_of(m.wr.opcode),
                                 m.wr.length if status is WCStatus.SUCCESS else 0, self.qp.qpn))
         if self.on_event is not None:
             self.on_event("wr_done", now, wr_id=m.wr.wr_id, status=status.value)
@@ -341,5 +386,6 @@ class Initiator:
         self.inflight.clear()
         self.inflight_bytes = 0
         self.retx.clear()
+        self.rnr_wait.clear()
         self.cur = None
         self.qp.to_error()

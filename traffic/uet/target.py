@@ -12,6 +12,16 @@ ACK / NACK descriptors (`TxAck`, `TxNack`) for the NIC to send.
   A message is complete when all of its bytes arrived; then, with header data (a WRITE
   with immediate), a posted receive is consumed and completed on the receive CQ with the
   immediate, and the next ACK carries an SES response (RESPONSE, OK, mod length).
+* SEND: the first packet of a message that arrives (any of them: RUD) claims the oldest
+  posted receive and every packet lands at its address + message offset; complete, the
+  receive completes RECV (with the immediate of header data). On RUD two SENDs may
+  claim their receives in either order - as UET's RUD promises no ordering between
+  messages; ROD does. With no receive posted the packet is not placed and is NACKed
+  NO_RESOURCE (the initiator tries it again after its RNR delay). A message longer than
+  the posted buffer completes the receive LOC_LEN_ERR, is acknowledged but not placed,
+  and its SES response says BAD_ADDR (emu's choice: "the buffer is not there").
+* A single-packet message (SOM and EOM) completes on its own; medium and small SES
+  headers carry no message ID.
 * ROD: only the next PSN is accepted; another one is dropped and NACKed ROD_OOO (once
   per gap) so that the sender goes back.
 * ACKs (ACK_CC): cumulative PSN, the PSN that triggered it, a 64-bit SACK bitmap of the
@@ -28,11 +38,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fabric.wire.dscp import ECN_CE
-from fabric.wire.uet import F_AR, F_SYN, NackCode, RetCode, RspOpcode, S_HD
+from fabric.wire.uet import (F_AR, F_SYN, S_EOM, S_HD, S_SOM, NackCode, RetCode, RspOpcode,
+                             SesOpcode)
 from fabric.wire.uet_codec import UetFields
 from traffic.uet.config import UetConfig
 from traffic.uet.initiator import psn_add, psn_diff
-from traffic.verbs import QP, WC, Access, QPState, WCOpcode, WCStatus
+from traffic.verbs import MR, QP, WC, Access, QPState, RecvWR, WCOpcode, WCStatus
 
 SACK_BITS = 64
 
@@ -77,6 +88,8 @@ class TargetCounters:
     messages: int = 0
     ce_seen: int = 0
     drop_access: int = 0
+    no_recv: int = 0
+    recv_len_err: int = 0
     drop_rod: int = 0
     drop_window: int = 0
 
@@ -93,10 +106,13 @@ class Target:
         self.highest = self.cack
         self.trimmed_dscp, self.lasthop_dscp = trimmed_dscps
         self.msgs: dict[int, list] = {}  # message id -> [bytes still to arrive, immediate]
+        #: SEND message id -> (receive WR, its MR, the message fits, the length claimed with)
+        self.recvs: dict[int, tuple[RecvWR, MR | None, bool, int]] = {}
         self.done_rsp: tuple[int, int, int, int, int] | None = None
         self.since_ack = self.bytes_since = self.ooo_since = 0
         self.ce_since = False
         self.rod_nacked = False
+        self._single_rx: tuple[RecvWR, MR | None, bool, int] | None = None  # one-packet SEND
         self.counters = TargetCounters()
 
     def _ack(self, psn: int) -> TxAck:
@@ -144,7 +160,11 @@ class Target:
             c.drop_window += 1
             return []
         ses = f.ses
-        if ses is None or not self._place(ses, f.payload):
+        if ses is not None and ses.opcode == SesOpcode.SEND:
+            if not self._place_send(ses, f.payload):
+                c.no_recv += 1
+                return [self._nack(NackCode.NO_RESOURCE, f.psn)]
+        elif ses is None or not self._place(ses, f.payload):
             c.drop_access += 1
             return [self._nack(NackCode.NO_RESOURCE, f.psn)]
         if d > 0:
@@ -178,23 +198,67 @@ class Target:
         self.counters.bytes_placed += n
         return True
 
+    @staticmethod
+    def _single(ses) -> bool:
+        return ses.flags & (S_SOM | S_EOM) == S_SOM | S_EOM
+
+    def _place_send(self, ses, payload: memoryview) -> bool:
+        """A SEND packet into its message's receive buffer; False: no receive posted."""
+        key = None if self._single(ses) else ses.message_id
+        rx = self.recvs.get(key) if key is not None else None
+        q = self.qp
+        if rx is None:
+            wqe = q.take_recv()
+            if wqe is None:
+                return False
+            mr = q.pd.ctx.lookup_lkey(q.pd, wqe.lkey) if wqe.length else None
+            fits = ses.request_length <= wqe.length and (not ses.request_length or (
+                mr is not None and mr.allows(wqe.addr, ses.request_length, Access.LOCAL_WRITE)))
+            rx = (wqe, mr, fits, ses.request_length)
+            if key is not None:
+                self.recvs[key] = rx
+            else:
+                self._single_rx = rx
+            if not fits:
+                self.counters.recv_len_err += 1
+                q.recv_cq.push(WC(wqe.wr_id, WCStatus.LOC_LEN_ERR, WCOpcode.RECV, 0, q.qpn))
+        wqe, mr, fits, length = rx
+        n = len(payload)
+        if fits and n and mr is not None and ses.message_offset + n <= length:
+            mr.view(wqe.addr + ses.message_offset, n)[:] = payload
+            self.counters.bytes_placed += n
+        return True
+
     def _progress(self, ses, n: int) -> bool:
         """Count a packet's bytes into its message; True when the message completed."""
-        st = self.msgs.get(ses.message_id)
+        single = self._single(ses)
+        st = None if single else self.msgs.get(ses.message_id)
         if st is None:
-            st = self.msgs[ses.message_id] = [ses.request_length, None]
+            st = [ses.request_length, None]
+            if not single:
+                self.msgs[ses.message_id] = st
         if ses.flags & S_HD:  # the first packet carries the immediate (header data)
             st[1] = ses.header_data
         st[0] -= n
         if st[0] > 0:
             return False
-        del self.msgs[ses.message_id]
+        if not single:
+            del self.msgs[ses.message_id]
         self.counters.messages += 1
-        self.done_rsp = (RspOpcode.RESPONSE, RetCode.OK, ses.message_id, ses.job_id,
-                         ses.request_length)
-        if st[1] is not None:
-            q = self.qp
-            wr_id = q.rq.popleft() if q.rq else 0
-            q.recv_cq.push(WC(wr_id, WCStatus.SUCCESS, WCOpcode.RECV_RDMA_WITH_IMM,
-                              ses.request_length, q.qpn, st[1]))
+        rc, q = RetCode.OK, self.qp
+        if ses.opcode == SesOpcode.SEND:
+            rx = self._single_rx if single else self.recvs.pop(ses.message_id)
+            assert rx is not None
+            wqe, _mr, fits, _n = rx
+            if fits:
+                q.recv_cq.push(WC(wqe.wr_id, WCStatus.SUCCESS, WCOpcode.RECV,
+                                  ses.request_length, q.qpn, st[1]))
+            else:
+                rc = RetCode.BAD_ADDR
+        elif st[1] is not None:
+            wqe = q.take_recv()
+            q.recv_cq.push(WC(wqe.wr_id if wqe else 0, WCStatus.SUCCESS,
+                              WCOpcode.RECV_RDMA_WITH_IMM, ses.request_length, q.qpn, st[1]))
+        self.done_rsp = (RspOpcode.RESPONSE, rc, ses.message_id, ses.job_id,
+                         ses.request_length if rc == RetCode.OK else 0)
         return True

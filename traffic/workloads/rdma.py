@@ -2,7 +2,8 @@
 
 * `write`: GPU A writes `size` bytes into GPU B's registered memory (book ch.9 Figures
   9-5/9-6, ch.12 Figures 12-1..12-3; write-only mode Figure 12-7), with immediate so both
-  sides complete; checks the target memory byte for byte.
+  sides complete; checks the target memory byte for byte. With `send`, a SEND with
+  immediate instead, into the buffer of a receive B posted (ch.9's two-sided verb).
 * `incast`: N GPUs write into one GPU at once (book ch.11, Figure 11-3 and the t1..t8
   timeline of Figure 11-7): the receiver's rail port congests, WRED-ECN marks, the
   receiving NIC sends CNPs, the senders' DCQCN cuts their rates; samples each sender's
@@ -62,20 +63,24 @@ def _side(gpu: str, sock: str, size: int, write_only: bool, fill: bool) -> Side:
 
 def write(fabric: Any, sockets: dict[str, str], src: str, dst: str, size: int,
           write_only: bool = False, rkey: int | None = None, port: int = CM_PORT,
-          timeout: float | None = None) -> dict:
+          timeout: float | None = None, send: bool = False) -> dict:
     """RDMA WRITE with immediate of `size` random bytes from GPU `src` into GPU `dst`;
-    `rkey` overrides the R_Key the target exposed (to provoke a remote access error)."""
+    `rkey` overrides the R_Key the target exposed (to provoke a remote access error);
+    `send`: a SEND with immediate into a receive buffer `dst` posted, instead."""
     td = TimeDilation(fabric.tdf)
     timeout = patience(fabric, size, src) if timeout is None else timeout
     a = b = None
     try:
         b = _side(dst, sockets[dst], size, write_only, fill=False)
         a = _side(src, sockets[src], size, write_only, fill=True)
-        b.nic.post_recv(b.qp, 1)
+        b.nic.post_recv(b.qp, 1, b.mr if send else None, 0, size if send else 0)
         b.nic.listen(b.qp, port, b.mr)
         remote = a.nic.connect(a.qp, fabric.gpus[dst].ip, port, a.mr)
         t0 = time.monotonic()
-        a.nic.post_write(a.qp, 1, a.mr, 0, size, remote, imm=IMM, rkey=rkey)
+        if send:
+            a.nic.post_send_msg(a.qp, 1, a.mr, 0, size, imm=IMM)
+        else:
+            a.nic.post_write(a.qp, 1, a.mr, 0, size, remote, imm=IMM, rkey=rkey)
         [wc] = a.nic.wait(a.cq, 1, timeout)
         elapsed = time.monotonic() - t0
         rwc = b.nic.poll_cq(b.cq, 1, 10.0 if wc.status is WCStatus.SUCCESS else 0.5)
@@ -88,8 +93,8 @@ def write(fabric: Any, sockets: dict[str, str], src: str, dst: str, size: int,
                 s.close()
     link = fabric.link_of(fabric.gpus[src].host, fabric.gpus[src].nic).model_bps
     goodput = td.model_rate(size * 8 / elapsed)
-    return {"workload": "write", "src": src, "dst": dst, "size": size, "write_only": write_only,
-            "status": wc.status.value, "recv_status": rwc[0].status.value if rwc else None,
+    return {"workload": "write", "op": "send" if send else "write", "src": src, "dst": dst,
+            "size": size, "write_only": write_only, "status": wc.status.value, "recv_status": rwc[0].status.value if rwc else None,
             "recv_imm": rwc[0].imm if rwc else None, "byte_exact": exact,
             "target_untouched": untouched, "seconds_lab": elapsed,
             "goodput_model_bps": goodput, "link_fraction": goodput / link,
@@ -184,7 +189,8 @@ def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size
 def describe(res: dict) -> str:
     """Human-readable lines for `emu run --workload`."""
     if res["workload"] == "write":
-        return (f"RDMA WRITE {res['src']} -> {res['dst']}: {res['size']} bytes, "
+        verb = "SEND" if res.get("op") == "send" else "RDMA WRITE"
+        return (f"{verb} {res['src']} -> {res['dst']}: {res['size']} bytes, "
                 f"{'write-only, ' if res['write_only'] else ''}status {res['status']} "
                 f"(receiver {res['recv_status']}), byte-exact {res['byte_exact']}\n"
                 f"  {res['seconds_lab']:.2f} s lab, goodput {format_rate(res['goodput_model_bps'])}"
