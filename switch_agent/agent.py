@@ -348,8 +348,11 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
                     port.eligible_at = now
         elif et == ETH_CBFC:
             upd = parse_credit(frame)
-            if upd is None or port.cbfc is None:
+            if upd is None:
                 port.drop("bad_cbfc")
+                return
+            if port.cbfc is None:  # the partner agreed first: its initial grant, kept
+                port.cbfc_early[upd[0]] += upd[1]
                 return
             if port.cbfc.grant(*upd):  # credits back: the channel may send again
                 self.backlog.add(port)
@@ -362,6 +365,7 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
             text = self.dcbx.receive(port, frame, now)
             if text:
                 self.event(text)
+                self.backlog.add(port)  # CBFC's initial grants may be queued
                 if bool(port.pfc_active) != was_on:
                     self.log.emit("pfc_oper", now, port=port.name, on=not was_on)
 

@@ -15,6 +15,7 @@ import logging
 from fabric.qos.config import QosConfig
 from fabric.qos.cbfc import CreditState
 from fabric.wire import lldp
+from fabric.wire.cbfc import build_credit_frame
 from switch_agent.port import Port
 
 log = logging.getLogger("switch_agent")
@@ -42,6 +43,26 @@ class Dcbx:
         port.send_ctrl(frame, now)
         port.lldp_tx += 1
 
+    def _cbfc_start(self, port: Port, now: float) -> None:
+        """Turn CBFC on: nothing to send with until the partner's initial grant (one that
+        came early is applied now); grant the partner our buffer less what of its frames
+        we still hold - they return their credits as they leave (fabric.qos.cbfc)."""
+        c, vcs = self.qos.cbfc, frozenset(self.qos.pfc.no_drop)
+        buf = c.credits_bytes or self.qos.pfc.xoff_bytes
+        cs = port.cbfc = CreditState(vcs, buf, c.update_bytes, self.qos.mtu, start=0)
+        ing = port.ingress
+        for vc in sorted(vcs):
+            if port.cbfc_early[vc]:
+                cs.grant(vc, port.cbfc_early[vc])
+            port.send_ctrl(build_credit_frame(port.mac, vc, max(0, buf - ing.held[vc])), now)
+            cs.owed[vc], ing.held[vc] = 0, 0  # held bytes now come back as credits
+        port.cbfc_early = [0] * 8
+
+    @staticmethod
+    def _cbfc_stop(port: Port) -> None:
+        port.cbfc = None
+        port.cbfc_early = [0] * 8
+
     def receive(self, port: Port, frame: bytes, now: float) -> str | None:
         """Learn the neighbour on `port` from its LLDPDU and set the port's lossless
         priorities; the event text when they changed (or on the first LLDPDU)."""
@@ -63,10 +84,7 @@ class Dcbx:
         cb = lldp.cbfc_active(self.qos, nb)
         changed = cb != (port.cbfc is not None)
         if changed:  # CBFC replaces PFC on this link (fabric.qos.cbfc)
-            c = self.qos.cbfc
-            port.cbfc = CreditState(frozenset(self.qos.pfc.no_drop),
-                                    c.credits_bytes or self.qos.pfc.xoff_bytes,
-                                    c.update_bytes, self.qos.mtu) if cb else None
+            self._cbfc_start(port, now) if cb else self._cbfc_stop(port)
         active = frozenset() if cb else lldp.pfc_active(self.qos, nb, port.name)
         if active == port.pfc_active and not first and not changed:
             return None

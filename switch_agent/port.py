@@ -57,7 +57,7 @@ class Port:
                  "neighbor", "neighbor_seen", "lldp_rx", "lldp_tx", "pause_tx", "resume_tx",
                  "pfc_rx_frames", "eligible_at", "tx_what", "ctrl_what", "refresh_what",
                  "paused_logged", "dre", "impair", "link_up", "trimmed", "trimmed_bytes",
-                 "llr", "llr_replays", "llr_exhausted", "llr_streak", "cbfc")
+                 "llr", "llr_replays", "llr_exhausted", "llr_streak", "cbfc", "cbfc_early")
 
     def __init__(self, cfg: PortConfig, sock: socket.socket | None, mtu: int,
                  td: TimeDilation, qos: QosConfig | None = None,
@@ -98,6 +98,7 @@ class Port:
         #: credit-based flow control (fabric.qos.cbfc, modelled): on when both partners
         #: advertise it; it then replaces PFC on this link
         self.cbfc: CreditState | None = None
+        self.cbfc_early = [0] * 8  # credits the partner granted before we turned CBFC on
         model = cfg.model_bps
         self.pause = EgressPause(model, td)
         if qos is not None:

@@ -8,6 +8,13 @@ headroom. It replaces PFC on switch-to-switch links where both partners advertis
 (the UE link-capabilities LLDP TLV, bit 1); the emulated NICs speak PFC, so host links
 keep PFC. Modelled in the switch agent, not below a MAC: the updates are frames.
 
+Link start (`switch_agent.dcbx`): when a port turns CBFC on it may send nothing on the
+lossless channels until its partner's initial grant arrives (a grant that came before
+is kept and applied), and it grants its partner its buffer less the bytes of the
+partner's frames it still holds (those are returned as they leave). So neither side
+spends credits the other does not count - the start-up race of a link whose two ends
+agree at different times.
+
 YAML (a QoS file's `cbfc:` or `emu run --cbfc`): `cbfc: {credits: 3200KB, update: 64KB}`
 (default credits: the QoS's xOFF, the buffer PFC would let fill before pausing).
 """
@@ -66,13 +73,19 @@ class CreditState:
     __slots__ = ("vcs", "credits", "owed", "update", "floor", "blocked", "blocks",
                  "updates_tx", "updates_rx")
 
-    def __init__(self, vcs: frozenset[int], credits: int, update: int, mtu: int) -> None:
+    def __init__(self, vcs: frozenset[int], credits: int, update: int, mtu: int,
+                 start: int | None = None) -> None:
+        """`credits`: the partner's buffer per channel; `start`: what we may send before
+        the partner's first grant (None: `credits`). A link coming up starts at 0 and
+        waits for the partner's initial grant, as PCIe's InitFC: neither side counts
+        frames the other sent before it counted them (`Dcbx` sends the grants)."""
         self.vcs = vcs
-        self.credits = [credits if v in vcs else 0 for v in range(8)]
+        first = credits if start is None else start
+        self.credits = [first if v in vcs else 0 for v in range(8)]
         self.owed = [0] * 8
         self.update = update
         self.floor = mtu  # below this a frame might not fit: the channel stops
-        self.blocked = 0  # bit v: channel v has too few credits
+        self.blocked = sum(1 << v for v in vcs) if first < mtu else 0  # bit v: too few credits
         self.blocks = self.updates_tx = self.updates_rx = 0
 
     def consume(self, vc: int, nbytes: int) -> bool:
@@ -109,7 +122,7 @@ class CreditState:
 
     def counters(self) -> dict:
         """For the port's counters."""
-        return {"vcs": sorted(self.vcs), "credits": list(self.credits),
+        return {"vcs": sorted(self.vcs), "credits": list(self.credits), "owed": list(self.owed),
                 "blocked": [bool(self.blocked >> v & 1) for v in range(8)],
                 "blocks": self.blocks, "updates_tx": self.updates_tx,
                 "updates_rx": self.updates_rx}

@@ -5,12 +5,14 @@ receiver NACKs the trimmed packets and the senders resend them - every byte arri
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 import topologies
 from emu.net import FabricNet
+from fabric.qos.cbfc import Cbfc
 from fabric.qos.config import QosConfig
 from fabric.qos.trim import Trim
 from emu.capture import Captures
@@ -94,3 +96,30 @@ def test_a_uet_send_lands_in_the_posted_buffer(fnet, tmp_path):
     rows = [line.split("\t") for line in out.stdout.splitlines()]
     assert rows and {x[0] for x in rows} == {"5"}, rows[:3]   # SES opcode SEND
     assert rows.count(["5", "1"]) <= 1   # the immediate as header data on the first packet
+
+
+def test_cbfc_on_the_spine_links_leaks_no_credit():
+    """CBFC (modelled) between switches, from link start through a cross-rail write: at
+    rest every sender holds its partner's whole buffer less what that partner still owes
+    (under one update), on every switch-to-switch link - including the credits of the
+    link start, whose two ends agree at different times."""
+    cb = Cbfc(credits_bytes=400_000, update_bytes=32_768)
+    with FabricNet(topologies.load("rail2x4", tdf=5000), qos=QosConfig(cbfc=cb)) as f:
+        f.wait_pfc()
+        f.start_nics(gpus=["h1g1", "h4g2"])
+        r = rdma.write(f.fabric, f.nic_sockets, "h1g1", "h4g2", 8 * MB)
+        assert r["status"] == "SUCCESS" and r["byte_exact"], r
+        time.sleep(1.0)  # what is in flight lands, the last updates come back
+        ports = {(s.name, p): c for s in f.fabric.switches()
+                 for p, c in f.counters(s.name)["ports"].items()}
+        links, moved = 0, 0
+        for (sw, p), c in ports.items():
+            if c["cbfc"] is None:
+                continue
+            peer_sw, peer_p = c["peer"].split(":")
+            owed = ports[(peer_sw, peer_p)]["cbfc"]
+            links += 1
+            moved += c["cbfc"]["updates_rx"]
+            # what I may send + what my partner owes me back = its buffer
+            assert c["cbfc"]["credits"][3] + owed["owed"][3] == 400_000, (sw, p, c["cbfc"], owed)
+        assert links == 8 and moved > 8   # 4 uplinks, both ends; credits came back

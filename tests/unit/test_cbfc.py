@@ -50,9 +50,30 @@ def test_lldp_puts_cbfc_in_place_of_pfc_between_switches_only():
     up, down = a.ports["eth5"], a.ports["eth1"]
     assert "CBFC on priorities [3]" in d.receive(up, spine, 0.0)
     assert "PFC active on priorities [3]" in d.receive(down, host, 0.0)
-    assert up.cbfc.credits[3] == 500_000 and not up.pfc_active
+    # nothing to send with until the spine's grant; the spine is granted our buffer
+    assert up.cbfc.credits[3] == 0 and up.cbfc.blocked == 1 << 3 and not up.pfc_active
+    assert [parse_credit(f) for _d, f, _ in up.ctrl if f[12:14] == b"\x88\xb5"] == [(3, 500_000)]
     assert down.cbfc is None and down.pfc_active == frozenset({3})
     assert up.counters(0.0)["cbfc"]["vcs"] == [3] and down.counters(0.0)["cbfc"] is None
+
+
+def test_link_start_neither_side_spends_credits_the_other_does_not_count():
+    q = QosConfig(cbfc=Cbfc(credits_bytes=500_000, update_bytes=16_384))
+    a = qos_agent(q, uplink_rate=400e6)
+    up = a.ports["eth5"]
+    spine_mac = bytes.fromhex("020000000701")
+    # the spine agreed first: its initial grant arrives before its LLDPDU is read here
+    a.on_control(up, build_credit_frame(spine_mac, 3, 300_000), 0.0)
+    assert up.cbfc is None and up.counters(0.0)["drops"] == {}
+    up.ingress.held[3] = 120_000   # the spine's frames we still hold, admitted under PFC
+    spine = lldp.build_lldp_frame("02:00:00:00:07:01", "02:00:00:00:07:01", "eth1", "spine1", q)
+    a.on_control(up, spine, 0.0)
+    assert up.cbfc.credits[3] == 300_000 and not up.cbfc.blocked   # the early grant, applied
+    grants = [parse_credit(f) for _d, f, _ in up.ctrl if f[12:14] == b"\x88\xb5"]
+    assert grants == [(3, 380_000)] and up.ingress.held[3] == 0   # buffer less what we hold
+    a.release(up, 3, 120_000, 0.0)   # those frames leave: their credits go back
+    grants = [parse_credit(f) for _d, f, _ in up.ctrl if f[12:14] == b"\x88\xb5"]
+    assert sum(n for _vc, n in grants) == 500_000
 
 
 def test_a_port_out_of_credits_stops_and_returned_credits_restart_it():
