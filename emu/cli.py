@@ -13,7 +13,7 @@ from pathlib import Path
 import topologies
 from collectives.launch import MASTER_PORT
 from collectives.ring import RING_KINDS
-from emu import nsutil
+from emu import nsutil, placement, servers, tunnel
 from emu.lab import command as lab_command
 from emu.mncli import open_cli
 from emu.report import report
@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="print a topology's wiring and addressing plan (no root)")
     _topo_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable description")
+    p.add_argument("--servers", default=None, metavar="FILE",
+                   help="also show how the fabric would be placed on the servers of FILE "
+                        "(YAML: servers, placement pins; emu.servers) and which links would "
+                        "cross servers as VXLAN tunnels")
 
     p = sub.add_parser("run", help="build a fabric, check it, run a workload, tear it down",
                        description="Build the fabric in network namespaces with a switch agent "
@@ -316,7 +320,26 @@ def cmd_show(args) -> int:
     """`emu show TOPO`."""
     tdf = None if args.tdf == "auto" else args.tdf
     fab = topologies.load(args.topology, spines=args.spines, tdf=tdf)
-    print(json.dumps(fab.to_dict(), indent=1) if args.json else fab.describe())
+    placed = None
+    if getattr(args, "servers", None):
+        try:
+            sv = servers.load(args.servers)
+            tunnel.check_mtu(sv.underlay_mtu, fab.mtu)
+            placed = placement.place(fab, sv.names(), sv.placement)
+        except ValueError as exc:
+            print(f"emu: {exc}", file=sys.stderr)
+            return 2
+    if args.json:
+        d = fab.to_dict()
+        if placed is not None:
+            d["placement"] = {"server_of": placed.server_of, "load": placed.load,
+                              "cut": [tunnel.link_name(l) for l in placed.cut]}
+        print(json.dumps(d, indent=1))
+        return 0
+    print(fab.describe())
+    if placed is not None:
+        print("\nPlacement on the servers (emu.placement; work = switch agents + 2 per GPU):")
+        print(placed.describe())
     return 0
 
 

@@ -1,0 +1,157 @@
+"""Beyond one machine (issue 17), the pure parts: placement of a fabric on servers (cut
+size against an exhaustive search, balance, pins), the servers file schema, and the
+rule that subtracts a tunnel's latency from a link's dilated delay."""
+
+import copy
+import itertools
+import json
+
+import pytest
+
+import topologies
+from emu import servers as srv
+from emu.placement import SLACK, cut_links, place, work_of
+from emu.tunnel import check_mtu, compensated_delay, min_tdf
+from topologies.model import Link, Port
+
+
+def exhaustive_min_cut(fab, names):
+    w = work_of(fab)
+    nodes = list(w)
+    total = sum(w.values())
+    cap = max(max(w.values()), int(SLACK * total / len(names) + 0.999))
+    best = None
+    for combo in itertools.product(names, repeat=len(nodes) - 1):
+        so = dict(zip(nodes, (names[0],) + combo))  # the first node's server is a symmetry
+        loads = [sum(w[n] for n in nodes if so[n] == s) for s in names]
+        if max(loads) > cap:
+            continue
+        c = len(cut_links(fab, so))
+        best = c if best is None else min(best, c)
+    return best
+
+
+@pytest.mark.parametrize("topo", ["rail2x4", "rail1x4", "rail2x2", "multipod2", "railonly2x4", "rail8x4"])
+def test_placement_finds_the_smallest_balanced_cut(topo):
+    fab = topologies.load(topo)
+    p = place(fab, ["a", "b"])
+    assert len(p.cut) == exhaustive_min_cut(fab, ["a", "b"])
+    w = work_of(fab)
+    assert set(p.server_of) == set(w) and "frontend" not in p.server_of
+    cap = SLACK * sum(w.values()) / 2
+    assert all(v <= cap + 1 for v in p.load.values()) and min(p.load.values()) > 0
+    assert p.load == {s: sum(w[n] for n in p.nodes_on(s)) for s in ("a", "b")}
+
+
+def test_placement_of_rail2x4_and_rail8x4():
+    p = place(topologies.load("rail2x4"), ["a", "b"])
+    # two hosts move with all their NIC links cut; the switches stay together
+    assert len(p.cut) == 4 and all(l.kind == "host-rail" for l in p.cut)
+    assert "4 links cross servers" in p.describe()
+    p8 = place(topologies.load("rail8x4"), ["a", "b"])
+    assert len(p8.cut) == 16 and p8.load == {"a": 42, "b": 32}
+    assert len(place(topologies.load("rail2x4"), ["solo"]).cut) == 0
+
+
+def test_pins_are_kept_and_bad_ones_named():
+    fab = topologies.load("rail2x4")
+    p = place(fab, ["a", "b"], pins={"rail1": "a", "rail2": "b"})
+    assert p.server_of["rail1"] == "a" and p.server_of["rail2"] == "b"
+    assert len(p.cut) >= 4
+    with pytest.raises(ValueError, match="placement.h9: no such"):
+        place(fab, ["a", "b"], pins={"h9": "a"})
+    with pytest.raises(ValueError, match="placement.h1: no server 'c'"):
+        place(fab, ["a", "b"], pins={"h1": "c"})
+    with pytest.raises(ValueError, match="servers: distinct"):
+        place(fab, ["a", "a"])
+    with pytest.raises(ValueError, match="pins put more"):
+        place(fab, ["a", "b"], pins={h: "a" for h in ("h1", "h2", "h3", "h4")})
+
+
+GOOD = {"servers": [{"name": "a", "address": "localhost"},
+                    {"name": "b", "address": "192.0.2.12", "user": "emu", "port": 2222}],
+        "placement": {"rail1": "a"}, "underlay_mtu": 9300}
+
+
+def test_servers_file_reads_and_defaults(tmp_path):
+    f = tmp_path / "servers.yaml"
+    f.write_text("servers:\n  - {name: a, address: localhost}\n  - {name: b, address: node2}\n")
+    s = srv.load(f)
+    assert s.names() == ["a", "b"] and s.servers[0].local and not s.servers[1].local
+    assert (s.servers[1].user, s.servers[1].port, s.underlay_mtu, s.placement) == (
+        "root", 22, 9300, {})
+    full = srv.from_dict(GOOD)
+    assert full.servers[1] == srv.Server("b", "192.0.2.12", "emu", 2222)
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d.update(servers=[]), "servers: a list"),
+    (lambda d: d["servers"][1].update(name="B!"), r"servers\[1\].name"),
+    (lambda d: d["servers"][1].update(name="a"), r"servers\[1\].name: 'a' already"),
+    (lambda d: d["servers"][1].update(address="no such host!"), r"servers\[1\].address"),
+    (lambda d: d["servers"][1].pop("address"), r"servers\[1\].address: missing"),
+    (lambda d: d["servers"][1].update(port=0), r"servers\[1\].port"),
+    (lambda d: d["servers"][1].update(user="Root User"), r"servers\[1\].user"),
+    (lambda d: d["servers"][1].update(ssh="x"), r"servers\[1\].ssh: unknown"),
+    (lambda d: d["servers"][1].update(address="127.0.0.1"), "one local server"),
+    (lambda d: d.update(placement={"h1": "z"}), "placement.h1: no server 'z'"),
+    (lambda d: d.update(underlay_mtu=1000), "underlay_mtu"),
+    (lambda d: d.update(tdf=5), "tdf: unknown field")])
+def test_servers_file_errors_name_the_field(mutate, field):
+    d = copy.deepcopy(GOOD)
+    mutate(d)
+    with pytest.raises(ValueError, match=field):
+        srv.from_dict(d)
+
+
+def test_a_missing_or_broken_servers_file_is_named(tmp_path):
+    with pytest.raises(ValueError, match="--servers: cannot read"):
+        srv.load(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("servers: [\n")
+    with pytest.raises(ValueError, match="is not YAML"):
+        srv.load(bad)
+
+
+def link(delay_s):
+    return Link(Port("rail1", "eth5", "02:00:00:00:05:05"),
+                Port("spine1", "eth1", "02:00:00:00:07:01"), 400e9, delay_s, "rail-spine")
+
+
+@pytest.mark.parametrize("delay_ns, latency_us, tdf, extra_us", [
+    (1000, 0, 10_000, 10_000.0),        # no tunnel: the whole 10 ms lab
+    (1000, 120, 10_000, 9_880.0),       # 120 us of tunnel taken off
+    (50, 120, 10_000, 380.0),           # 50 ns model = 500 us lab
+    (12, 120, 10_000, 0.0)])            # exactly the tunnel
+def test_compensated_delay(delay_ns, latency_us, tdf, extra_us):
+    got = compensated_delay(link(delay_ns * 1e-9), latency_us * 1e-6, tdf)
+    assert got * 1e6 == pytest.approx(extra_us, abs=1e-6)
+
+
+def test_a_link_too_short_for_its_tunnel_names_itself_and_the_tdf():
+    with pytest.raises(ValueError, match=r"link rail1:eth5-spine1:eth1: .* TDF 24000 or more"):
+        compensated_delay(link(5e-9), 120e-6, 10_000)
+    assert min_tdf(link(5e-9), 120e-6) == pytest.approx(24_000)
+    with pytest.raises(ValueError, match="model delay of 0 cannot cross servers"):
+        compensated_delay(link(0.0), 120e-6, 10_000)
+    check_mtu(9300, 9216)
+    with pytest.raises(ValueError, match=r"underlay_mtu: 9250 .*needs 9266"):
+        check_mtu(9250, 9216)
+
+
+def test_emu_show_places_the_fabric_on_the_servers(tmp_path, capsys):
+    from emu.cli import main
+    f = tmp_path / "servers.yaml"
+    f.write_text("servers:\n  - {name: a, address: localhost}\n  - {name: b, address: 192.0.2.12}\n"
+                 "placement: {h1: b}\n")
+    assert main(["show", "rail2x4", "--servers", str(f)]) == 0
+    out = capsys.readouterr().out
+    line_b = next(x for x in out.splitlines() if x.startswith("b: "))
+    assert "h1" in line_b[3:line_b.index(" (work")].split(", ")   # the pin
+    assert "links cross servers" in out
+    assert main(["show", "rail2x4", "--servers", str(f), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["placement"]
+    assert d["server_of"]["h1"] == "b" and len(d["cut"]) >= 4
+    f.write_text("servers:\n  - {name: a, address: localhost}\nunderlay_mtu: 1500\n")
+    assert main(["show", "rail2x4", "--servers", str(f)]) == 2
+    assert "underlay_mtu: 1500 is too small" in capsys.readouterr().err
