@@ -29,7 +29,10 @@ esac
 # gcc for the virtualenv.
 APT_PKGS=(mininet iproute2 ethtool tshark iperf3 iputils-ping traceroute python3-venv
           python3-dev gcc)
-[ "$MODE" = test ] && APT_PKGS+=(vagrant chromium)  # chromium: tests render lab.html headless
+# chromium: tests render lab.html headless; openssh-server: a second server emulated in a
+# namespace (issue 17, tests/netns/test_remote.py starts its own sshd there, never the
+# system's); ssh: the client emu reaches servers with
+[ "$MODE" = test ] && APT_PKGS+=(vagrant chromium openssh-server openssh-client)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

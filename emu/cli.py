@@ -13,7 +13,7 @@ from pathlib import Path
 import topologies
 from collectives.launch import MASTER_PORT
 from collectives.ring import RING_KINDS
-from emu import nsutil, placement, servers, tunnel
+from emu import nsutil, placement, remote, servers, tunnel
 from emu.lab import command as lab_command
 from emu.mncli import open_cli
 from emu.report import report
@@ -82,11 +82,21 @@ def _topo_args(p: argparse.ArgumentParser, auto: bool = False) -> None:
                             "the topology, else %g)" % DEFAULT_TDF)
 
 
+class _Version(argparse.Action):
+    """`--version`, worked out (git) only when asked for."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(remote.version())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests)."""
     ap = argparse.ArgumentParser(prog="python -m emu", description=__doc__, epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    ap.add_argument("--version", action=_Version, nargs=0,
+                    help="emu's version and git commit (the servers of --servers must agree)")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     sub.add_parser("list", help="list the topologies, one line each")
@@ -98,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also show how the fabric would be placed on the servers of FILE "
                         "(YAML: servers, placement pins; emu.servers) and which links would "
                         "cross servers as VXLAN tunnels")
+    p.add_argument("--check", action="store_true",
+                   help="with --servers: check each server (SSH without a password, root, "
+                        "the same emu at the same path, VXLAN); exit 2 naming the server "
+                        "that is not ready")
 
     p = sub.add_parser("run", help="build a fabric, check it, run a workload, tear it down",
                        description="Build the fabric in network namespaces with a switch agent "
@@ -329,6 +343,15 @@ def cmd_show(args) -> int:
         except ValueError as exc:
             print(f"emu: {exc}", file=sys.stderr)
             return 2
+        if args.check:
+            problems = [p for s in sv.servers for p in remote.check(remote.Remote(s))]
+            if problems:
+                print("\n".join(f"emu: {p}" for p in problems), file=sys.stderr)
+                return 2
+            print(f"{len(sv.servers)} servers ready: {', '.join(sv.names())}", file=sys.stderr)
+    elif getattr(args, "check", False):
+        print("emu: --check: with --servers FILE", file=sys.stderr)
+        return 2
     if args.json:
         d = fab.to_dict()
         if placed is not None:

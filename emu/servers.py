@@ -10,6 +10,8 @@ validation, errors naming the bad field; no SSH, no I/O beyond reading the file.
         address: 192.0.2.12
         user: root              # default root (emu needs root on every server)
         port: 22
+        identity: ~/.ssh/emu    # optional: ssh -i (else ssh's own configuration)
+        known_hosts: ~/.ssh/emu_known_hosts   # optional: its own known-hosts file
     placement:                  # optional: node -> server (the rest is placed, emu.placement)
       rail1: a
       h4: b
@@ -41,6 +43,8 @@ class Server:
     address: str
     user: str = "root"
     port: int = 22
+    identity: str | None = None      #: ssh -i
+    known_hosts: str | None = None   #: ssh -o UserKnownHostsFile= (new keys accepted)
 
     @property
     def local(self) -> bool:
@@ -78,9 +82,10 @@ def _server(i: int, d) -> Server:
     where = f"servers[{i}]"
     if not isinstance(d, dict):
         raise ValueError(f"{where}: a mapping with name and address, got {d!r}")
-    unknown = sorted(set(d) - {"name", "address", "user", "port"})
+    known = ("name", "address", "user", "port", "identity", "known_hosts")
+    unknown = sorted(set(d) - set(known))
     if unknown:
-        raise ValueError(f"{where}.{unknown[0]}: unknown field (known: name, address, user, port)")
+        raise ValueError(f"{where}.{unknown[0]}: unknown field (known: {', '.join(known)})")
     name = d.get("name")
     if not isinstance(name, str) or not NAME.match(name):
         raise ValueError(f"{where}.name: 1-16 of a-z, 0-9, '-', starting with a letter, "
@@ -93,7 +98,13 @@ def _server(i: int, d) -> Server:
     port = d.get("port", 22)
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         raise ValueError(f"{where}.port: 1..65535, got {port!r}")
-    return Server(name, _address(f"{where}.address", d["address"]), user, port)
+    paths = {}
+    for k in ("identity", "known_hosts"):
+        v = d.get(k)
+        if v is not None and (not isinstance(v, str) or not v):
+            raise ValueError(f"{where}.{k}: a file path, got {v!r}")
+        paths[k] = str(Path(v).expanduser()) if v else None
+    return Server(name, _address(f"{where}.address", d["address"]), user, port, **paths)
 
 
 def from_dict(d, source: str = "servers file") -> Servers:

@@ -5,10 +5,12 @@ rule that subtracts a tunnel's latency from a link's dilated delay."""
 import copy
 import itertools
 import json
+import subprocess
 
 import pytest
 
 import topologies
+from emu import remote
 from emu import servers as srv
 from emu.placement import SLACK, cut_links, place, work_of
 from emu.tunnel import check_mtu, compensated_delay, min_tdf
@@ -155,3 +157,46 @@ def test_emu_show_places_the_fabric_on_the_servers(tmp_path, capsys):
     f.write_text("servers:\n  - {name: a, address: localhost}\nunderlay_mtu: 1500\n")
     assert main(["show", "rail2x4", "--servers", str(f)]) == 2
     assert "underlay_mtu: 1500 is too small" in capsys.readouterr().err
+
+
+class FakeRemote(remote.Remote):
+    """Answers from a table: command word -> (returncode, stdout, stderr)."""
+
+    def __init__(self, server, answers):
+        super().__init__(server)
+        object.__setattr__(self, "answers", answers)
+
+    def run(self, cmd, timeout=20.0):
+        key = "emu" if "emu" in cmd else cmd[0]
+        rc, out, err = self.answers.get(key, (0, "", ""))
+        return subprocess.CompletedProcess(cmd, rc, out, err)
+
+
+B = srv.Server("b", "192.0.2.12", "emu", 2222, identity="/k/id", known_hosts="/k/kh")
+
+
+def test_ssh_command_line():
+    argv = remote.Remote(B).argv(["id", "-u"])
+    assert argv[:2] == ["ssh", "-o"] and "emu@192.0.2.12" in argv and argv[-2:] == ["--", "id -u"]
+    assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-i") + 1] == "/k/id"
+    assert "UserKnownHostsFile=/k/kh" in argv and "BatchMode=yes" in argv
+    assert remote.Remote(srv.Server("a", "localhost")).argv(["id", "-u"]) == ["id", "-u"]
+
+
+@pytest.mark.parametrize("answers, problem", [
+    ({"id": (255, "", "ssh: connect to host 192.0.2.12 port 2222: No route to host")},
+     "server b (emu@192.0.2.12): unreachable over SSH: ssh: connect to host"),
+    ({"id": (0, "1000\n", "")}, "server b (emu@192.0.2.12): logged in as uid 1000, emu needs root"),
+    ({"id": (0, "0\n", ""), "emu": (1, "", "No module named emu")}, "no emu at "),
+    ({"id": (0, "0\n", ""), "emu": (0, "emu 0.0.9 (abc)\n", "")}, "emu 0.0.9 (abc), here emu "),
+    ({"id": (0, "0\n", ""), "unshare": (2, "", "Error: Unknown device type.")},
+     "cannot make VXLAN devices (Error: Unknown device type.)")])
+def test_server_checks_name_the_server_and_the_cause(answers, problem):
+    answers.setdefault("emu", (0, remote.version() + "\n", ""))
+    got = remote.check(FakeRemote(B, answers))
+    assert len(got) == 1 and problem in got[0], got
+
+
+def test_a_ready_server_has_no_problem():
+    assert remote.check(FakeRemote(B, {"id": (0, "0\n", ""),
+                                       "emu": (0, remote.version() + "\n", "")})) == []

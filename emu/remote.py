@@ -1,0 +1,107 @@
+"""Running commands on the servers of a servers file, and checking each one before a
+fabric is spread over them (issue 17). Mininet's cluster mode reaches its servers the
+same way (`mininet.examples.cluster.RemoteMixin`: `ssh -o BatchMode=yes ... sudo -E`);
+emu needs root there too, so it logs in as root (or a user whose uid is 0).
+
+`check(server)` answers before anything is built, each problem naming the server: it
+can be reached over SSH without a password, the login is root, emu is installed at the
+same place and is the same version (`python -m emu --version`, which names the git
+commit), and the kernel makes VXLAN devices (tried in a throwaway namespace).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from emu.servers import Server
+
+__all__ = ["Remote", "check", "version", "REPO"]
+
+REPO = Path(__file__).resolve().parents[1]
+CHECK_TIMEOUT_S = 20.0
+
+
+def version(repo: Path = REPO) -> str:
+    """`emu <package version> (<git commit>[+dirty])`, what `python -m emu --version` prints."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as pkg_version
+    try:
+        v = pkg_version("emu")
+    except PackageNotFoundError:
+        v = "unknown"
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit, dirty = "", ""
+    return f"emu {v} ({commit or 'no git'}{'+dirty' if dirty else ''})"
+
+
+@dataclass(frozen=True)
+class Remote:
+    """How to run a command on one server: directly when it is this machine, else
+    over SSH (`ssh_options`: e.g. an identity file, a known-hosts file)."""
+
+    server: Server
+    ssh_options: tuple[str, ...] = ()
+
+    def argv(self, cmd: list[str]) -> list[str]:
+        """The command line that runs `cmd` on the server."""
+        if self.server.local:
+            return list(cmd)
+        s = self.server
+        opts = list(self.ssh_options)
+        if s.identity:
+            opts += ["-i", s.identity, "-o", "IdentitiesOnly=yes"]
+        if s.known_hosts:
+            opts += ["-o", f"UserKnownHostsFile={s.known_hosts}",
+                     "-o", "StrictHostKeyChecking=accept-new"]
+        return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-p", str(s.port),
+                *opts, f"{s.user}@{s.address}", "--", shlex.join(cmd)]
+
+    def run(self, cmd: list[str], timeout: float = CHECK_TIMEOUT_S) -> subprocess.CompletedProcess:
+        """Run `cmd` there; never raises for a failed command (see returncode)."""
+        try:
+            return subprocess.run(self.argv(cmd), capture_output=True, text=True,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(cmd, 124, "", f"no answer in {timeout:g} s")
+
+
+def _why(r: subprocess.CompletedProcess) -> str:
+    lines = [x for x in (r.stderr or r.stdout or "").splitlines() if x.strip()]
+    return lines[-1].strip() if lines else f"exit status {r.returncode}"
+
+
+def check(remote: Remote, repo: Path = REPO, python: str | None = None) -> list[str]:
+    """What keeps this server from running its part of a fabric (empty: nothing)."""
+    s = remote.server
+    who = f"server {s.name} ({s.user}@{s.address})"
+    r = remote.run(["id", "-u"])
+    if r.returncode != 0:
+        return [f"{who}: unreachable over SSH: {_why(r)}"]
+    out = []
+    if r.stdout.strip() != "0":
+        out.append(f"{who}: logged in as uid {r.stdout.strip()}, emu needs root there")
+    py = python or str(repo / ".venv" / "bin" / "python")
+    if not s.local:
+        mine = version(repo)
+        r = remote.run(["env", "-C", str(repo), py, "-m", "emu", "--version"])
+        theirs = r.stdout.strip()
+        if r.returncode != 0:
+            out.append(f"{who}: no emu at {repo} ({_why(r)}): clone it there and run "
+                       "./setup.sh")
+        elif theirs != mine:
+            out.append(f"{who}: {theirs}, here {mine}: the servers must run the same emu")
+    r = remote.run(["unshare", "--net", "ip", "link", "add", "vxchk", "type", "vxlan", "id",
+                    "1", "dstport", "4789"])
+    if r.returncode != 0:
+        out.append(f"{who}: cannot make VXLAN devices ({_why(r)}): the kernel needs the "
+                   "vxlan module")
+    return out
