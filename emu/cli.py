@@ -349,6 +349,8 @@ def cmd_show(args) -> int:
                 print("\n".join(f"emu: {p}" for p in problems), file=sys.stderr)
                 return 2
             print(f"{len(sv.servers)} servers ready: {', '.join(sv.names())}", file=sys.stderr)
+            if not _latency_fits(fab, sv, placed):
+                return 2
     elif getattr(args, "check", False):
         print("emu: --check: with --servers FILE", file=sys.stderr)
         return 2
@@ -364,6 +366,33 @@ def cmd_show(args) -> int:
         print("\nPlacement on the servers (emu.placement; work = switch agents + 2 per GPU):")
         print(placed.describe())
     return 0
+
+
+def _latency_fits(fab, sv, placed) -> bool:
+    """Print each server's measured latency and the TDF its crossing links need (a link
+    is estimated from the larger latency of its two servers, measured from here)."""
+    lat = {s.name: remote.one_way_latency(s) for s in sv.servers}
+    ok = True
+    for s in sv.servers:
+        if lat[s.name] is None:
+            print(f"emu: server {s.name}: no answer to ping {s.address}", file=sys.stderr)
+            ok = False
+    if not ok:
+        return False
+    for s in sv.servers:
+        links = [l for l in placed.cut if s.name in (placed.server_of[l.a.node],
+                                                       placed.server_of[l.b.node])]
+        if s.local or not links:
+            continue
+        est = [max(lat[placed.server_of[l.a.node]], lat[placed.server_of[l.b.node]])
+               for l in links]
+        need = max(tunnel.min_tdf(l, e) for l, e in zip(links, est))
+        verdict = "fits" if need <= fab.tdf else "too low: rerun with --tdf"
+        print(f"server {s.name}: one-way latency {lat[s.name] * 1e6:.0f} us lab; its "
+              f"{len(links)} crossing links need TDF >= {need:.0f} (TDF {fab.tdf:g} {verdict})",
+              file=sys.stderr)
+        ok = ok and need <= fab.tdf
+    return ok
 
 
 def cmd_run(args) -> int:

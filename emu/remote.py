@@ -3,6 +3,9 @@ fabric is spread over them (issue 17). Mininet's cluster mode reaches its server
 same way (`mininet.examples.cluster.RemoteMixin`: `ssh -o BatchMode=yes ... sudo -E`);
 emu needs root there too, so it logs in as root (or a user whose uid is 0).
 
+`one_way_latency(server)`: half the smallest of 10 ping round trips from this machine
+(a tunnel adds this to every frame of a link that crosses to that server; emu.tunnel).
+
 `check(server)` answers before anything is built, each problem naming the server: it
 can be reached over SSH without a password, the login is root, emu is installed at the
 same place and is the same version (`python -m emu --version`, which names the git
@@ -18,10 +21,10 @@ from pathlib import Path
 
 from emu.servers import Server
 
-__all__ = ["Remote", "check", "version", "REPO"]
+__all__ = ["Remote", "check", "version", "one_way_latency", "parse_ping", "REPO"]
 
 REPO = Path(__file__).resolve().parents[1]
-CHECK_TIMEOUT_S = 20.0
+CHECK_TIMEOUT_S = 30.0
 
 
 def version(repo: Path = REPO) -> str:
@@ -62,7 +65,8 @@ class Remote:
         if s.known_hosts:
             opts += ["-o", f"UserKnownHostsFile={s.known_hosts}",
                      "-o", "StrictHostKeyChecking=accept-new"]
-        return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-p", str(s.port),
+        return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o",
+                "ConnectionAttempts=2", "-p", str(s.port),
                 *opts, f"{s.user}@{s.address}", "--", shlex.join(cmd)]
 
     def run(self, cmd: list[str], timeout: float = CHECK_TIMEOUT_S) -> subprocess.CompletedProcess:
@@ -105,3 +109,25 @@ def check(remote: Remote, repo: Path = REPO, python: str | None = None) -> list[
         out.append(f"{who}: cannot make VXLAN devices ({_why(r)}): the kernel needs the "
                    "vxlan module")
     return out
+
+
+def parse_ping(text: str) -> float | None:
+    """The smallest round trip (seconds) of iputils ping's summary, None without one."""
+    for line in text.splitlines():
+        if "min/avg/max" in line and "=" in line:
+            return float(line.split("=")[1].split("/")[0]) / 1e3
+    return None
+
+
+def one_way_latency(server: Server, count: int = 10) -> float | None:
+    """Lab seconds a frame takes from this machine to `server`, one way (half the
+    smallest ping round trip); 0 for this machine, None when it does not answer."""
+    if server.local:
+        return 0.0
+    try:
+        r = subprocess.run(["ping", "-n", "-q", "-c", str(count), "-i", "0.2", "-W", "2",
+                            server.address], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rtt = parse_ping(r.stdout)
+    return None if rtt is None else rtt / 2

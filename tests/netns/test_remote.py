@@ -53,8 +53,8 @@ def second_server(tmp_path):
                                 stderr=subprocess.PIPE, text=True)
         server = Server("b", "10.98.0.2", "root", identity=str(key),
                         known_hosts=str(tmp_path / "known_hosts"))
-        deadline = time.monotonic() + 10
-        while remote.Remote(server).run(["true"], timeout=5).returncode != 0:
+        deadline = time.monotonic() + 30
+        while remote.Remote(server).run(["true"], timeout=15).returncode != 0:
             assert time.monotonic() < deadline and sshd.poll() is None, "sshd did not come up"
             time.sleep(0.2)
         yield server, tmp_path
@@ -91,4 +91,11 @@ def test_emu_show_check(second_server, capsys):
                  f"  - {{name: b, address: 10.98.0.2, identity: {server.identity}, "
                  f"known_hosts: {server.known_hosts}}}\n")
     assert main(["show", "rail2x4", "--servers", str(f), "--check"]) == 0
-    assert "2 servers ready: a, b" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "2 servers ready: a, b" in err
+    # a veth away: tens of us; rail2x4's 1 us links need a TDF of that many thousandths
+    line = next(x for x in err.splitlines() if x.startswith("server b: one-way latency"))
+    us = float(line.split("latency ")[1].split(" us")[0])
+    assert 0 < us < 2000 and "4 crossing links need TDF >=" in line and "fits" in line
+    assert main(["show", "rail2x4", "--servers", str(f), "--check", "--tdf", "1"]) == 2
+    assert "too low: rerun with --tdf" in capsys.readouterr().err

@@ -166,7 +166,7 @@ class FakeRemote(remote.Remote):
         super().__init__(server)
         object.__setattr__(self, "answers", answers)
 
-    def run(self, cmd, timeout=20.0):
+    def run(self, cmd, timeout=30.0):
         key = "emu" if "emu" in cmd else cmd[0]
         rc, out, err = self.answers.get(key, (0, "", ""))
         return subprocess.CompletedProcess(cmd, rc, out, err)
@@ -200,3 +200,11 @@ def test_server_checks_name_the_server_and_the_cause(answers, problem):
 def test_a_ready_server_has_no_problem():
     assert remote.check(FakeRemote(B, {"id": (0, "0\n", ""),
                                        "emu": (0, remote.version() + "\n", "")})) == []
+
+
+def test_ping_summary_is_read():
+    out = ("--- 10.98.0.2 ping statistics ---\n10 packets transmitted, 10 received, 0% packet "
+           "loss, time 1810ms\nrtt min/avg/max/mdev = 0.041/0.062/0.090/0.014 ms\n")
+    assert remote.parse_ping(out) == pytest.approx(41e-6)
+    assert remote.parse_ping("100% packet loss\n") is None
+    assert remote.one_way_latency(srv.Server("a", "localhost")) == 0.0
