@@ -17,7 +17,7 @@ from traffic.uet.ev import Entropy
 from traffic.uet.frames import frame_of
 from traffic.uet.initiator import TxReq
 from traffic.uet.nscc import Nscc, NsccConfig
-from traffic.verbs import WR, Access, Context, WCOpcode, WCStatus, WROpcode
+from traffic.verbs import WR, Access, Context, QPState, WCOpcode, WCStatus, WROpcode
 
 TRIM, LASTHOP = 11, 12
 LINK = 200e9
@@ -292,3 +292,20 @@ def test_a_closed_window_asks_for_its_ack_no_timeout(seed):
     transfer(fab)
     assert fab.a.ep.requester.counters.timeouts == 0
     assert fab.a.ep.requester.counters.retransmitted == 0
+
+
+@pytest.mark.parametrize("rkey_flip, far, n", [(1, False, 20_000), (0, True, 20_000),
+                                               (1, False, 3000)])  # 3000: one packet, medium
+def test_a_write_outside_the_targets_memory_fails_remote_access_and_places_nothing(
+        rkey_flip, far, n):
+    fab = Fabric(6, jitter=3e-6)
+    fill(fab.a, 2)
+    a, b = fab.a, fab.b
+    remote = b.mr.addr + (len(b.buf) - 1000 if far else 0)   # far: runs past the region's end
+    a.qp.post_send(WR(1, WROpcode.WRITE, a.mr.addr, n, a.mr.lkey, remote,
+                      b.mr.rkey ^ rkey_flip))
+    fab.run(until=0.01)
+    assert [(w.wr_id, w.status) for w in a.cq.poll(5)] == [(1, WCStatus.REM_ACCESS_ERR)]
+    assert a.qp.state is QPState.ERROR
+    assert not any(b.buf) and b.ep.target.counters.drop_access > 0
+    assert a.ep.requester.counters.timeouts == 0   # answered, not left to the RTO

@@ -7,7 +7,9 @@ ACK / NACK descriptors (`TxAck`, `TxNack`) for the NIC to send.
 * The PDC is created by the first packet that carries SYN: its start PSN is the packet's
   PSN minus its PSN offset, so every PSN is placed relative to it.
 * RUD: every packet is placed on arrival at the message's buffer offset plus its message
-  offset (memory key = R_Key, bounds and remote-write checked); a bitmap of PSNs past the
+  offset (memory key = R_Key, bounds and remote-write checked; a message outside its
+  key's region is acknowledged but not placed, and its SES response says BAD_MKEY or
+  BAD_ADDR: the initiator fails the WR REM_ACCESS_ERR); a bitmap of PSNs past the
   cumulative one tracks what arrived; duplicates are not placed again, only re-ACKed.
   A message is complete when all of its bytes arrived; then, with header data (a WRITE
   with immediate), a posted receive is consumed and completed on the receive CQ with the
@@ -159,14 +161,18 @@ class Target:
         if d >= 1 << 20:
             c.drop_window += 1
             return []
-        ses = f.ses
+        ses, fail = f.ses, None
         if ses is not None and ses.opcode == SesOpcode.SEND:
             if not self._place_send(ses, f.payload):
                 c.no_recv += 1
                 return [self._nack(NackCode.NO_RESOURCE, f.psn)]
-        elif ses is None or not self._place(ses, f.payload):
+        elif ses is None:
             c.drop_access += 1
             return [self._nack(NackCode.NO_RESOURCE, f.psn)]
+        else:
+            fail = self._place(ses, f.payload)
+            if fail is not None:
+                c.drop_access += 1
         if d > 0:
             c.out_of_order += 1
             self.ooo_since += 1
@@ -179,24 +185,31 @@ class Target:
             self.cack = psn_add(self.cack, 1)
         self.since_ack += 1
         self.bytes_since += len(f.payload)
-        completed = self._progress(ses, len(f.payload))
+        completed = self._progress(ses, len(f.payload), fail)
         if (completed or f.flags & (F_AR | F_SYN) and self.since_ack == 1
                 or f.flags & F_AR or self.since_ack >= self.cfg.ack_every):
             return [self._ack(f.psn)]
         return []
 
-    def _place(self, ses, payload: memoryview) -> bool:
+    def _place(self, ses, payload: memoryview) -> int | None:
+        """A WRITE packet into the memory of its key; the SES return code when it cannot
+        be (BAD_MKEY: no remotely writable region of that key; BAD_ADDR: the message's
+        range is not inside it - checked for the whole message on every packet, so a
+        bad message places nothing, as RC's responder)."""
         n = len(payload)
         if not n:
-            return True
+            return None
         q = self.qp
-        va = ses.buffer_offset + ses.message_offset
         mr = q.pd.ctx.lookup_rkey(q.pd, ses.mem_key)
-        if mr is None or not mr.allows(va, n, Access.REMOTE_WRITE):
-            return False
+        if mr is None or not mr.access & Access.REMOTE_WRITE:
+            return RetCode.BAD_MKEY
+        va = ses.buffer_offset + ses.message_offset
+        if (not mr.contains(ses.buffer_offset, ses.request_length)
+                or ses.message_offset + n > ses.request_length):
+            return RetCode.BAD_ADDR
         mr.view(va, n)[:] = payload
         self.counters.bytes_placed += n
-        return True
+        return None
 
     @staticmethod
     def _single(ses) -> bool:
@@ -229,14 +242,17 @@ class Target:
             self.counters.bytes_placed += n
         return True
 
-    def _progress(self, ses, n: int) -> bool:
-        """Count a packet's bytes into its message; True when the message completed."""
+    def _progress(self, ses, n: int, fail: int | None = None) -> bool:
+        """Count a packet's bytes into its message (`fail`: the SES return code of a
+        packet that could not be placed); True when the message completed."""
         single = self._single(ses)
         st = None if single else self.msgs.get(ses.message_id)
         if st is None:
-            st = [ses.request_length, None]
+            st = [ses.request_length, None, None]
             if not single:
                 self.msgs[ses.message_id] = st
+        if fail is not None:
+            st[2] = fail
         if ses.flags & S_HD:  # the first packet carries the immediate (header data)
             st[1] = ses.header_data
         st[0] -= n
@@ -245,7 +261,7 @@ class Target:
         if not single:
             del self.msgs[ses.message_id]
         self.counters.messages += 1
-        rc, q = RetCode.OK, self.qp
+        rc, q = st[2] or RetCode.OK, self.qp
         if ses.opcode == SesOpcode.SEND:
             rx = self._single_rx if single else self.recvs.pop(ses.message_id)
             assert rx is not None
@@ -255,7 +271,7 @@ class Target:
                                   ses.request_length, q.qpn, st[1]))
             else:
                 rc = RetCode.BAD_ADDR
-        elif st[1] is not None:
+        elif st[1] is not None and rc == RetCode.OK:
             wqe = q.take_recv()
             q.recv_cq.push(WC(wqe.wr_id if wqe else 0, WCStatus.SUCCESS,
                               WCOpcode.RECV_RDMA_WITH_IMM, ses.request_length, q.qpn, st[1]))
