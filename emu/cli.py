@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     _topo_args(p, auto=True)
     p.add_argument("--cli", action="store_true",
                    help="open the Mininet CLI before tearing down (try: h1g1 ping h4g2)")
+    p.add_argument("--servers", default=None, metavar="FILE",
+                   help="spread the fabric over the servers of FILE (YAML, emu.servers; one "
+                        "of them this machine, address localhost): each other server runs "
+                        "its part over SSH as root, links between servers are VXLAN "
+                        "tunnels (check first: emu show TOPO --servers FILE --check). For "
+                        "now the reachability run only: no --workload, --script, --fault, "
+                        "--cli; captures on this machine's nodes")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="run directory (default runs/<topology>-<timestamp>)")
     p.add_argument("--qos", default="book", metavar="CONFIG",

@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 from emu import lbplan, netlink, nsutil
-from emu.netplan import plan_node
+from emu.netplan import FRONTEND_MTU, plan_node
 from emu.nics import NicProcesses, start_host_lldp
 from emu.nodes import AgentSwitch, build_mininet, mininet_classes
 from emu.procs import stop_procs, wait_ready
+from emu.tunnel import open_end
 from fabric.qos.classify import Classifier
 from fabric.timedil import TimeDilation
 from fabric.wire.dscp import DSCP_ROCEV2
@@ -41,7 +42,7 @@ class FabricNet:
                  shaping: bool = True, test_drop_rate: float = 0.0,
                  switch_kind: str = "agent", qos=None,
                  lldp_off: dict[str, list[str]] | None = None,
-                 lb: dict | None = None) -> None:
+                 lb: dict | None = None, part=None) -> None:
         if switch_kind not in ("agent", "bridge"):
             raise ValueError(f"switch_kind: 'agent' or 'bridge', got {switch_kind!r}")
         self.switch_kind = switch_kind
@@ -70,6 +71,10 @@ class FabricNet:
         self.lb = dict(lb or {})
         self.host_procs: list = []  # LLDP speakers
         self.nics: NicProcesses | None = None
+        #: this server's part of a fabric spread over several (an emu.clusterplan.
+        #: ServerPart: its nodes, tunnel ends, agent delays); None = the whole fabric
+        self.part = part
+        self.local = set(part.nodes) if part is not None else set(fabric.nodes)
 
     # -- lifecycle -----------------------------------------------------------
     def __enter__(self) -> "FabricNet":
@@ -91,13 +96,18 @@ class FabricNet:
         nsutil.write_state(self.tag, {"tag": self.tag, "pid": os.getpid(),
                                       "fabric": self.fabric.name, "created": time.time(),
                                       "namespaces": [nsutil.ns_name(self.tag, n)
-                                                     for n in self.fabric.nodes]})
-        self.net = build_mininet(self.fabric, mininet_classes(self.tag, self.switch_kind))
+                                                     for n in self.fabric.nodes
+                                                     if n in self.local]})
+        self.net = build_mininet(self.fabric, mininet_classes(self.tag, self.switch_kind),
+                                 nodes=self.local)
         self.nics = NicProcesses(self.net, self.fabric, self.state_dir, self.run_dir,
                                  run=self.tag)
+        if self.part is not None:
+            self.open_tunnels()
         for n in self.fabric.nodes.values():
-            self.configure(n.name)
-        for sw in self.fabric.switches() if self.switch_kind == "agent" else ():
+            if n.name in self.local:
+                self.configure(n.name)
+        for sw in self.local_switches() if self.switch_kind == "agent" else ():
             node = self.net[sw.name]
             node.agent_config = self.agent_config(sw.name)
             if self.run_dir is not None:
@@ -107,7 +117,21 @@ class FabricNet:
             self.wait_agents()
         if self.qos is not None:
             self.host_procs += start_host_lldp(self.net, self.fabric, self.qos.to_dict(),
-                                               self.state_dir)
+                                               self.state_dir, hosts=self.local)
+
+    def local_switches(self) -> list:
+        """The switches this machine runs (all of them unless the fabric is spread)."""
+        return [sw for sw in self.fabric.switches() if sw.name in self.local]
+
+    def open_tunnels(self) -> None:
+        """The ends of this part's crossing links: VXLAN devices from this namespace into
+        the node namespaces (emu.tunnel.open_end), before the kernels are configured."""
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            for i, end in enumerate(self.part.tunnels):
+                open_end(ipr, end, nsutil.ns_name(self.tag, end.node), f"emu{self.tag}v{i}",
+                         FRONTEND_MTU if end.frontend else self.fabric.mtu)
 
     def stop(self) -> None:
         """Tear everything down: agents, shells, namespaces, state. Idempotent."""
@@ -137,10 +161,12 @@ class FabricNet:
         fab = self.fabric
         n = fab.nodes[node]
         ports = []
+        delays = self.part.delays if self.part is not None else {}
         for local, remote, link in fab.node_links(node):
             lab = self.td.lab_rate(link.model_bps) if self.shaping else math.inf
-            ports.append(PortConfig(local.ifname, local.mac, link.model_bps, lab,
-                                    self.td.lab_time(link.delay_s), local.vlan,
+            delay = delays.get(f"{node}:{local.ifname}", self.td.lab_time(link.delay_s))
+            ports.append(PortConfig(local.ifname, local.mac, link.model_bps, lab, delay,
+                                    local.vlan,
                                     f"{remote.node}:{remote.ifname}",
                                     fab.nodes[remote.node].kind == HOST))
         svi = fab.l2_tables(node)
@@ -198,7 +224,7 @@ class FabricNet:
     def wait_agents(self, timeout: float = 20.0) -> None:
         """Block until every agent answers on its control socket."""
         deadline = time.monotonic() + timeout
-        for sw in self.fabric.switches():
+        for sw in self.local_switches():
             node = self.net[sw.name]
             wait_ready(f"switch agent {sw.name}", node.agent,
                        lambda p=str(self.control_path(sw.name)): control.request(

@@ -17,13 +17,17 @@ from traffic.nic_config import NicConfig
 from traffic.nic_client import NicError, request
 
 
-def start_host_lldp(net, fabric: Fabric, qos_dict: dict, state_dir: Path) -> list:
-    """One LLDP/DCBX speaker per host, advertising PFC on its GPU NICs (ch.11), so
-    `priority-flow-control mode auto` ports turn PFC on; returns the processes."""
+def start_host_lldp(net, fabric: Fabric, qos_dict: dict, state_dir: Path,
+                    hosts=None) -> list:
+    """One LLDP/DCBX speaker per host (of `hosts`, default all), advertising PFC on its
+    GPU NICs (ch.11), so `priority-flow-control mode auto` ports turn PFC on; returns
+    the processes."""
     qos_file = Path(state_dir).resolve() / "qos.json"
     qos_file.write_text(json.dumps(qos_dict))
     procs = []
     for h in fabric.hosts():
+        if hosts is not None and h.name not in hosts:
+            continue
         nics = [g.nic for g in fabric.gpus.values() if g.host == h.name]
         procs.append(run_module(net[h.name], "traffic.lldp_host",
                                 ["--host", h.name, "--ifaces", ",".join(nics),

@@ -96,17 +96,17 @@ class FrontendSwitch(EmuNode):
     """The frontend network: a Linux bridge in its own namespace."""
 
     def start(self, controllers):
-        """Bridge all ports."""
+        """Bridge all ports: the namespace's every interface but lo (also the tunnel
+        ends of hosts on other servers, which Mininet does not know, emu.cluster)."""
         from pyroute2 import IPRoute
 
         with nsutil.in_netns(self.netns), IPRoute() as ipr:
+            ports = [(l["index"], l.get_attr("IFLA_IFNAME")) for l in ipr.get_links()]
             ipr.link("add", ifname="br0", kind="bridge")
             br = ipr.link_lookup(ifname="br0")[0]
-            for intf in self.intfList():
-                if intf.name == "lo":
-                    continue
-                idx = ipr.link_lookup(ifname=intf.name)[0]
-                ipr.link("set", index=idx, master=br, state="up")
+            for idx, name in ports:
+                if name != "lo":
+                    ipr.link("set", index=idx, master=br, state="up")
             ipr.link("set", index=br, state="up")
 
     def stop(self, deleteIntfs=True):  # noqa: N803 (Mininet API)
@@ -148,20 +148,27 @@ def mininet_classes(tag: str, switch_kind: str = "agent") -> dict[str, type]:
     return out
 
 
-def build_mininet(fabric: Fabric, classes: dict[str, type]):
-    """A built (not started) Mininet network of the fabric: every namespace and veth."""
+def build_mininet(fabric: Fabric, classes: dict[str, type], nodes=None):
+    """A built (not started) Mininet network of the fabric: every namespace and veth;
+    with `nodes`, only those nodes and the links between two of them (a server's part
+    of a fabric spread over several, emu.cluster)."""
     from mininet.log import setLogLevel
     from mininet.net import Mininet
     from mininet.topo import Topo
 
     setLogLevel("warning")
     topo = Topo()
+    here = set(fabric.nodes if nodes is None else nodes)
     for i, n in enumerate(fabric.nodes.values(), start=1):
+        if n.name not in here:
+            continue
         if n.kind == HOST:
             topo.addHost(n.name, cls=classes[HOST])
         else:
             topo.addSwitch(n.name, cls=classes[n.kind], dpid=f"{i:016x}", inNamespace=True)
     for lk in fabric.links:
+        if lk.a.node not in here or lk.b.node not in here:
+            continue
         topo.addLink(lk.a.node, lk.b.node, intfName1=lk.a.ifname, intfName2=lk.b.ifname,
                      addr1=lk.a.mac, addr2=lk.b.mac, cls=classes["link"])
     net = Mininet(topo=topo, controller=None, build=False, autoSetMacs=False,

@@ -12,6 +12,7 @@ shortest switch path, so partially connected leaf-spines (longer paths) are judg
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import time
 from dataclasses import dataclass
@@ -83,27 +84,38 @@ def as_expected(fabric: Fabric, r: PairResult) -> bool:
 
 
 def check_all(fnet, count: int = 3, timeout_s: float = 20.0, pairs=None) -> list[PairResult]:
-    """Ping every ordered GPU pair (in parallel) and return the results."""
+    """Ping every ordered GPU pair (in parallel) and return the results: one shell per
+    source host runs its pings side by side, each line tagged with its pair's number
+    (one process per host, also where the host is on another server, emu.cluster)."""
     fab = fnet.fabric
     if pairs is None:
         gpus = fab.gpu_list()
         pairs = [(a.name, b.name) for a in gpus for b in gpus if a is not b]
+    by_host: dict[str, list[int]] = {}
+    for i, (src, _dst) in enumerate(pairs):
+        by_host.setdefault(fab.gpus[src].host, []).append(i)
     procs = []
-    for src, dst in pairs:
-        g, d = fab.gpus[src], fab.gpus[dst]
-        argv = ["ping", "-n", "-c", str(count), "-i", "0.2", "-W", "2", "-I", g.ip, d.ip]
-        procs.append((src, dst, fnet.host(g.host).popen(argv, stdout=subprocess.PIPE,
-                                                         stderr=subprocess.STDOUT)))
-    out = []
+    for host, idx in by_host.items():
+        jobs = []
+        for i in idx:
+            g, d = fab.gpus[pairs[i][0]], fab.gpus[pairs[i][1]]
+            argv = ["ping", "-n", "-c", str(count), "-i", "0.2", "-W", "2", "-I", g.ip, d.ip]
+            jobs.append(f"{shlex.join(argv)} 2>&1 | sed 's/^/{i} /' &")
+        procs.append(fnet.host(host).popen(["sh", "-c", " ".join(jobs) + " wait"],
+                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    texts: dict[int, list[str]] = {i: [] for i in range(len(pairs))}
     deadline = time.monotonic() + timeout_s
-    for src, dst, p in procs:
+    for p in procs:
         try:
-            text, _ = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            out, _ = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
-            text, _ = p.communicate()
-        out.append(parse_ping(src, dst, text.decode(errors="replace")))
-    return out
+            out, _ = p.communicate()
+        for line in out.decode(errors="replace").splitlines():
+            num, _, rest = line.partition(" ")
+            if num.isdigit() and int(num) in texts:
+                texts[int(num)].append(rest)
+    return [parse_ping(src, dst, "\n".join(texts[i])) for i, (src, dst) in enumerate(pairs)]
 
 
 @dataclass(frozen=True)

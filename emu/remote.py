@@ -58,8 +58,12 @@ class Remote:
         """The command line that runs `cmd` on the server."""
         if self.server.local:
             return list(cmd)
+        return self.ssh_argv(["--", shlex.join(cmd)])
+
+    def ssh_argv(self, tail: list[str], options: tuple[str, ...] = ()) -> list[str]:
+        """`ssh [our options] [options] user@address [tail]` for this server."""
         s = self.server
-        opts = list(self.ssh_options)
+        opts = list(self.ssh_options) + list(options)
         if s.identity:
             opts += ["-i", s.identity, "-o", "IdentitiesOnly=yes"]
         if s.known_hosts:
@@ -67,7 +71,7 @@ class Remote:
                      "-o", "StrictHostKeyChecking=accept-new"]
         return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o",
                 "ConnectionAttempts=2", "-p", str(s.port),
-                *opts, f"{s.user}@{s.address}", "--", shlex.join(cmd)]
+                *opts, f"{s.user}@{s.address}", *tail]
 
     def run(self, cmd: list[str], timeout: float = CHECK_TIMEOUT_S) -> subprocess.CompletedProcess:
         """Run `cmd` there; never raises for a failed command (see returncode)."""

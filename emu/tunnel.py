@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import math
 
+from emu import nsutil
 from topologies.model import Link
 
 __all__ = ["VXLAN_OVERHEAD", "VXLAN_PORT", "compensated_delay", "min_tdf", "check_mtu",
-           "vxlan_link", "link_name"]
+           "vxlan_link", "link_name", "underlay_to", "open_end"]
 
 VXLAN_OVERHEAD = 50
 VXLAN_PORT = 4789  #: IANA VXLAN
@@ -59,7 +60,7 @@ def compensated_delay(link: Link, latency_lab_s: float, tdf: float) -> float:
         raise ValueError(f"link {name}: a model delay of 0 cannot cross servers (the tunnel "
                          f"takes {latency_lab_s * 1e6:.0f} us lab); give it a delay of at "
                          f"least {latency_lab_s / tdf * 1e9:.0f} ns model at TDF {tdf:g}")
-    need = math.ceil(min_tdf(link, latency_lab_s))
+    need = math.ceil(min_tdf(link, latency_lab_s) * (1 - 1e-12))  # 40.000000000000007 is 40
     raise ValueError(f"link {name}: its model delay {link.delay_s * 1e9:.0f} ns is "
                      f"{want * 1e6:.0f} us lab at TDF {tdf:g}, shorter than the tunnel's "
                      f"{latency_lab_s * 1e6:.0f} us; TDF {need} or more would fit")
@@ -88,3 +89,36 @@ def vxlan_link(ipr, ifname: str, vni: int, local: str, remote: str, underlay: st
     idx = ipr.link_lookup(ifname=ifname)[0]
     ipr.link("set", index=idx, mtu=mtu, **({"address": mac} if mac else {}))
     return idx
+
+
+def underlay_to(ipr, remote: str) -> tuple[str, str]:
+    """(interface, source address) this namespace reaches `remote` by (its route), as
+    a VXLAN end needs; ValueError when there is no route."""
+    try:
+        route = ipr.route("get", dst=remote)[0]
+    except Exception as exc:  # pyroute2's NetlinkError: no route
+        raise ValueError(f"no route to the server at {remote}: {exc}") from None
+    oif, src = route.get_attr("RTA_OIF"), route.get_attr("RTA_PREFSRC")
+    if oif is None or src is None:
+        raise ValueError(f"no route with a source address to the server at {remote}")
+    return ipr.get_links(oif)[0].get_attr("IFLA_IFNAME"), src
+
+
+def open_end(ipr, end, netns: str, tmpname: str, mtu: int) -> None:
+    """Make one end of a crossing link (an emu.clusterplan.TunnelEnd): a VXLAN device on
+    the underlay towards `end.remote`, created under `tmpname` in this (the server's)
+    namespace, moved into the node's namespace `netns` (a name under /var/run/netns)
+    and renamed there to the port's name, with the port's MAC. The underlay's MTU must
+    carry `mtu`-byte frames encapsulated (ValueError naming the interface)."""
+    from pyroute2 import IPRoute
+
+    dev, src = underlay_to(ipr, end.remote)
+    have = ipr.get_links(ipr.link_lookup(ifname=dev)[0])[0].get_attr("IFLA_MTU")
+    try:
+        check_mtu(have, mtu)
+    except ValueError as exc:
+        raise ValueError(f"{dev} (towards {end.remote}): {exc}") from None
+    idx = vxlan_link(ipr, tmpname, end.vni, src, end.remote, dev, mtu, end.mac)
+    ipr.link("set", index=idx, net_ns_fd=netns)
+    with nsutil.in_netns(netns), IPRoute() as nipr:
+        nipr.link("set", index=nipr.link_lookup(ifname=tmpname)[0], ifname=end.ifname)

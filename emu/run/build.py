@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from emu import lbplan
 from emu.capture import Captures
+from emu.cluster import ClusterNet
 from emu.metrics import Sampler
 from emu.net import FabricNet
 from emu.procstat import CpuTracker
@@ -42,7 +43,7 @@ class Live:
 def known_pids(fnet: FabricNet) -> dict[int, str]:
     """pid -> kind of the switch agents and RDMA NICs this run started (emu.procstat)."""
     out = {}
-    for sw in fnet.fabric.switches():
+    for sw in fnet.local_switches():  # (the agents of other servers are not ours to count)
         agent = getattr(fnet.net[sw.name], "agent", None) if fnet.net is not None else None
         if agent is not None:
             out[agent.pid] = "agents"
@@ -83,8 +84,15 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
             {n: lb.to_dict() for n, lb in plan.lb.items()}, indent=1))
         for line in lbplan.describe(plan.lb):
             term.say(f"Load balancing: {line}")
-    with FabricNet(fab, run_dir=plan.run_dir, shaping=not args.no_shaping, qos=qos,
-                   **extra) as fnet:
+    if plan.servers is not None:
+        fnet_cm = ClusterNet(fab, plan.servers, run_dir=plan.run_dir,
+                             shaping=not args.no_shaping, qos=qos, **extra)
+        term.say(f"Spread over {len(plan.servers.servers)} servers (emu.cluster):\n"
+                 + fnet_cm.placement.describe())
+    else:
+        fnet_cm = FabricNet(fab, run_dir=plan.run_dir, shaping=not args.no_shaping, qos=qos,
+                            **extra)
+    with fnet_cm as fnet:
         build_s = time.monotonic() - t0
         term.say(f"  up in {build_s:.1f} s, run tag {fnet.tag} (namespaces emu-{fnet.tag}-*)",
                  flush=True)

@@ -82,6 +82,8 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "nics": nic_totals(all_counters),
         "paths": paths.summarise(counters, fab.to_dict()),
     }
+    if plan.servers is not None:
+        summary["servers"] = live.fnet.describe_servers()
     if out.faults is not None:
         summary["faults"] = {**faultreport.summarise(plan.run_dir, out.faults),
                              "reach_after": out.reach_after}

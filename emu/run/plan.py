@@ -9,11 +9,12 @@ it.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from emu import capture, faultplan, lbplan
+from emu import capture, faultplan, lbplan, placement, servers
 from emu.nics import uet_nic_options
 from emu.run import options
 from fabric.faults import parse_schedule
@@ -47,6 +48,8 @@ class RunPlan:
     lb: dict | None = None
     #: the fault schedule resolved against the fabric (`--fault`; emu.faultplan)
     faults: tuple = ()
+    #: `--servers`: the servers the fabric is spread over (emu.servers, emu.cluster)
+    servers: object = None
 
     @property
     def td(self) -> TimeDilation:
@@ -125,5 +128,33 @@ def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
     faults = faultplan.resolve(fabric, parse_schedule(getattr(args, "fault", None) or ()))
     if faults and wl is None:
         raise ValueError("--fault: faults happen during a workload; add --workload or --script")
+    sv = servers_arg(args, fabric, targets)
     return RunPlan(args, fabric, qos, targets, wl, interval, shown, shown.resolve(),
-                   {"mode": "given", "tdf": fabric.tdf}, lb=lb, faults=faults)
+                   {"mode": "given", "tdf": fabric.tdf}, lb=lb, faults=faults, servers=sv)
+
+
+def servers_arg(args: argparse.Namespace, fabric: Fabric, targets: list) -> object:
+    """`--servers FILE`: the servers file read and the fabric placed (a bad file or pin
+    fails here); what a spread run cannot do yet is refused, naming the option; captures
+    are kept to this machine's nodes (`targets` is trimmed, the rest named)."""
+    if not getattr(args, "servers", None):
+        return None
+    sv = servers.load(args.servers)
+    local = [s.name for s in sv.servers if s.local]
+    if not local:
+        raise ValueError(f"--servers: {args.servers}: one server must be this machine "
+                         "(address localhost)")
+    for opt, on in (("--workload/--script", args.workload is not None),
+                    ("--fault", bool(getattr(args, "fault", None))), ("--cli", args.cli)):
+        if on:
+            raise ValueError(f"--servers: not with {opt} yet (a fabric spread over servers "
+                             "runs the reachability check only: NICs and workers on other "
+                             "servers are not built)")
+    here = set(placement.place(fabric, sv.names(), sv.placement).nodes_on(local[0]))
+    here |= {n.name for n in fabric.nodes.values() if n.kind == "frontend"}
+    away = [t for t in targets if t[0] not in here]
+    if away:
+        print(f"emu: --servers: no captures on other servers yet: "
+              f"{', '.join(f'{n}:{i}' for n, i in away)} not captured", file=sys.stderr)
+        targets[:] = [t for t in targets if t[0] in here]
+    return sv

@@ -208,3 +208,93 @@ def test_ping_summary_is_read():
     assert remote.parse_ping(out) == pytest.approx(41e-6)
     assert remote.parse_ping("100% packet loss\n") is None
     assert remote.one_way_latency(srv.Server("a", "localhost")) == 0.0
+
+
+def test_cluster_plan_of_rail2x4_on_two_servers():
+    from emu import clusterplan
+
+    fab = topologies.load("rail2x4", tdf=10000)
+    p = place(fab, ["a", "b"])
+    parts = clusterplan.plan(fab, p, ["a", "b"], {"a": "10.98.0.1", "b": "10.98.0.2"},
+                             {"a": 0.0, "b": 40e-6}, "25a6", frontend="a")
+    assert parts["a"].nodes == ("h1", "h2", "rail1", "rail2", "spine1", "spine2", "fe")
+    assert parts["b"].nodes == ("h3", "h4")
+    base = 0x25a6 * 256
+    # both ends of every crossing link: same VNI, the other server's address
+    got_b = sorted((t.node, t.ifname, t.vni, t.remote, t.frontend) for t in parts["b"].tunnels)
+    got_a = sorted((t.node, t.ifname, t.vni, t.remote, t.frontend) for t in parts["a"].tunnels)
+    vni = {t.link: t.vni for t in parts["a"].tunnels}
+    assert sorted(vni.values()) == [base + i for i in range(1, 7)]
+    assert got_b == sorted([("h3", "nic1", vni["h3:nic1-rail1:eth3"], "10.98.0.1", False),
+                            ("h3", "nic2", vni["h3:nic2-rail2:eth3"], "10.98.0.1", False),
+                            ("h4", "nic1", vni["h4:nic1-rail1:eth4"], "10.98.0.1", False),
+                            ("h4", "nic2", vni["h4:nic2-rail2:eth4"], "10.98.0.1", False),
+                            ("h3", "fe0", vni["h3:fe0-fe:eth3"], "10.98.0.1", True),
+                            ("h4", "fe0", vni["h4:fe0-fe:eth4"], "10.98.0.1", True)])
+    assert [t[3] for t in got_a] == ["10.98.0.2"] * 6
+    macs = {(e.node, e.ifname): e.mac for lk in fab.links for e in (lk.a, lk.b)}
+    assert all(t.mac == macs[(t.node, t.ifname)] for t in parts["a"].tunnels + parts["b"].tunnels)
+    # the rail ports of crossing links add 1 us x 10000 less the tunnel's 40 us; hosts
+    # and the frontend add nothing (no agent)
+    assert parts["a"].delays == pytest.approx({"rail1:eth3": 9.96e-3, "rail1:eth4": 9.96e-3,
+                                               "rail2:eth3": 9.96e-3, "rail2:eth4": 9.96e-3})
+    assert parts["b"].delays == {}
+    again = clusterplan.ServerPart.from_dict(json.loads(json.dumps(parts["b"].to_dict())))
+    assert again == parts["b"]
+
+
+def test_cluster_plan_refuses_a_link_shorter_than_its_tunnel_and_too_many_tunnels():
+    from emu import clusterplan
+
+    fab = topologies.load("rail2x4", tdf=10)
+    p = place(fab, ["a", "b"])
+    with pytest.raises(ValueError, match=r"link h3:nic1-rail1:eth3: .* TDF 40 or more"):
+        clusterplan.plan(fab, p, ["a", "b"], {"a": "10.0.0.1", "b": "10.0.0.2"},
+                         {"a": 0.0, "b": 40e-6}, "0001")
+    assert clusterplan.vni("ffff", 255) == (1 << 24) - 1
+    with pytest.raises(ValueError, match="at most 255 links may cross servers"):
+        clusterplan.vni("0001", 256)
+
+
+def test_reachability_runs_one_shell_per_host_and_sorts_the_lines(tmp_path, monkeypatch):
+    """emu.reach.check_all: every pair's ping output comes back tagged with its number
+    from one shell per source host; a fake `ping` answers with the TTL its target's last
+    octet names, and loses the pings to 10.0.2.14."""
+    from emu import reach
+
+    fake = tmp_path / "ping"
+    fake.write_text('#!/bin/sh\nfor a; do dst=$a; done\n'
+                    'if [ "$dst" = 10.0.2.14 ]; then echo "3 packets transmitted, 0 received"; '
+                    'exit 1; fi\nttl=$((64 - ${dst##*.} % 4))\n'
+                    'echo "64 bytes from $dst: icmp_seq=1 ttl=$ttl time=0.5 ms"\n'
+                    'echo "3 packets transmitted, 3 received, 0% packet loss"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    started = []
+
+    class Host:
+        def __init__(self, name):
+            self.name = name
+
+        def popen(self, argv, **kw):
+            started.append(self.name)
+            return subprocess.Popen(argv, **kw)
+
+    class Net:
+        fabric = topologies.load("rail2x4")
+
+        def host(self, name):
+            return Host(name)
+
+    out = reach.check_all(Net())
+    assert sorted(started) == ["h1", "h2", "h3", "h4"]
+    fab = Net.fabric
+    assert [(r.src, r.dst) for r in out] == [(a.name, b.name) for a in fab.gpu_list()
+                                             for b in fab.gpu_list() if a is not b]
+    for r in out:
+        ip = fab.gpus[r.dst].ip
+        if ip == "10.0.2.14":
+            assert (r.sent, r.received, r.ttl) == (3, 0, None)
+        else:
+            assert (r.sent, r.received, r.ttl, r.rtt_ms) == (3, 3, 64 - int(ip.split(".")[-1]) % 4,
+                                                            0.5)

@@ -1,0 +1,272 @@
+"""One fabric spread over several servers (issue 17): `ClusterNet` is an emu.net.FabricNet
+whose nodes are placed on the servers of a servers file (emu.servers, emu.placement);
+this machine builds its own part, every other server runs `python -m emu.part` over
+SSH (emu.part), and the links between servers are VXLAN tunnels terminated in the node
+namespaces (emu.tunnel, emu.clusterplan) - the shape of Mininet's cluster mode
+(`mininet.examples.cluster`: a controller that reaches its servers with
+`ssh -o BatchMode=yes`, `RemoteGRELink` tunnels moved into the nodes), with one
+long-lived process per server instead of one SSH shell per node.
+
+What stays as on one machine: every switch agent's control socket is forwarded by SSH
+to the path it would have here (/run/emu/<tag>/<switch>.sock: `ssh -L local:remote`,
+OpenSSH's Unix-socket forwarding), so counters, `emu show-switch`, the metrics sampler
+and PFC negotiation checks need no change; a remote host's `popen` runs its command in
+the node's namespace there (`ip netns exec`) through one multiplexed SSH connection per
+server (ControlMaster). Teardown: stopping closes each part's stdin and it tears its
+part down; if this process dies, sshd closes the session and the part does the same.
+
+Not yet: NIC processes and PyTorch workers on remote hosts, captures there, a fidelity
+guard per server in the verdict, per-tunnel latency measured through the tunnel (today:
+half the smallest ping round trip from here to the server).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import queue
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from emu import clusterplan, nsutil, placement, remote
+from emu.net import FabricNet
+from emu.part import MARK, encode
+from emu.servers import Server, Servers
+from emu.tunnel import underlay_to
+from fabric.runmark import marked_env
+
+log = logging.getLogger("emu.cluster")
+
+PART_TIMEOUT_S = 180.0  #: a server's part must be up within this
+FORWARD_TIMEOUT_S = 20.0
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _ssh_popen(argv: list[str], tag: str, **kw) -> subprocess.Popen:
+    """An ssh client of run `tag`: marked EMU_RUN=<tag> (`emu clean --run` finds it)
+    and sent SIGTERM when this process dies (PR_SET_PDEATHSIG), so a kill -9 of emu
+    leaves no SSH session - and with it no part - on any server."""
+    parent = os.getpid()
+
+    def die_with_parent() -> None:
+        _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the parent died before the line above
+            os._exit(1)
+
+    return subprocess.Popen(argv, env=marked_env(tag), preexec_fn=die_with_parent, **kw)
+
+
+class RemoteNode:
+    """A node on another server: runs commands in its namespace there."""
+
+    def __init__(self, name: str, netns: str, ssh: list[str]) -> None:
+        self.name = name
+        self.netns = netns
+        self._ssh = ssh  # ssh ... user@host (multiplexed)
+
+    def popen(self, argv, **kw) -> subprocess.Popen:
+        """Start `argv` in the node's namespace on its server (Mininet's Node.popen)."""
+        import shlex
+
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        return subprocess.Popen(self._ssh + ["--", shlex.join(
+            ["ip", "netns", "exec", self.netns, *argv])], **kw)
+
+
+class RemotePart:
+    """The emu.part process of one server, reached over SSH."""
+
+    def __init__(self, server: Server, tag: str, state_dir: Path, log_path: Path | None):
+        self.run = tag  #: the run's tag here (marks our ssh clients)
+        self.server = server
+        self.remote = remote.Remote(server)
+        self.control = state_dir / f"ssh-{server.name}"  # the multiplexed connection
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+        self.forwarder: subprocess.Popen | None = None
+        self.tag = ""  # the part's tag on its server
+        self.sockets: dict[str, str] = {}
+        self._lines: queue.Queue = queue.Queue()
+
+    def ssh(self, options: tuple[str, ...] = ()) -> list[str]:
+        """ssh through this server's master connection (once `forward` started it)."""
+        return self.remote.ssh_argv([], ("-S", str(self.control), *options))
+
+    def start(self, spec: dict) -> None:
+        """Start the part (it builds while we go on); `ready` waits for it."""
+        cmd = ["env", "-C", str(remote.REPO), str(remote.REPO / ".venv" / "bin" / "python"),
+               "-m", "emu.part"]
+        err = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = _ssh_popen(self.remote.argv(cmd), self.run, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=err)
+        if self.log_path:
+            err.close()
+        self.proc.stdin.write(encode(spec))
+        self.proc.stdin.flush()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line.decode(errors="replace"))
+        self._lines.put(None)
+
+    def ready(self, timeout: float = PART_TIMEOUT_S) -> None:
+        """Wait for the part's report; RuntimeError naming the server otherwise."""
+        deadline = time.monotonic() + timeout
+        where = f"server {self.server.name} ({self.server.address})"
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise RuntimeError(f"{where}: its part of the fabric was not up in "
+                                   f"{timeout:g} s" + self._see()) from None
+            if line is None:
+                raise RuntimeError(f"{where}: its part ended before it was up "
+                                   f"(exit {self.proc.wait()})" + self._see())
+            if line.startswith(MARK):
+                msg = json.loads(line[len(MARK):])
+                if "error" in msg:
+                    raise RuntimeError(f"{where}: {msg['error']}")
+                self.tag, self.sockets = msg["tag"], msg["sockets"]
+                return
+
+    def _see(self) -> str:
+        return f"; see {self.log_path}" if self.log_path else ""
+
+    def forward(self, local_dir: Path) -> None:
+        """The master SSH connection, forwarding each agent socket to `local_dir`."""
+        fwd = []
+        for sw, path in self.sockets.items():
+            fwd += ["-L", f"{local_dir / (sw + '.sock')}:{path}"]
+        self.forwarder = _ssh_popen(
+            self.remote.ssh_argv(["-N"], ("-M", "-S", str(self.control), "-o",
+                                          "ExitOnForwardFailure=yes", "-o",
+                                          "StreamLocalBindUnlink=yes", *fwd)),
+            self.run, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE)
+        deadline = time.monotonic() + FORWARD_TIMEOUT_S
+        want = [local_dir / f"{sw}.sock" for sw in self.sockets] + [self.control]
+        while not all(p.exists() for p in want):
+            if self.forwarder.poll() is not None or time.monotonic() > deadline:
+                why = (self.forwarder.stderr.read().decode(errors="replace").strip()
+                       if self.forwarder.poll() is not None else "timed out")
+                raise RuntimeError(f"server {self.server.name}: forwarding its agents' "
+                                   f"control sockets failed: {why}")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Close the part's stdin (it tears down), wait; then the master connection."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("server %s: its part did not stop in %g s", self.server.name,
+                            timeout)
+                self.proc.terminate()
+                self.proc.wait(10)
+        if self.forwarder is not None and self.forwarder.poll() is None:
+            self.forwarder.terminate()
+            try:
+                self.forwarder.wait(10)
+            except subprocess.TimeoutExpired:
+                self.forwarder.kill()
+                self.forwarder.wait()
+
+
+class ClusterNet(FabricNet):
+    """A FabricNet over the servers of a servers file (this machine among them)."""
+
+    def __init__(self, fabric, servers: Servers, **kw) -> None:
+        super().__init__(fabric, **kw)
+        local = [s for s in servers.servers if s.local]
+        if not local:
+            raise ValueError("servers: one server must be this machine (address localhost): "
+                             "emu runs its part of the fabric and the frontend here")
+        self.servers = servers
+        self.here = local[0]
+        self.placement = placement.place(fabric, servers.names(), servers.placement)
+        self.local = set(self.placement.nodes_on(self.here.name))
+        self.parts: dict[str, RemotePart] = {}
+        self.plan: dict[str, clusterplan.ServerPart] = {}
+        self.latency: dict[str, float] = {}  #: server -> one-way lab seconds from here
+        self.part_tags: dict[str, str] = {}  #: server -> the run tag of its part there
+
+    def start(self) -> None:
+        """Place, start every other server's part, build ours, forward their sockets."""
+        nsutil.write_state(self.tag, {"tag": self.tag, "pid": os.getpid(),
+                                      "fabric": self.fabric.name, "created": time.time(),
+                                      "namespaces": [], "servers": self.servers.names()})
+        others = [s for s in self.servers.servers if not s.local]
+        address = {s.name: socket.gethostbyname(s.address) for s in others}
+        latency = {self.here.name: 0.0}
+        for s in others:
+            lat = remote.one_way_latency(s)
+            if lat is None:
+                raise RuntimeError(f"server {s.name} ({s.address}) does not answer ping")
+            latency[s.name] = lat
+        self.latency = latency
+        if others:
+            from pyroute2 import IPRoute
+            with IPRoute() as ipr:
+                address[self.here.name] = underlay_to(ipr, address[others[0].name])[1]
+        self.plan = clusterplan.plan(self.fabric, self.placement, self.servers.names(),
+                                     address, latency, self.tag, frontend=self.here.name)
+        self.part = self.plan[self.here.name]
+        self.local = set(self.part.nodes)
+        options = {"shaping": self.shaping, "test_drop_rate": self.test_drop_rate,
+                   "switch_kind": self.switch_kind, "qos": self.qos,
+                   "lldp_off": {k: list(v) for k, v in self.lldp_off.items()}, "lb": self.lb}
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        for s in others:
+            if not self.plan[s.name].nodes:
+                continue
+            part = RemotePart(s, self.tag, self.state_dir,
+                              self.run_dir / f"part-{s.name}.log" if self.run_dir else None)
+            self.parts[s.name] = part
+            part.start({"fabric": self.fabric, "part": self.plan[s.name], "options": options})
+        for part in self.parts.values():
+            part.ready()
+            self.part_tags[part.server.name] = part.tag
+            part.forward(self.state_dir)
+        super().start()
+
+    def stop(self) -> None:
+        """Every server's part, then ours."""
+        for part in self.parts.values():
+            part.stop()
+        self.parts.clear()
+        super().stop()
+
+    def describe_servers(self) -> dict:
+        """For summary.json: where each node ran, the crossing links and their delays."""
+        return {"placement": {s: list(p.nodes) for s, p in self.plan.items()},
+                "crossing": sorted({t.link for p in self.plan.values() for t in p.tunnels}),
+                "latency_us": {s: round(v * 1e6, 1) for s, v in self.latency.items()},
+                "agent_delay_lab_ms": {k: round(v * 1e3, 4) for p in self.plan.values()
+                                       for k, v in p.delays.items()},
+                "part_tags": dict(self.part_tags)}
+
+    def server_of(self, node: str) -> str:
+        """The server that runs `node`."""
+        for s, p in self.plan.items():
+            if node in p.nodes:
+                return s
+        return self.placement.server_of[node]
+
+    def host(self, name: str):
+        """The Mininet node of a host here, a RemoteNode of one elsewhere."""
+        if name in self.local:
+            return super().host(name)
+        part = self.parts[self.server_of(name)]
+        return RemoteNode(name, nsutil.ns_name(part.tag, name), part.ssh())

@@ -1,0 +1,63 @@
+"""`python -m emu.part`: one server's part of a fabric spread over several (issue 17),
+started by emu.cluster over SSH on every server but the one `emu run` runs on - the
+role of Mininet cluster mode's remote node shells, one process per server.
+
+Protocol, over the SSH session's pipes: the first line on stdin is the spec (base64 of
+a pickle: the Fabric, the emu.clusterplan.ServerPart, FabricNet's options - the same
+emu on both ends, `emu.remote.check`). The part builds its namespaces, tunnel ends and
+agents with emu.net.FabricNet under a tag of this server's (so `emu clean` here finds
+them), then prints one line `emu-part {"tag", "sockets": switch -> control socket}` -
+or `emu-part {"error": ...}` and exits 1. It stays up until stdin closes (the
+controller stopped, or died: sshd closes the session) or SIGTERM/SIGHUP, and then
+tears everything down.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import signal
+import sys
+
+from emu.net import FabricNet
+
+MARK = "emu-part "
+
+
+def encode(spec: dict) -> bytes:
+    """The spec line the controller writes."""
+    return base64.b64encode(pickle.dumps(spec)) + b"\n"
+
+
+def _stop(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> int:
+    """Build the part, report, wait for stdin to close, tear down."""
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+    line = sys.stdin.buffer.readline()
+    fnet = None
+    try:
+        spec = pickle.loads(base64.b64decode(line))
+        fnet = FabricNet(spec["fabric"], part=spec["part"], **spec.get("options", {}))
+        fnet.start()
+        socks = {sw.name: str(fnet.control_path(sw.name)) for sw in fnet.local_switches()}
+        print(MARK + json.dumps({"tag": fnet.tag, "sockets": socks}), flush=True)
+        while sys.stdin.buffer.readline():
+            pass
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    except Exception as exc:
+        print(MARK + json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        return 1
+    finally:
+        if fnet is not None:
+            fnet.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""rail2x4 spread over two servers (issue 17): this machine and a second "server" - a
+namespace with its own sshd a veth (MTU 9300) away (tests/netns/servers.py). The
+placement would put h3 and h4 on server b; the test pins them there with spine2: 4 host links
+and spine2's 2 rail links cross as VXLAN tunnels, h3 and h4 reach the frontend bridge
+through two more, and spine2's agent answers here on its forwarded control socket. Every one of the 56 ordered GPU pairs
+answers over the path the design says (the same verdict as on one machine), LLDP/DCBX
+turns PFC on on every fabric port - also on the rail ports whose links are tunnels -,
+the agents of server b answer on their forwarded sockets, and stopping leaves nothing
+on either server."""
+
+from pathlib import Path
+
+import pytest
+
+from emu import leftovers, nsutil, reach
+from emu.cluster import ClusterNet
+from emu.servers import Servers, Server
+from fabric.qos.config import QosConfig
+from topologies import load
+
+from . import servers
+
+pytestmark = pytest.mark.netns
+
+
+def test_rail2x4_over_two_servers(tmp_path):
+    with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
+        pins = {n: "a" for n in ("h1", "h2", "rail1", "rail2", "spine1")}
+        sv = Servers((Server("a", "localhost"), b), {**pins, "h3": "b", "h4": "b", "spine2": "b"})
+        fab = load("rail2x4", tdf=10000)
+        net = ClusterNet(fab, sv, run_dir=tmp_path / "run", qos=QosConfig())
+        (tmp_path / "run").mkdir()
+        with net:
+            assert sorted(net.plan["b"].nodes) == ["h3", "h4", "spine2"]
+            assert len(net.plan["b"].tunnels) == 8  # 4 host, 2 spine, 2 frontend links
+            part = net.parts["b"]
+            results = reach.check_all(net, count=2)
+            v = reach.judge(fab, results)
+            assert len(results) == 56 and v.passed, [r for r in v.bad]
+            assert net.wait_pfc(timeout=20) == {}
+            sp2 = net.counters("spine2")["ports"]  # over the forwarded socket
+            assert sorted(sp2) == ["eth1", "eth2"] and all(
+                c["pfc"]["active"] for c in sp2.values())
+            # the remote hosts' frontend links reach the bridge here
+            p = net.host("h3").popen(["ping", "-c", "1", "-W", "2", "192.168.10.101"])
+            assert p.wait(10) == 0
+            part_tag = part.tag
+            assert part_tag != net.tag and nsutil.emu_namespaces(part_tag)
+        assert nsutil.emu_namespaces(part_tag) == [] and nsutil.emu_namespaces(net.tag) == []
+        assert not (nsutil.STATE_DIR / part_tag).exists()
+
+
+def test_emu_run_servers(tmp_path, capsys):
+    """`emu run rail2x4 --servers FILE`: the reachability run spread over two servers
+    passes with the same verdict as on one machine, and says where everything ran."""
+    import json
+
+    from emu.cli import main
+
+    with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
+        f = tmp_path / "servers.yaml"
+        f.write_text("servers:\n  - {name: a, address: localhost}\n"
+                     f"  - {{name: b, address: {b.address}, identity: {b.identity}, "
+                     f"known_hosts: {b.known_hosts}}}\n")
+        out = tmp_path / "run"
+        assert main(["run", "rail2x4", "--servers", str(f), "--out", str(out),
+                     "--tdf", "10000", "--pcap", "h3:nic1,h1:nic1"]) == 0
+        text = capsys.readouterr()
+        assert "Spread over 2 servers" in text.out and "4 links cross servers" in text.out
+        assert "h3:nic1 not captured" in text.err
+        s = json.loads((out / "summary.json").read_text())
+        assert (s["verdict"], s["pairs"], s["reachable"], s["wrong_path"]) == ("pass", 56, 56, 0)
+        assert s["servers"]["placement"]["b"] == ["h3", "h4"]
+        assert len(s["servers"]["crossing"]) == 6  # 4 host links, 2 frontend links
+        assert 0 < s["servers"]["latency_us"]["b"] < 2000
+        tag = s["servers"]["part_tags"]["b"]
+        assert not nsutil.emu_namespaces(tag) and not (nsutil.STATE_DIR / tag).exists()
+
+
+def test_a_server_that_cannot_build_is_named_and_nothing_is_left(tmp_path):
+    """An underlay whose MTU cannot carry 9216-byte frames in VXLAN: server b's part
+    fails, the error names the server and the interface, and neither server keeps
+    anything; a TDF too low for the tunnel fails before anything is built."""
+    with servers.second_server(tmp_path, mtu=1500) as (b, _tmp):
+        before = set(nsutil.emu_namespaces())
+        sv = Servers((Server("a", "localhost"), b))
+        net = ClusterNet(load("rail2x4", tdf=10000), sv)
+        with pytest.raises(RuntimeError, match=r"server b \(10\.98\.0\.2\): ValueError: u0 "
+                                               r"\(towards 10\.98\.0\.1\): .* too small for "
+                                               r"9216-byte frames"):
+            with net:
+                pass
+        assert set(nsutil.emu_namespaces()) == before
+        assert not (nsutil.STATE_DIR / net.tag).exists()
+        net = ClusterNet(load("rail2x4", tdf=1), sv)
+        with pytest.raises(ValueError, match=r"link h3:nic1-rail1:eth3: .* would fit"):
+            with net:
+                pass
+        assert set(nsutil.emu_namespaces()) == before
+
+
+def test_kill9_of_emu_leaves_nothing_on_the_other_server(tmp_path):
+    """kill -9 of the process that spread the fabric: sshd closes the session, server
+    b's part sees its stdin close and tears its part down; `emu clean --run TAG` here
+    removes what the dead run left on this machine."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
+        child = tmp_path / "child.py"
+        child.write_text(
+            "import sys, time\n"
+            "from emu.cluster import ClusterNet\nfrom emu.servers import Servers, Server\n"
+            "from topologies import load\n"
+            f"b = Server('b', {b.address!r}, identity={b.identity!r}, "
+            f"known_hosts={b.known_hosts!r})\n"
+            "net = ClusterNet(load('rail2x4', tdf=10000), Servers((Server('a', 'localhost'), b)))\n"
+            "net.start()\nprint('UP', net.tag, net.part_tags['b'], flush=True)\ntime.sleep(300)\n")
+        root = str(Path(__file__).resolve().parents[2])
+        p = subprocess.Popen([sys.executable, str(child)], stdout=subprocess.PIPE, text=True,
+                             cwd=root, env={**os.environ, "PYTHONPATH": root})
+        try:
+            line = p.stdout.readline().split()
+            assert line[:1] == ["UP"], line
+            tag, part_tag = line[1], line[2]
+            assert sorted(nsutil.emu_namespaces(part_tag)) == [f"emu-{part_tag}-h3",
+                                                               f"emu-{part_tag}-h4"]
+        finally:
+            os.kill(p.pid, signal.SIGKILL)  # the child we started, by its pid
+            p.wait()
+        deadline = time.monotonic() + 10
+        while nsutil.emu_namespaces(part_tag) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert nsutil.emu_namespaces(part_tag) == []
+        assert not (nsutil.STATE_DIR / part_tag).exists()
+        # our ssh clients died with their parent (PR_SET_PDEATHSIG), none is left
+        ssh = [pid for pid in leftovers.marked_pids().get(tag, [])
+               if Path(f"/proc/{pid}/comm").read_text().strip() == "ssh"]
+        assert ssh == []
+        r = subprocess.run([sys.executable, "-m", "emu", "clean", "--run", tag], cwd=root,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and nsutil.emu_namespaces(tag) == [], r.stdout + r.stderr
