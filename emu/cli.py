@@ -14,6 +14,7 @@ import topologies
 from collectives.launch import MASTER_PORT
 from collectives.ring import RING_KINDS
 from emu import nsutil, placement, remote, servers, tunnel
+from emu.cluster import ClusterNet
 from emu.lab import command as lab_command
 from emu.mncli import open_cli
 from emu.report import report
@@ -477,7 +478,11 @@ def cmd_clean(args) -> int:
         print("emu clean needs root to remove namespaces: try `sudo python -m emu clean`",
               file=sys.stderr)
         return 2
+    states = nsutil.run_states()  # (read before the clean removes them)
     removed = nsutil.clean(args.run, include_live=args.all)
+    for t in removed["runs"]:  # a run spread over servers: its parts there (emu.cluster)
+        for line in ClusterNet.clean_parts(states.get(t, {})):
+            print(line)
     if not removed["runs"] and not removed["skipped"]:
         print("Nothing to clean: no emu namespaces, processes, shared memory or run state.")
     for t in removed["runs"]:

@@ -16,13 +16,15 @@ server (ControlMaster). Teardown: stopping closes each part's stdin and it tears
 part down; if this process dies, sshd closes the session and the part does the same.
 
 Not yet: NIC processes and PyTorch workers on remote hosts, captures there, a fidelity
-guard per server in the verdict, per-tunnel latency measured through the tunnel (today:
-half the smallest ping round trip from here to the server).
+guard per server in the verdict. Each pair of servers that a link joins has its one-way
+latency measured at start (half the smallest of 10 pings between their underlay
+addresses, from one of the two), and every tunnel between them is compensated by it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import logging
 import os
@@ -204,24 +206,20 @@ class ClusterNet(FabricNet):
 
     def start(self) -> None:
         """Place, start every other server's part, build ours, forward their sockets."""
+        self.state_extra = {"servers": [dataclasses.asdict(s) for s in self.servers.servers],
+                            "parts": self.part_tags}  # emu clean reaches the parts by it
         nsutil.write_state(self.tag, {"tag": self.tag, "pid": os.getpid(),
                                       "fabric": self.fabric.name, "created": time.time(),
-                                      "namespaces": [], "servers": self.servers.names()})
+                                      "namespaces": [], **self.state_extra})
         others = [s for s in self.servers.servers if not s.local]
         address = {s.name: socket.gethostbyname(s.address) for s in others}
-        latency = {self.here.name: 0.0}
-        for s in others:
-            lat = remote.one_way_latency(s)
-            if lat is None:
-                raise RuntimeError(f"server {s.name} ({s.address}) does not answer ping")
-            latency[s.name] = lat
-        self.latency = latency
         if others:
             from pyroute2 import IPRoute
             with IPRoute() as ipr:
                 address[self.here.name] = underlay_to(ipr, address[others[0].name])[1]
+        self.latency = self.measure(address)
         self.plan = clusterplan.plan(self.fabric, self.placement, self.servers.names(),
-                                     address, latency, self.tag, frontend=self.here.name)
+                                     address, self.latency, self.tag, frontend=self.here.name)
         self.part = self.plan[self.here.name]
         self.local = set(self.part.nodes)
         options = {"shaping": self.shaping, "test_drop_rate": self.test_drop_rate,
@@ -238,8 +236,45 @@ class ClusterNet(FabricNet):
         for part in self.parts.values():
             part.ready()
             self.part_tags[part.server.name] = part.tag
+            nsutil.write_state(self.tag, {"tag": self.tag, "pid": os.getpid(),
+                                          "fabric": self.fabric.name, "created": time.time(),
+                                          "namespaces": [], **self.state_extra})
             part.forward(self.state_dir)
         super().start()
+
+    @staticmethod
+    def clean_parts(state: dict) -> list[str]:
+        """`emu clean` of a run whose state names parts on other servers: `emu clean
+        --run PART` on each over SSH (a part tears itself down when its session closes;
+        this is for what a crash there left). Lines saying what each server did."""
+        out = []
+        for d in state.get("servers") or []:
+            s = Server(**d)
+            tag = (state.get("parts") or {}).get(s.name)
+            if s.local or not tag:
+                continue
+            r = remote.Remote(s).run(["env", "-C", str(remote.REPO),
+                                      str(remote.REPO / ".venv" / "bin" / "python"), "-m",
+                                      "emu", "clean", "--run", tag, "--all"], timeout=120)
+            said = " ".join((r.stdout or r.stderr).split()) or f"exit status {r.returncode}"
+            out.append(f"server {s.name}: {said}" if r.returncode == 0 else
+                       f"server {s.name}: emu clean --run {tag} failed: {said}")
+        return out
+
+    def measure(self, address: dict[str, str]) -> dict[tuple[str, str], float]:
+        """One-way latency of every pair of servers a link joins: 10 pings from the
+        first of the two (over SSH when that is not this machine) to the other's
+        underlay address; RuntimeError naming the pair when there is no answer."""
+        by_name = {s.name: s for s in self.servers.servers}
+        out = {}
+        for a, b in clusterplan.server_pairs(self.fabric, self.placement, self.here.name):
+            src, dst = (a, b) if by_name[a].local or not by_name[b].local else (b, a)
+            lat = remote.latency_from(remote.Remote(by_name[src]), address[dst])
+            if lat is None:
+                raise RuntimeError(f"server {dst} ({address[dst]}) does not answer ping "
+                                   f"from server {src}")
+            out[clusterplan.pair(a, b)] = lat
+        return out
 
     def stop(self) -> None:
         """Every server's part, then ours."""
@@ -252,10 +287,15 @@ class ClusterNet(FabricNet):
         """For summary.json: where each node ran, the crossing links and their delays."""
         return {"placement": {s: list(p.nodes) for s, p in self.plan.items()},
                 "crossing": sorted({t.link for p in self.plan.values() for t in p.tunnels}),
-                "latency_us": {s: round(v * 1e6, 1) for s, v in self.latency.items()},
+                "latency_us": {f"{a}-{b}": round(v * 1e6, 1)
+                               for (a, b), v in self.latency.items()},
                 "agent_delay_lab_ms": {k: round(v * 1e3, 4) for p in self.plan.values()
                                        for k, v in p.delays.items()},
                 "part_tags": dict(self.part_tags)}
+
+    def node_servers(self) -> dict[str, str]:
+        """Node -> the server that runs it (the frontend bridge too)."""
+        return {n: s for s, p in self.plan.items() for n in p.nodes}
 
     def server_of(self, node: str) -> str:
         """The server that runs `node`."""

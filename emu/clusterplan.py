@@ -27,7 +27,7 @@ from emu import tunnel
 from emu.placement import Placement
 from topologies.model import FRONTEND, SWITCH, Fabric, Link
 
-__all__ = ["TunnelEnd", "ServerPart", "plan", "vni"]
+__all__ = ["TunnelEnd", "ServerPart", "plan", "vni", "placed", "server_pairs", "pair"]
 
 MAX_TUNNELS = 255
 
@@ -79,6 +79,29 @@ def vni(tag: str, i: int) -> int:
     return (int(tag, 16) % (1 << 16)) * 256 + i
 
 
+def pair(a: str, b: str) -> tuple[str, str]:
+    """The key of two servers in a latency table (order-free)."""
+    return (a, b) if a <= b else (b, a)
+
+
+def placed(fab: Fabric, placement: Placement, frontend: str) -> dict[str, str]:
+    """Node -> server for every node: the placement, the frontend bridge on `frontend`."""
+    server_of = dict(placement.server_of)
+    for n in fab.nodes.values():
+        if n.kind == FRONTEND:
+            server_of[n.name] = frontend
+    missing = [n for n in fab.nodes if n not in server_of]
+    if missing:
+        raise ValueError(f"placement: nodes not placed: {', '.join(missing)}")
+    return server_of
+
+
+def server_pairs(fab: Fabric, placement: Placement, frontend: str) -> list[tuple[str, str]]:
+    """The pairs of servers that at least one link joins (their latency is measured)."""
+    so = placed(fab, placement, frontend)
+    return sorted({pair(so[lk.a.node], so[lk.b.node]) for lk in crossing(fab, so)})
+
+
 def crossing(fab: Fabric, server_of: dict[str, str]) -> list[Link]:
     """Every link whose ends are on two servers: the cut fabric links, then the frontend
     links of hosts that are not on the frontend bridge's server."""
@@ -86,18 +109,13 @@ def crossing(fab: Fabric, server_of: dict[str, str]) -> list[Link]:
 
 
 def plan(fab: Fabric, placement: Placement, servers: list[str], address: dict[str, str],
-         latency: dict[str, float], tag: str, frontend: str | None = None) -> dict[str, ServerPart]:
+         latency: dict[tuple[str, str], float], tag: str,
+         frontend: str | None = None) -> dict[str, ServerPart]:
     """Server -> its part. `servers` in file order; the frontend bridge goes on server
     `frontend` (default the first); `address`: server -> underlay IPv4 address;
-    `latency`: server -> lab seconds one way between it and the others (a tunnel's
-    latency is the larger of its two ends')."""
-    server_of = dict(placement.server_of)
-    for n in fab.nodes.values():
-        if n.kind == FRONTEND:
-            server_of[n.name] = frontend or servers[0]
-    missing = [n for n in fab.nodes if n not in server_of]
-    if missing:
-        raise ValueError(f"placement: nodes not placed: {', '.join(missing)}")
+    `latency`: `pair(a, b)` -> lab seconds one way between servers a and b (measured),
+    for every pair of `server_pairs`."""
+    server_of = placed(fab, placement, frontend or servers[0])
     ends: dict[str, list[TunnelEnd]] = {s: [] for s in servers}
     delays: dict[str, dict[str, float]] = {s: {} for s in servers}
     for i, lk in enumerate(crossing(fab, server_of), start=1):
@@ -106,7 +124,7 @@ def plan(fab: Fabric, placement: Placement, servers: list[str], address: dict[st
         v = vni(tag, i)
         name = tunnel.link_name(lk)
         if not front:
-            lab = tunnel.compensated_delay(lk, max(latency[sa], latency[sb]), fab.tdf)
+            lab = tunnel.compensated_delay(lk, latency[pair(sa, sb)], fab.tdf)
         for port, here, there in ((lk.a, sa, sb), (lk.b, sb, sa)):
             ends[here].append(TunnelEnd(port.node, port.ifname, port.mac, v, address[there],
                                         name, front))

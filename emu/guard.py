@@ -77,6 +77,35 @@ def judge(fab: Fabric, counters: Mapping[str, Mapping], cpu: Mapping | None = No
     return {"fidelity": fid, "suggested_tdf": suggested}
 
 
+def by_server(fab: Fabric, counters: Mapping[str, Mapping],
+              server_of: Mapping[str, str]) -> dict[str, dict]:
+    """A fabric spread over servers (emu.cluster): the guard's verdict per server, over
+    the processes that run there (a switch's agent on its node's server; a GPU's NIC,
+    or "<gpu> compute", on its host's). Server -> {"kept_up", "p99_lag_model_us", ...,
+    "measured"}; servers where nothing reported are left out."""
+    bound = bound_model_s(fab)
+    per, _missing = snapshots(counters)
+    groups: dict[str, dict[str, dict]] = {}
+    for name, snap in per.items():
+        node = name.split(" ")[0]
+        node = fab.gpus[node].host if node in fab.gpus else node
+        if node in server_of:
+            groups.setdefault(server_of[node], {})[name] = snap
+    return {s: {**verdict(g, bound).to_dict(), "measured": len(g)}
+            for s, g in sorted(groups.items())}
+
+
+def combine(fid: dict, servers: Mapping[str, Mapping]) -> dict:
+    """The run's fidelity with its servers' verdicts: kept up only where every server
+    kept up (a run-wide p99 could hide one server's lag behind another's many actions)."""
+    out = {**fid, "by_server": dict(servers)}
+    behind = [s for s, v in servers.items() if v.get("kept_up") is False]
+    if behind and out.get("kept_up"):
+        out["kept_up"] = False
+        out["worst"] = f"server {behind[0]}: " + str(servers[behind[0]].get("worst", ""))
+    return out
+
+
 def _us(x: float) -> str:
     return f"{x:.2g} us" if x < 10 else f"{x:,.0f} us"
 

@@ -75,6 +75,8 @@ class FabricNet:
         #: ServerPart: its nodes, tunnel ends, agent delays); None = the whole fabric
         self.part = part
         self.local = set(part.nodes) if part is not None else set(fabric.nodes)
+        #: more of the run's state.json (emu.cluster: the servers and their parts' tags)
+        self.state_extra: dict = {}
 
     # -- lifecycle -----------------------------------------------------------
     def __enter__(self) -> "FabricNet":
@@ -97,7 +99,8 @@ class FabricNet:
                                       "fabric": self.fabric.name, "created": time.time(),
                                       "namespaces": [nsutil.ns_name(self.tag, n)
                                                      for n in self.fabric.nodes
-                                                     if n in self.local]})
+                                                     if n in self.local],
+                                      **self.state_extra})
         self.net = build_mininet(self.fabric, mininet_classes(self.tag, self.switch_kind),
                                  nodes=self.local)
         self.nics = NicProcesses(self.net, self.fabric, self.state_dir, self.run_dir,

@@ -4,7 +4,9 @@ same way (`mininet.examples.cluster.RemoteMixin`: `ssh -o BatchMode=yes ... sudo
 emu needs root there too, so it logs in as root (or a user whose uid is 0).
 
 `one_way_latency(server)`: half the smallest of 10 ping round trips from this machine
-(a tunnel adds this to every frame of a link that crosses to that server; emu.tunnel).
+(a tunnel adds this to every frame of a link that crosses to that server; emu.tunnel);
+`latency_from(remote, address)`: the same, the pings sent by another server (emu.cluster
+measures every pair of servers that a link joins, from one of the two).
 
 `check(server)` answers before anything is built, each problem naming the server: it
 can be reached over SSH without a password, the login is root, emu is installed at the
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from emu.servers import Server
 
-__all__ = ["Remote", "check", "version", "one_way_latency", "parse_ping", "REPO"]
+__all__ = ["Remote", "check", "version", "one_way_latency", "latency_from", "parse_ping", "REPO"]
 
 REPO = Path(__file__).resolve().parents[1]
 CHECK_TIMEOUT_S = 30.0
@@ -121,6 +123,15 @@ def parse_ping(text: str) -> float | None:
         if "min/avg/max" in line and "=" in line:
             return float(line.split("=")[1].split("/")[0]) / 1e3
     return None
+
+
+def latency_from(src: Remote, address: str, count: int = 10) -> float | None:
+    """Lab seconds a frame takes from server `src` to `address` one way (half the
+    smallest of `count` ping round trips, the ping run on `src`); None without answer."""
+    r = src.run(["ping", "-n", "-q", "-c", str(count), "-i", "0.2", "-W", "2", address],
+                timeout=30 + count)
+    rtt = parse_ping(r.stdout)
+    return None if rtt is None else rtt / 2
 
 
 def one_way_latency(server: Server, count: int = 10) -> float | None:

@@ -22,6 +22,7 @@ from emu.run.build import Live
 from emu.run.autotdf import machine_cores
 from emu.run.plan import RunPlan
 from emu.run.workload import Outcome
+from fabric.fidelity import suggest_tdf
 
 
 def stop_sampling(plan: RunPlan, live: Live) -> dict:
@@ -58,6 +59,12 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
     cores = machine_cores()
     cpu = {**live.procs.report(cores), "machine_cores": cores}
     judged = guard.judge(fab, {**all_counters, **worker_fidelity(wl)}, cpu, cores)
+    if plan.servers is not None:  # a verdict per server, combined (emu.cluster)
+        judged["fidelity"] = guard.combine(judged["fidelity"], guard.by_server(
+            fab, {**all_counters, **worker_fidelity(wl)}, live.fnet.node_servers()))
+        if judged["fidelity"]["kept_up"] is False and judged["suggested_tdf"] is None:
+            judged["suggested_tdf"] = judged["fidelity"]["suggested_tdf"] = suggest_tdf(
+                fab.tdf, 0.0, cores)  # (one server behind: the local CPU says nothing)
     judged["fidelity"]["binding"] = wl is not None
     lost = judged["fidelity"]["kept_up"] is False and wl is not None
     summary = {

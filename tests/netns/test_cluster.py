@@ -72,7 +72,7 @@ def test_emu_run_servers(tmp_path, capsys):
         assert (s["verdict"], s["pairs"], s["reachable"], s["wrong_path"]) == ("pass", 56, 56, 0)
         assert s["servers"]["placement"]["b"] == ["h3", "h4"]
         assert len(s["servers"]["crossing"]) == 6  # 4 host links, 2 frontend links
-        assert 0 < s["servers"]["latency_us"]["b"] < 2000
+        assert 0 < s["servers"]["latency_us"]["a-b"] < 2000
         tag = s["servers"]["part_tags"]["b"]
         assert not nsutil.emu_namespaces(tag) and not (nsutil.STATE_DIR / tag).exists()
 
@@ -143,3 +143,31 @@ def test_kill9_of_emu_leaves_nothing_on_the_other_server(tmp_path):
         r = subprocess.run([sys.executable, "-m", "emu", "clean", "--run", tag], cwd=root,
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and nsutil.emu_namespaces(tag) == [], r.stdout + r.stderr
+
+
+def test_emu_clean_reaches_the_parts_of_a_dead_run(tmp_path):
+    """A run that died and left a part behind on server b (a namespace under the part's
+    tag there): `emu clean --run TAG` here logs in to b and cleans the part's tag."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    from emu import remote
+
+    with servers.second_server(tmp_path) as (b, _tmp):
+        tag, part_tag = nsutil.new_tag(), nsutil.new_tag()
+        while part_tag == tag:
+            part_tag = nsutil.new_tag()
+        leftover = nsutil.ns_name(part_tag, "h3")
+        assert remote.Remote(b).run(["ip", "netns", "add", leftover]).returncode == 0
+        nsutil.write_state(tag, {"tag": tag, "pid": 2 ** 22 + 1,  # above pid_max: no such process "fabric": "rail2x4",
+                                 "servers": [{"name": "a", "address": "localhost"},
+                                             dataclasses.asdict(b)],
+                                 "parts": {"b": part_tag}})
+        root = str(Path(__file__).resolve().parents[2])
+        r = subprocess.run([sys.executable, "-m", "emu", "clean", "--run", tag], cwd=root,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert f"server b: Removed run {part_tag}: 1 namespaces" in r.stdout, r.stdout
+        assert f"Removed run {tag}:" in r.stdout
+        assert leftover not in nsutil.emu_namespaces() and not (nsutil.STATE_DIR / tag).exists()

@@ -216,7 +216,7 @@ def test_cluster_plan_of_rail2x4_on_two_servers():
     fab = topologies.load("rail2x4", tdf=10000)
     p = place(fab, ["a", "b"])
     parts = clusterplan.plan(fab, p, ["a", "b"], {"a": "10.98.0.1", "b": "10.98.0.2"},
-                             {"a": 0.0, "b": 40e-6}, "25a6", frontend="a")
+                             {("a", "b"): 40e-6}, "25a6", frontend="a")
     assert parts["a"].nodes == ("h1", "h2", "rail1", "rail2", "spine1", "spine2", "fe")
     assert parts["b"].nodes == ("h3", "h4")
     base = 0x25a6 * 256
@@ -250,7 +250,7 @@ def test_cluster_plan_refuses_a_link_shorter_than_its_tunnel_and_too_many_tunnel
     p = place(fab, ["a", "b"])
     with pytest.raises(ValueError, match=r"link h3:nic1-rail1:eth3: .* TDF 40 or more"):
         clusterplan.plan(fab, p, ["a", "b"], {"a": "10.0.0.1", "b": "10.0.0.2"},
-                         {"a": 0.0, "b": 40e-6}, "0001")
+                         {("a", "b"): 40e-6}, "0001")
     assert clusterplan.vni("ffff", 255) == (1 << 24) - 1
     with pytest.raises(ValueError, match="at most 255 links may cross servers"):
         clusterplan.vni("0001", 256)
@@ -298,3 +298,27 @@ def test_reachability_runs_one_shell_per_host_and_sorts_the_lines(tmp_path, monk
         else:
             assert (r.sent, r.received, r.ttl, r.rtt_ms) == (3, 3, 64 - int(ip.split(".")[-1]) % 4,
                                                             0.5)
+
+
+def test_each_pair_of_servers_compensates_its_own_latency():
+    """rail2x4 on three servers, pinned: rail1 and spine1 on a, rail2 and spine2 on b,
+    the hosts on c. Every pair is joined by links; each tunnel subtracts its own pair's
+    latency (a-b 10 us, a-c 20 us, b-c 30 us) from the 10 ms lab of 1 us at TDF 10000."""
+    from emu import clusterplan
+
+    fab = topologies.load("rail2x4", tdf=10000)
+    pins = {"rail1": "a", "spine1": "a", "rail2": "b", "spine2": "b",
+            **{h: "c" for h in ("h1", "h2", "h3", "h4")}}
+    p = place(fab, ["a", "b", "c"], pins, slack=3)
+    assert clusterplan.server_pairs(fab, p, "a") == [("a", "b"), ("a", "c"), ("b", "c")]
+    lat = {("a", "b"): 10e-6, ("a", "c"): 20e-6, ("b", "c"): 30e-6}
+    parts = clusterplan.plan(fab, p, ["a", "b", "c"], {"a": "10.0.0.1", "b": "10.0.0.2",
+                                                       "c": "10.0.0.3"}, lat, "0001")
+    assert parts["a"].delays == pytest.approx({
+        "rail1:eth1": 9.98e-3, "rail1:eth2": 9.98e-3, "rail1:eth3": 9.98e-3,
+        "rail1:eth4": 9.98e-3, "rail1:eth6": 9.99e-3, "spine1:eth2": 9.99e-3})
+    assert parts["b"].delays == pytest.approx({
+        "rail2:eth1": 9.97e-3, "rail2:eth2": 9.97e-3, "rail2:eth3": 9.97e-3,
+        "rail2:eth4": 9.97e-3, "rail2:eth5": 9.99e-3, "spine2:eth1": 9.99e-3})
+    assert {t.remote for t in parts["c"].tunnels} == {"10.0.0.1", "10.0.0.2"}
+    assert clusterplan.pair("b", "a") == ("a", "b")

@@ -262,3 +262,25 @@ def test_process_line_names_cores_and_memory_per_kind():
         "workers 0.60 (8); 1.60 in all. Memory peak (PSS): 1,234 MB (agents 80, nics 160, "
         "workers 980)")
     assert procstat.line(None) is None and procstat.line({}) is None
+
+
+def test_a_fabric_spread_over_servers_is_judged_per_server_and_combined():
+    """emu.cluster: rail1 and h1 on server a, rail2 on b. b's agent lags 5 us on 5 of its
+    100 actions - past the 1 us bound at its p99 - while the run-wide p99 over a's 1000
+    actions stays in; the combined verdict is 'behind', naming server b."""
+    c = {"rail1": {"ports": {}, "fidelity": snap([0.0] * 1000)},
+         "rail2": {"ports": {}, "fidelity": snap([0.0] * 95 + [5e-6] * 5)},
+         "h1g1": {"qps": {}, "fidelity": snap([0.0] * 100, "pacer")},
+         "h1g1 compute": {"fidelity": snap([0.0] * 10, "compute")}}
+    where = {"rail1": "a", "h1": "a", "rail2": "b"}
+    whole = guard.judge(FAB, c)["fidelity"]
+    assert whole["kept_up"] is True
+    per = guard.by_server(FAB, c, where)
+    assert (per["a"]["kept_up"], per["a"]["measured"], per["a"]["actions"]) == (True, 3, 1110)
+    assert (per["b"]["kept_up"], per["b"]["measured"]) == (False, 1)
+    assert per["b"]["p99_lag_model_us"] == pytest.approx(5.0, rel=0.3)
+    got = guard.combine(whole, per)
+    assert got["kept_up"] is False and got["worst"].startswith("server b: rail2")
+    assert got["by_server"] == per
+    fine = guard.combine(whole, {"a": per["a"]})
+    assert fine["kept_up"] is True and fine["worst"] == whole["worst"]
