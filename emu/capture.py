@@ -57,6 +57,9 @@ class Captures:
     snaplen: int = DEFAULT_SNAPLEN
     bound_kb: int = DEFAULT_BOUND_KB
     procs: dict[tuple[str, str], subprocess.Popen] = field(default_factory=dict)
+    #: (node, ifname) -> seconds to subtract from its timestamps (a capture on another
+    #: server whose clock is off ours, emu.cluster): applied by editcap at stop
+    shifts: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory).resolve()  # dumpcap runs in a namespace
@@ -76,9 +79,18 @@ class Captures:
         self.directory.mkdir(parents=True, exist_ok=True)
         for node, ifname in targets:
             argv = [exe, "-q", "-P", "-i", ifname, "-s", str(self.snaplen),
-                    "-a", f"filesize:{self.bound_kb}", "-w", str(self.path(node, ifname))]
-            self.procs[(node, ifname)] = fnet.net[node].popen(
-                argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                    "-a", f"filesize:{self.bound_kb}", "-w"]
+            runner = fnet.node(node)
+            if hasattr(runner, "stream"):  # on another server: the pcap streams here
+                with open(self.path(node, ifname), "wb") as out:
+                    self.procs[(node, ifname)] = runner.stream(["dumpcap", *argv[1:], "-"], out)
+                shift = fnet.clock_shift(node)
+                if shift:
+                    self.shifts[(node, ifname)] = shift
+                continue
+            self.procs[(node, ifname)] = runner.popen(
+                argv + [str(self.path(node, ifname))], stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE)
         # dumpcap writes the file header once the capture is armed
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -99,6 +111,12 @@ class Captures:
         if any(p.poll() is None for p in self.procs.values()):
             time.sleep(STOP_SETTLE_S)
         for (node, ifname), p in self.procs.items():
+            if p.poll() is None and p.stdin is not None:  # streamed: it stops on EOF
+                p.stdin.close()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
             if p.poll() is None:
                 p.terminate()
             try:
@@ -107,6 +125,12 @@ class Captures:
                 p.kill()
                 p.wait()
             path = self.path(node, ifname)
+            if (node, ifname) in self.shifts and path.exists():
+                shifted = path.with_suffix(".shifted")
+                subprocess.run(["editcap", "-t", f"{-self.shifts[(node, ifname)]:.9f}",
+                                str(path), str(shifted)], check=True, capture_output=True,
+                               timeout=120)
+                shifted.replace(path)
             size = path.stat().st_size if path.exists() else 0
             out[path.name] = {"bytes": size,
                               "truncated": size >= self.bound_kb * 1000 * 0.99}

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "its part over SSH as root, links between servers are VXLAN "
                         "tunnels (check first: emu show TOPO --servers FILE --check). For "
                         "now the reachability run only: no --workload, --script, --fault, "
-                        "--cli; captures on this machine's nodes")
+                        "--cli")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="run directory (default runs/<topology>-<timestamp>)")
     p.add_argument("--qos", default="book", metavar="CONFIG",

@@ -15,10 +15,13 @@ the node's namespace there (`ip netns exec`) through one multiplexed SSH connect
 server (ControlMaster). Teardown: stopping closes each part's stdin and it tears its
 part down; if this process dies, sshd closes the session and the part does the same.
 
-Not yet: NIC processes and PyTorch workers on remote hosts, captures there, a fidelity
-guard per server in the verdict. Each pair of servers that a link joins has its one-way
-latency measured at start (half the smallest of 10 pings between their underlay
-addresses, from one of the two), and every tunnel between them is compensated by it.
+At start, each pair of servers that a link joins has its one-way latency measured (half
+the smallest of 10 pings between their underlay addresses, from one of the two) and
+every tunnel between them is compensated by it (emu.clusterplan); each server's clock
+offset is read over its part's session, and captures there stream here and are put on
+this machine's clock (emu.capture). The run's fidelity is judged per server and
+combined (emu.guard.by_server). Not yet: NIC processes and PyTorch workers on remote
+hosts, the agents' event logs there.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import json
 import logging
 import os
 import queue
+import shlex
 import signal
 import socket
 import subprocess
@@ -75,11 +79,17 @@ class RemoteNode:
 
     def popen(self, argv, **kw) -> subprocess.Popen:
         """Start `argv` in the node's namespace on its server (Mininet's Node.popen)."""
-        import shlex
-
         kw.setdefault("stdin", subprocess.DEVNULL)
         return subprocess.Popen(self._ssh + ["--", shlex.join(
             ["ip", "netns", "exec", self.netns, *argv])], **kw)
+
+    def stream(self, argv, out) -> subprocess.Popen:
+        """Run `argv` there with its standard output into `out` (a local file) - a
+        capture's `dumpcap -w -`. Closing the returned process's stdin stops it cleanly:
+        the remote shell sends it SIGTERM and waits, so all it wrote arrives here."""
+        script = f"{shlex.join(argv)} & p=$!; read _; kill -TERM $p; wait $p"
+        return self.popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=out,
+                          stderr=subprocess.PIPE)
 
 
 class RemotePart:
@@ -138,6 +148,27 @@ class RemotePart:
                     raise RuntimeError(f"{where}: {msg['error']}")
                 self.tag, self.sockets = msg["tag"], msg["sockets"]
                 return
+
+    def clock_offset(self, samples: int = 20) -> tuple[float, float]:
+        """(seconds the server's clock is ahead of ours, the uncertainty): the part's
+        clock asked over its session `samples` times (as NTP: of the sample with the
+        shortest round trip, the middle is taken as the moment the server read its
+        clock; the uncertainty is half that trip)."""
+        best = None
+        for _ in range(samples):
+            t0 = time.time()
+            self.proc.stdin.write(b"clock\n")
+            self.proc.stdin.flush()
+            line = self._lines.get(timeout=10)
+            t1 = time.time()
+            if line is None or not line.startswith(MARK):
+                raise RuntimeError(f"server {self.server.name}: its part did not tell its "
+                                   "clock" + self._see())
+            theirs = json.loads(line[len(MARK):])["clock"]
+            if best is None or t1 - t0 < best[1]:
+                best = (theirs - (t0 + t1) / 2, t1 - t0)
+        assert best is not None
+        return best[0], best[1] / 2
 
     def _see(self) -> str:
         return f"; see {self.log_path}" if self.log_path else ""
@@ -203,6 +234,8 @@ class ClusterNet(FabricNet):
         self.plan: dict[str, clusterplan.ServerPart] = {}
         self.latency: dict[str, float] = {}  #: server -> one-way lab seconds from here
         self.part_tags: dict[str, str] = {}  #: server -> the run tag of its part there
+        #: server -> (its clock ahead of ours, s; the uncertainty, s), at start
+        self.clocks: dict[str, tuple[float, float]] = {}
 
     def start(self) -> None:
         """Place, start every other server's part, build ours, forward their sockets."""
@@ -240,6 +273,7 @@ class ClusterNet(FabricNet):
                                           "fabric": self.fabric.name, "created": time.time(),
                                           "namespaces": [], **self.state_extra})
             part.forward(self.state_dir)
+            self.clocks[part.server.name] = part.clock_offset()
         super().start()
 
     @staticmethod
@@ -291,7 +325,9 @@ class ClusterNet(FabricNet):
                                for (a, b), v in self.latency.items()},
                 "agent_delay_lab_ms": {k: round(v * 1e3, 4) for p in self.plan.values()
                                        for k, v in p.delays.items()},
-                "part_tags": dict(self.part_tags)}
+                "part_tags": dict(self.part_tags),
+                "clock_offset_ms": {s: {"offset": round(o * 1e3, 3), "uncertainty":
+                                        round(u * 1e3, 3)} for s, (o, u) in self.clocks.items()}}
 
     def node_servers(self) -> dict[str, str]:
         """Node -> the server that runs it (the frontend bridge too)."""
@@ -304,9 +340,20 @@ class ClusterNet(FabricNet):
                 return s
         return self.placement.server_of[node]
 
-    def host(self, name: str):
-        """The Mininet node of a host here, a RemoteNode of one elsewhere."""
+    def node(self, name: str):
+        """The Mininet node of a node here, a RemoteNode of one elsewhere."""
         if name in self.local:
-            return super().host(name)
+            return super().node(name)
         part = self.parts[self.server_of(name)]
         return RemoteNode(name, nsutil.ns_name(part.tag, name), part.ssh())
+
+    def host(self, name: str):
+        """The Mininet node of a host here, a RemoteNode of one elsewhere."""
+        return self.node(name)
+
+    def clock_shift(self, node: str) -> float:
+        """Seconds to subtract from the timestamps taken on `node`'s server to put them
+        on this machine's clock: its measured offset where that exceeds the
+        measurement's uncertainty, else 0 (one lab-time axis for every pcap)."""
+        off, unc = self.clocks.get(self.server_of(node), (0.0, 0.0))
+        return off if abs(off) > unc else 0.0

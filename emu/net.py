@@ -245,6 +245,15 @@ class FabricNet:
 
     def host(self, name: str):
         """The Mininet node of a host."""
+        return self.node(name)
+
+    def node(self, name: str):
+        """The Mininet node of any node (its `popen` runs a command in its namespace)."""
         assert self.net is not None
         return self.net[name]
+
+    def clock_shift(self, node: str) -> float:
+        """Seconds to subtract from timestamps taken on `node`'s machine: 0 here (emu.
+        cluster measures the other servers' clocks)."""
+        return 0.0
 

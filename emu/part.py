@@ -9,7 +9,8 @@ agents with emu.net.FabricNet under a tag of this server's (so `emu clean` here 
 them), then prints one line `emu-part {"tag", "sockets": switch -> control socket}` -
 or `emu-part {"error": ...}` and exits 1. It stays up until stdin closes (the
 controller stopped, or died: sshd closes the session) or SIGTERM/SIGHUP, and then
-tears everything down.
+tears everything down. Meanwhile a line `clock` is answered with `emu-part {"clock":
+<time.time()>}` (the controller measures this server's clock offset over the session).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import pickle
 import signal
 import sys
+import time
 
 from emu.net import FabricNet
 
@@ -46,8 +48,9 @@ def main() -> int:
         fnet.start()
         socks = {sw.name: str(fnet.control_path(sw.name)) for sw in fnet.local_switches()}
         print(MARK + json.dumps({"tag": fnet.tag, "sockets": socks}), flush=True)
-        while sys.stdin.buffer.readline():
-            pass
+        for line in iter(sys.stdin.buffer.readline, b""):
+            if line.strip() == b"clock":  # the controller reads our clock (emu.cluster)
+                print(MARK + json.dumps({"clock": time.time()}), flush=True)
         return 0
     except KeyboardInterrupt:
         return 0

@@ -9,7 +9,6 @@ it.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -128,15 +127,14 @@ def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
     faults = faultplan.resolve(fabric, parse_schedule(getattr(args, "fault", None) or ()))
     if faults and wl is None:
         raise ValueError("--fault: faults happen during a workload; add --workload or --script")
-    sv = servers_arg(args, fabric, targets)
+    sv = servers_arg(args, fabric)
     return RunPlan(args, fabric, qos, targets, wl, interval, shown, shown.resolve(),
                    {"mode": "given", "tdf": fabric.tdf}, lb=lb, faults=faults, servers=sv)
 
 
-def servers_arg(args: argparse.Namespace, fabric: Fabric, targets: list) -> object:
+def servers_arg(args: argparse.Namespace, fabric: Fabric) -> object:
     """`--servers FILE`: the servers file read and the fabric placed (a bad file or pin
-    fails here); what a spread run cannot do yet is refused, naming the option; captures
-    are kept to this machine's nodes (`targets` is trimmed, the rest named)."""
+    fails here); what a spread run cannot do yet is refused, naming the option."""
     if not getattr(args, "servers", None):
         return None
     sv = servers.load(args.servers)
@@ -150,11 +148,5 @@ def servers_arg(args: argparse.Namespace, fabric: Fabric, targets: list) -> obje
             raise ValueError(f"--servers: not with {opt} yet (a fabric spread over servers "
                              "runs the reachability check only: NICs and workers on other "
                              "servers are not built)")
-    here = set(placement.place(fabric, sv.names(), sv.placement).nodes_on(local[0]))
-    here |= {n.name for n in fabric.nodes.values() if n.kind == "frontend"}
-    away = [t for t in targets if t[0] not in here]
-    if away:
-        print(f"emu: --servers: no captures on other servers yet: "
-              f"{', '.join(f'{n}:{i}' for n, i in away)} not captured", file=sys.stderr)
-        targets[:] = [t for t in targets if t[0] in here]
+    placement.place(fabric, sv.names(), sv.placement)  # (a bad pin fails here)
     return sv

@@ -322,3 +322,42 @@ def test_each_pair_of_servers_compensates_its_own_latency():
         "rail2:eth4": 9.97e-3, "rail2:eth5": 9.99e-3, "spine2:eth1": 9.99e-3})
     assert {t.remote for t in parts["c"].tunnels} == {"10.0.0.1", "10.0.0.2"}
     assert clusterplan.pair("b", "a") == ("a", "b")
+
+
+def test_a_capture_from_a_server_whose_clock_is_off_is_put_on_ours(tmp_path):
+    """emu.capture: a pcap streamed from another server whose clock was measured 2.5 s
+    ahead of ours has every timestamp moved 2.5 s back at stop (editcap), so all pcaps
+    of a run share one lab-time axis; a capture without a shift is left as it is."""
+    import shutil
+
+    from scapy.layers.l2 import Ether
+    from scapy.utils import rdpcap, wrpcap
+
+    from emu.capture import Captures
+
+    if shutil.which("editcap") is None:
+        pytest.skip("needs editcap (wireshark-common: ./setup.sh installs it)")
+    caps = Captures(tmp_path)
+    stamps = [1000.25, 1000.5, 1001.0]
+    for node in ("h3", "h1"):
+        frames = [Ether(dst="02:00:00:00:00:01") for _ in stamps]
+        for f, t in zip(frames, stamps):
+            f.time = t
+        wrpcap(str(caps.path(node, "nic1")), frames)
+        caps.procs[(node, "nic1")] = subprocess.Popen(["true"])
+    caps.shifts[("h3", "nic1")] = 2.5
+    out = caps.stop()
+    assert set(out) == {"h3-nic1.pcap", "h1-nic1.pcap"}
+    got = {n: [float(p.time) for p in rdpcap(str(caps.path(n, "nic1")))] for n in ("h3", "h1")}
+    assert got["h3"] == pytest.approx([t - 2.5 for t in stamps], abs=1e-6)
+    assert got["h1"] == pytest.approx(stamps, abs=1e-6)
+
+
+def test_a_clock_shift_is_applied_only_beyond_its_uncertainty():
+    from emu.cluster import ClusterNet
+
+    net = ClusterNet.__new__(ClusterNet)
+    net.plan, net.placement = {}, type("P", (), {"server_of": {"h3": "b", "h4": "c"}})()
+    net.clocks = {"b": (0.004, 0.001), "c": (0.0005, 0.001)}
+    assert net.clock_shift("h3") == 0.004   # 4 ms off, known within 1 ms: corrected
+    assert net.clock_shift("h4") == 0.0     # within the measurement's uncertainty: left
