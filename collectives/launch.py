@@ -165,7 +165,15 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     nproc = len(slots) // nnodes
     out_dir.mkdir(parents=True, exist_ok=True)
     job = f"emu-{fnet.tag}-{int(time.time())}"
-    envs = {s.rank: worker_env(fab, s, nproc, nnodes, sockets[s.gpu], out_dir, job, port, ring,
+    # hosts on other servers (emu.cluster): their workers run there, with their NICs'
+    # own sockets, and write their results there (fetched below)
+    nodes = {h: fnet.host(h) for h in {s.host for s in slots}}
+    far = {h: n.scratch(f"workers-{job}") for h, n in nodes.items() if hasattr(n, "spawn")}
+    for h, d in far.items():
+        nodes[h].popen(["mkdir", "-p", d]).wait(60)
+    wsock = getattr(fnet, "worker_sockets", None) or {}
+    envs = {s.rank: worker_env(fab, s, nproc, nnodes, wsock.get(s.gpu, sockets[s.gpu]),
+                               Path(far.get(s.host, out_dir)), job, port, ring,
                                run=fnet.tag, backend=backend, gpu=gpu)
             for s in slots}
     cwd = Path(cwd or os.getcwd())
@@ -173,8 +181,15 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     for path in logs.values():
         path.write_text("")
     t0 = time.monotonic()
-    workers = (Popened(fnet) if os.environ.get("EMU_ZYGOTE", "1") == "0"
-               else Forked(fnet, list(envs.values()), out_dir / "zygote.log", timeout))
+    here = [s.rank for s in slots if s.host not in far]
+    by_rank: dict[int, Any] = {}
+    if here:
+        local = (Popened(fnet) if os.environ.get("EMU_ZYGOTE", "1") == "0"
+                 else Forked(fnet, [envs[r] for r in here], out_dir / "zygote.log", timeout))
+        by_rank.update(dict.fromkeys(here, local))
+    if far:
+        by_rank.update(dict.fromkeys([s.rank for s in slots if s.host in far], Spawned(fnet)))
+    workers = Split(by_rank)
     done = threading.Event()
     follow = threading.Thread(target=_follow, args=(logs[0], echo, done), daemon=True)
     if echo is not None:
@@ -206,6 +221,9 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
         if echo is not None:
             follow.join(5)
     elapsed = time.monotonic() - t0
+    for h, d in far.items():  # what the workers there wrote, next to the others'
+        for name, text in nodes[h].files(d, "*.json").items():
+            (out_dir / name).write_text(text)
     results, backend, compute = {}, {}, {}
     for s in slots:
         rp = out_dir / f"rank{s.rank}.json"
@@ -244,10 +262,14 @@ class Popened:
     def poll(self) -> dict[int, int | None]:
         return {r: p.poll() for r, p in self.procs.items()}
 
+    @staticmethod
+    def _end(p: subprocess.Popen) -> None:
+        p.send_signal(signal.SIGTERM)
+
     def stop(self, grace: float = 10.0) -> dict[int, int | None]:
         for p in self.procs.values():
             if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+                self._end(p)
         for p in self.procs.values():
             try:
                 p.wait(grace)
@@ -255,6 +277,47 @@ class Popened:
                 p.kill()
                 p.wait()
         return self.poll()
+
+
+class Spawned(Popened):
+    """Ranks on another server (emu.cluster): each started by its host's `spawn` (over
+    SSH, with exactly its environment), its output streamed into its log here; stopped
+    by closing the session's stdin (SIGTERM there)."""
+
+    def start(self, rank: int, host: str, target: list[str], env: dict, log: Path,
+              cwd: Path = REPO) -> None:
+        with open(log, "ab") as out:
+            self.procs[rank] = self.fnet.host(host).spawn(
+                [sys.executable, "-m", "collectives.run"] + target, env, str(cwd), out)
+
+    @staticmethod
+    def _end(p: subprocess.Popen) -> None:
+        if p.stdin is not None:
+            p.stdin.close()
+
+
+class Split:
+    """Ranks started by several runners (Forked/Popened here, Spawned elsewhere): rank
+    -> its runner; poll and stop ask each runner once."""
+
+    def __init__(self, by_rank: dict) -> None:
+        self.by_rank = by_rank
+
+    def _runners(self) -> list:
+        out: list = []
+        for w in self.by_rank.values():
+            if not any(w is x for x in out):
+                out.append(w)
+        return out
+
+    def start(self, rank: int, *args, **kw) -> None:
+        self.by_rank[rank].start(rank, *args, **kw)
+
+    def poll(self) -> dict[int, int | None]:
+        return {r: c for w in self._runners() for r, c in w.poll().items()}
+
+    def stop(self, grace: float = 10.0) -> dict[int, int | None]:
+        return {r: c for w in self._runners() for r, c in w.stop(grace).items()}
 
 
 class Forked:

@@ -128,9 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spread the fabric over the servers of FILE (YAML, emu.servers; one "
                         "of them this machine, address localhost): each other server runs "
                         "its part over SSH as root, links between servers are VXLAN "
-                        "tunnels (check first: emu show TOPO --servers FILE --check). For "
-                        "now the reachability run only: no --workload, --script, --fault, "
-                        "--cli")
+                        "tunnels (check first: emu show TOPO --servers FILE --check). "
+                        "PyTorch workloads and --script run their workers where their GPUs "
+                        "are; not yet with --workload write/incast, --fault, --cli")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="run directory (default runs/<topology>-<timestamp>)")
     p.add_argument("--qos", default="book", metavar="CONFIG",

@@ -20,8 +20,10 @@ the smallest of 10 pings between their underlay addresses, from one of the two) 
 every tunnel between them is compensated by it (emu.clusterplan); each server's clock
 offset is read over its part's session, and captures there stream here and are put on
 this machine's clock (emu.capture). The run's fidelity is judged per server and
-combined (emu.guard.by_server). Not yet: NIC processes and PyTorch workers on remote
-hosts, the agents' event logs there.
+combined (emu.guard.by_server). NICs of hosts elsewhere are started by their part
+(`start_nics`) and their workers spawned there (`RemoteNode.spawn`, used by
+collectives.launch); their results come back through the part. Not yet: the agents'
+event logs there.
 """
 
 from __future__ import annotations
@@ -72,16 +74,40 @@ def _ssh_popen(argv: list[str], tag: str, **kw) -> subprocess.Popen:
 class RemoteNode:
     """A node on another server: runs commands in its namespace there."""
 
-    def __init__(self, name: str, netns: str, ssh: list[str]) -> None:
+    def __init__(self, name: str, netns: str, part: "RemotePart") -> None:
         self.name = name
         self.netns = netns
-        self._ssh = ssh  # ssh ... user@host (multiplexed)
+        self.part = part
+        self._ssh = part.ssh()  # ssh ... user@host (multiplexed)
 
     def popen(self, argv, **kw) -> subprocess.Popen:
         """Start `argv` in the node's namespace on its server (Mininet's Node.popen)."""
         kw.setdefault("stdin", subprocess.DEVNULL)
         return subprocess.Popen(self._ssh + ["--", shlex.join(
             ["ip", "netns", "exec", self.netns, *argv])], **kw)
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, out) -> subprocess.Popen:
+        """Start `argv` there with exactly `env`, in `cwd`, its output (both streams)
+        into the local file `out` - a worker of a job (collectives.launch). The returned
+        process ends with the command's exit status; closing its stdin ends the command
+        (SIGTERM there, its exit status still comes back)."""
+        cmd = shlex.join(["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv])
+        # (an asynchronous list reads /dev/null: the watcher reads our stdin as fd 3)
+        script = (f"cd {shlex.quote(cwd)} || exit 125; exec 3<&0; "
+                  f"{cmd} </dev/null 3<&- 2>&1 & p=$!; "
+                  "(read _ <&3; kill -TERM $p 2>/dev/null) & w=$!; exec 3<&-; wait $p; "
+                  "rc=$?; kill $w 2>/dev/null; exit $rc")
+        return self.popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=out,
+                          stderr=subprocess.STDOUT)
+
+    def scratch(self, name: str) -> str:
+        """A directory there for a job's files (in its part's state directory, removed
+        with the part); created by `spawn`'s caller through `mkdir`."""
+        return str(nsutil.STATE_DIR / self.part.tag / name)
+
+    def files(self, directory: str, glob: str) -> dict[str, str]:
+        """The text of the files of `directory` there whose names match `glob`."""
+        return self.part.request({"cmd": "files", "dir": directory, "glob": glob})["files"]
 
     def stream(self, argv, out) -> subprocess.Popen:
         """Run `argv` there with its standard output into `out` (a local file) - a
@@ -106,6 +132,7 @@ class RemotePart:
         self.tag = ""  # the part's tag on its server
         self.sockets: dict[str, str] = {}
         self._lines: queue.Queue = queue.Queue()
+        self._talk = threading.Lock()  # one request at a time over the session
 
     def ssh(self, options: tuple[str, ...] = ()) -> list[str]:
         """ssh through this server's master connection (once `forward` started it)."""
@@ -149,6 +176,33 @@ class RemotePart:
                 self.tag, self.sockets = msg["tag"], msg["sockets"]
                 return
 
+    def request(self, req: dict, timeout: float = 120.0) -> dict:
+        """One request to the part (emu.part.answer); RuntimeError naming the server
+        when it fails."""
+        with self._talk:
+            self.proc.stdin.write(encode(req))
+            self.proc.stdin.flush()
+            line = self._lines.get(timeout=timeout)
+        if line is None or not line.startswith(MARK):
+            raise RuntimeError(f"server {self.server.name}: its part stopped answering"
+                               + self._see())
+        reply = json.loads(line[len(MARK):])
+        if "error" in reply:
+            raise RuntimeError(f"server {self.server.name}: {req['cmd']}: {reply['error']}")
+        return reply
+
+    def forwards(self, op: str, pairs: list[tuple[str, str]]) -> None:
+        """Add (`op` "forward") or remove ("cancel") socket forwardings local <- remote
+        on the master connection."""
+        if not pairs:
+            return
+        fwd = [x for local, far in pairs for x in ("-L", f"{local}:{far}")]
+        r = subprocess.run(self.remote.ssh_argv([], ("-S", str(self.control), "-O", op, *fwd)),
+                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        if r.returncode != 0 and op == "forward":
+            raise RuntimeError(f"server {self.server.name}: forwarding sockets failed: "
+                               f"{r.stderr.strip()}")
+
     def clock_offset(self, samples: int = 20) -> tuple[float, float]:
         """(seconds the server's clock is ahead of ours, the uncertainty): the part's
         clock asked over its session `samples` times (as NTP: of the sample with the
@@ -156,11 +210,12 @@ class RemotePart:
         clock; the uncertainty is half that trip)."""
         best = None
         for _ in range(samples):
-            t0 = time.time()
-            self.proc.stdin.write(b"clock\n")
-            self.proc.stdin.flush()
-            line = self._lines.get(timeout=10)
-            t1 = time.time()
+            with self._talk:
+                t0 = time.time()
+                self.proc.stdin.write(b"clock\n")
+                self.proc.stdin.flush()
+                line = self._lines.get(timeout=10)
+                t1 = time.time()
             if line is None or not line.startswith(MARK):
                 raise RuntimeError(f"server {self.server.name}: its part did not tell its "
                                    "clock" + self._see())
@@ -236,6 +291,10 @@ class ClusterNet(FabricNet):
         self.part_tags: dict[str, str] = {}  #: server -> the run tag of its part there
         #: server -> (its clock ahead of ours, s; the uncertainty, s), at start
         self.clocks: dict[str, tuple[float, float]] = {}
+        #: GPU -> its NIC's control socket where its worker runs (the other servers'
+        #: own paths; emu.nics' `nic_sockets` are the paths here, forwarded)
+        self.worker_sockets: dict[str, str] = {}
+        self._remote_nics: dict[str, tuple[str, str, str]] = {}  # gpu -> (server, here, there)
 
     def start(self) -> None:
         """Place, start every other server's part, build ours, forward their sockets."""
@@ -345,11 +404,55 @@ class ClusterNet(FabricNet):
         if name in self.local:
             return super().node(name)
         part = self.parts[self.server_of(name)]
-        return RemoteNode(name, nsutil.ns_name(part.tag, name), part.ssh())
+        return RemoteNode(name, nsutil.ns_name(part.tag, name), part)
 
     def host(self, name: str):
         """The Mininet node of a host here, a RemoteNode of one elsewhere."""
         return self.node(name)
+
+    def start_nics(self, dcqcn: str = "paper", mtu: int = 4096, gpus=None,
+                   timeout: float = 20.0, **options) -> dict[str, str]:
+        """FabricNet.start_nics over the servers: each server starts its hosts' NICs;
+        the other servers' control sockets are forwarded to the paths they would have
+        here (counters, the sampler, a job's watch work unchanged), while their workers
+        use the servers' own (`worker_sockets`)."""
+        gpus = list(gpus or self.fabric.gpus)
+        options = self.nic_defaults(options)
+        where = {g: self.server_of(self.fabric.gpus[g].host) for g in gpus}
+        here = [g for g in gpus if where[g] == self.here.name]
+        out = super().start_nics(dcqcn, mtu, here, timeout, **options) if here else {}
+        self.worker_sockets.update(out)
+        for name, part in self.parts.items():
+            theirs = [g for g in gpus if where[g] == name]
+            if not theirs:
+                continue
+            far = part.request({"cmd": "start_nics", "gpus": theirs, "dcqcn": dcqcn,
+                                "mtu": mtu, "timeout": timeout, "options": options},
+                               timeout=timeout + 60)["sockets"]
+            pairs = [(str(self.state_dir / f"nic-{g}.sock"), far[g]) for g in theirs]
+            part.forwards("forward", pairs)
+            for g, (local, there) in zip(theirs, pairs):
+                self._remote_nics[g] = (name, local, there)
+                self.worker_sockets[g] = there
+                out[g] = local
+        return out
+
+    @property
+    def nic_sockets(self) -> dict[str, str]:
+        """GPU -> control socket here of its running NIC (forwarded when elsewhere)."""
+        return {**super().nic_sockets, **{g: v[1] for g, v in self._remote_nics.items()}}
+
+    def stop_nics(self) -> None:
+        """Every server's NICs."""
+        super().stop_nics()
+        for name, part in self.parts.items():
+            pairs = [(local, there) for s, local, there in self._remote_nics.values()
+                     if s == name]
+            if pairs and part.proc is not None and part.proc.poll() is None:
+                part.forwards("cancel", pairs)
+                part.request({"cmd": "stop_nics"})
+        self._remote_nics.clear()
+        self.worker_sockets.clear()
 
     def clock_shift(self, node: str) -> float:
         """Seconds to subtract from the timestamps taken on `node`'s server to put them

@@ -194,10 +194,17 @@ class FabricNet:
         returns GPU -> control socket path. `options` are further NicConfig fields
         (e.g. timeout_s in model seconds, window). Stopped with the fabric."""
         assert self.nics is not None, "start the fabric first"
-        if self.qos is not None:  # the NIC pauses the priority its RoCE DSCP maps to
-            options.setdefault("pfc_priority", Classifier(
+        return self.nics.start(gpus or list(self.fabric.gpus), dcqcn, mtu, timeout,
+                               **self.nic_defaults(options))
+
+    def nic_defaults(self, options: dict) -> dict:
+        """NicConfig fields every NIC of this fabric gets unless `options` say: with QoS,
+        the NIC pauses the priority its RoCE DSCP maps to."""
+        out = dict(options)
+        if self.qos is not None:
+            out.setdefault("pfc_priority", Classifier(
                 self.qos.classification).priority_of_dscp(DSCP_ROCEV2))
-        return self.nics.start(gpus or list(self.fabric.gpus), dcqcn, mtu, timeout, **options)
+        return out
 
     def stop_nics(self) -> None:
         """Stop the NIC processes started by start_nics (SIGTERM, wait)."""

@@ -10,7 +10,9 @@ them), then prints one line `emu-part {"tag", "sockets": switch -> control socke
 or `emu-part {"error": ...}` and exits 1. It stays up until stdin closes (the
 controller stopped, or died: sshd closes the session) or SIGTERM/SIGHUP, and then
 tears everything down. Meanwhile a line `clock` is answered with `emu-part {"clock":
-<time.time()>}` (the controller measures this server's clock offset over the session).
+<time.time()>}` (the controller measures this server's clock offset over the session),
+and any other line is a request encoded as the spec (`answer`), answered with one
+`emu-part {...}` line.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pickle
 import signal
 import sys
 import time
+from pathlib import Path
 
 from emu.net import FabricNet
 
@@ -30,6 +33,29 @@ MARK = "emu-part "
 def encode(spec: dict) -> bytes:
     """The spec line the controller writes."""
     return base64.b64encode(pickle.dumps(spec)) + b"\n"
+
+
+def answer(fnet: FabricNet, line: bytes) -> dict:
+    """One request of the controller (a spec-encoded dict with "cmd"): start_nics
+    (FabricNet.start_nics: GPU -> its NIC's control socket here), stop_nics, files (the
+    text of a directory's files whose names match a glob, for results workers wrote
+    here); {"error": ...} when it fails."""
+    try:
+        req = pickle.loads(base64.b64decode(line))
+        cmd = req["cmd"]
+        if cmd == "start_nics":
+            return {"sockets": fnet.start_nics(req["dcqcn"], req["mtu"], req["gpus"],
+                                               req["timeout"], **req["options"])}
+        if cmd == "stop_nics":
+            fnet.stop_nics()
+            return {"ok": True}
+        if cmd == "files":
+            d = Path(req["dir"])
+            return {"files": {p.name: p.read_text(errors="replace")
+                              for p in sorted(d.glob(req["glob"])) if p.is_file()}}
+        return {"error": f"unknown request {cmd!r}"}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _stop(signum, _frame):
@@ -51,6 +77,8 @@ def main() -> int:
         for line in iter(sys.stdin.buffer.readline, b""):
             if line.strip() == b"clock":  # the controller reads our clock (emu.cluster)
                 print(MARK + json.dumps({"clock": time.time()}), flush=True)
+            elif line.strip():
+                print(MARK + json.dumps(answer(fnet, line)), flush=True)
         return 0
     except KeyboardInterrupt:
         return 0

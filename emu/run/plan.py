@@ -142,11 +142,12 @@ def servers_arg(args: argparse.Namespace, fabric: Fabric) -> object:
     if not local:
         raise ValueError(f"--servers: {args.servers}: one server must be this machine "
                          "(address localhost)")
-    for opt, on in (("--workload/--script", args.workload is not None),
-                    ("--fault", bool(getattr(args, "fault", None))), ("--cli", args.cli)):
+    if args.workload in ("write", "incast"):
+        raise ValueError(f"--servers: not with --workload {args.workload} (this process "
+                         "shares the memory of both ends with their NICs, which needs them "
+                         "on this machine); PyTorch workloads and --script run everywhere")
+    for opt, on in (("--fault", bool(getattr(args, "fault", None))), ("--cli", args.cli)):
         if on:
-            raise ValueError(f"--servers: not with {opt} yet (a fabric spread over servers "
-                             "runs the reachability check only: NICs and workers on other "
-                             "servers are not built)")
+            raise ValueError(f"--servers: not with {opt} yet")
     placement.place(fabric, sv.names(), sv.placement)  # (a bad pin fails here)
     return sv

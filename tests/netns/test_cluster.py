@@ -25,6 +25,15 @@ from . import servers
 pytestmark = pytest.mark.netns
 
 
+def servers_file(tmp_path, b) -> Path:
+    """A servers file: this machine (a) and the emulated server b."""
+    f = tmp_path / "servers.yaml"
+    f.write_text("servers:\n  - {name: a, address: localhost}\n"
+                 f"  - {{name: b, address: {b.address}, identity: {b.identity}, "
+                 f"known_hosts: {b.known_hosts}}}\n")
+    return f
+
+
 def test_rail2x4_over_two_servers(tmp_path):
     with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
         pins = {n: "a" for n in ("h1", "h2", "rail1", "rail2", "spine1")}
@@ -60,10 +69,7 @@ def test_emu_run_servers(tmp_path, capsys):
     from emu.cli import main
 
     with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
-        f = tmp_path / "servers.yaml"
-        f.write_text("servers:\n  - {name: a, address: localhost}\n"
-                     f"  - {{name: b, address: {b.address}, identity: {b.identity}, "
-                     f"known_hosts: {b.known_hosts}}}\n")
+        f = servers_file(tmp_path, b)
         out = tmp_path / "run"
         assert main(["run", "rail2x4", "--servers", str(f), "--out", str(out),
                      "--tdf", "10000", "--pcap", "h3:nic1,h1:nic1"]) == 0
@@ -187,3 +193,60 @@ def test_emu_clean_reaches_the_parts_of_a_dead_run(tmp_path):
         assert f"server b: Removed run {part_tag}: 1 namespaces" in r.stdout, r.stdout
         assert f"Removed run {tag}:" in r.stdout
         assert leftover not in nsutil.emu_namespaces() and not (nsutil.STATE_DIR / tag).exists()
+
+
+def test_an_allreduce_over_two_servers_is_exact(tmp_path, capsys):
+    """`emu run rail2x4 --servers FILE --workload allreduce`: h3 and h4 run on server b -
+    their NICs started by b's part, their workers spawned there over SSH (their logs
+    streamed here, their results fetched); the int64 AllReduce is exact on every rank,
+    each fabric sender's NIC sends 2(n-1)/n of the data as on one machine, and both
+    servers' processes kept up."""
+    import json
+
+    from emu.cli import main
+
+    with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
+        f = servers_file(tmp_path, b)
+        out = tmp_path / "run"
+        assert main(["run", "rail2x4", "--servers", str(f), "--out", str(out), "--tdf", "10000",
+                     "--workload", "allreduce", "--size", "1000008", "--dtype", "int64",
+                     "--iters", "1", "--pcap", "none"]) == 0
+        s = json.loads((out / "summary.json").read_text())
+        w = s["workload"]
+        assert s["servers"]["placement"]["b"] == ["h3", "h4"]
+        assert [(r["dtype"], r["count"], r["correct"]) for r in w["rank0"]["rows"]] == [
+            ("int64", 125001, True)]
+        for k in range(8):  # ranks 4-7 ran on b: their results came back
+            res = json.loads((out / "workers" / f"rank{k}.json").read_text())
+            assert res["ok"] and all(r["correct"] for r in res["rows"]), k
+        for g in w["fabric_senders"]:
+            assert w["nic_payload_tx_bytes"][g] == pytest.approx(
+                w["expected_tx_bytes_per_fabric_sender"], rel=0.02)
+        by = s["fidelity"]["by_server"]
+        assert by["a"]["kept_up"] and by["b"]["kept_up"] and by["b"]["measured"] == 4
+        assert s["verdict"] == "pass"
+
+
+def test_a_worker_that_fails_on_the_other_server_fails_the_job(tmp_path):
+    """--script over two servers: every rank prints where it runs (rank 5's line, from
+    server b, lands in its log here) and rank 5 exits 3: the job fails naming rank 5
+    and its exit status, the run's verdict is fail, and b keeps nothing."""
+    import json
+
+    from emu.cli import main
+
+    script = tmp_path / "where.py"
+    script.write_text("import os, sys\n"
+                      "print('rank', os.environ['RANK'], 'on', os.environ['EMU_HOST'], flush=True)\n"
+                      "sys.exit(3 if os.environ['RANK'] == '5' else 0)\n")
+    with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
+        f = servers_file(tmp_path, b)
+        out = tmp_path / "run"
+        assert main(["run", "rail2x4", "--servers", str(f), "--out", str(out), "--tdf", "10000",
+                     "--script", str(script), "--backend", "gloo", "--pcap", "none"]) == 1
+        s = json.loads((out / "summary.json").read_text())
+        assert s["verdict"] == "fail" and s["workload"]["failed"] == [5]
+        assert s["workload"]["returncodes"]["5"] == 3
+        assert (out / "workers" / "rank5.log").read_text().strip() == "rank 5 on h3"
+        tag = s["servers"]["part_tags"]["b"]
+        assert not nsutil.emu_namespaces(tag) and not (nsutil.STATE_DIR / tag).exists()
