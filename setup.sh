@@ -27,12 +27,13 @@ esac
 # tshark (dumpcap comes with it, in wireshark-common), iperf3, ping (iputils-ping),
 # traceroute (the CLI example `h2g2 traceroute -n h3g1`); python3-venv, python3-dev and
 # gcc for the virtualenv.
+# openssh-client: `emu run --servers` reaches the other servers with ssh.
 APT_PKGS=(mininet iproute2 ethtool tshark iperf3 iputils-ping traceroute python3-venv
-          python3-dev gcc)
+          python3-dev gcc openssh-client)
 # chromium: tests render lab.html headless; openssh-server: a second server emulated in a
-# namespace (issue 17, tests/netns/test_remote.py starts its own sshd there, never the
-# system's); ssh: the client emu reaches servers with
-[ "$MODE" = test ] && APT_PKGS+=(vagrant chromium openssh-server openssh-client)
+# namespace (issue 17, emu.emuserver starts its own sshd there, never the system's; the
+# package is not installed for a plain run: Debian's would start the system's sshd)
+[ "$MODE" = test ] && APT_PKGS+=(vagrant chromium openssh-server)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

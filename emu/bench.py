@@ -19,6 +19,7 @@ from pathlib import Path
 
 import topologies
 from collectives.launch import run_job
+from emu.bench_cluster import cluster as cluster_bench  # noqa: F401 (`emu bench cluster`)
 from emu.bench_lb import lb as lb_bench  # noqa: F401 (emu bench lb)
 from emu.bench_fuzz import fuzz_bench  # noqa: F401 (`emu bench fuzz`)
 from emu.bench_train import train as train_bench  # noqa: F401 (`emu bench train`)

@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
     p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity",
-                                    "speed", "lb", "fuzz", "train", "transport"],
+                                    "speed", "lb", "fuzz", "train", "transport", "cluster"],
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
                         "speed: emu's lowest TDF that keeps up vs ns-3's slowdown, same "
                         "fabric and load (--topo, --load 1.0 by default); "
@@ -300,7 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "overlap, iteration time (--tdf, --iters, --out); transport: the "
                         "same 3:1 incast (--size per sender) and ring AllReduce over roce and "
                         "uet, and the incast over uet with trimming: completion, queue, PFC "
-                        "pauses, trims, retransmissions (--tdf, default 10000; --out)")
+                        "pauses, trims, retransmissions (--tdf, default 10000; --out); "
+                        "cluster: the same int64 ring AllReduce (--size per rank, default "
+                        "8MB) on rail2x4 on this machine and spread over two servers (this "
+                        "one and one emulated here: needs OpenSSH), model results side by "
+                        "side and the lab overhead of the split (--tdf, default 10000)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     p.add_argument("--load", type=float, default=None,
                    help="bench tdf/speed: offered load per NIC as a fraction of its line "
@@ -551,6 +555,13 @@ def cmd_bench(args) -> int:
             print(f"emu bench: --size: {exc}", file=sys.stderr)
             return 2
         return bench.transport_bench(args.size or "4MB", tdf=args.tdf or 10000.0, out=args.out)
+    if args.what == "cluster":
+        try:
+            parse_size(args.size or "8MB")
+        except ValueError as exc:
+            print(f"emu bench: --size: {exc}", file=sys.stderr)
+            return 2
+        return bench.cluster_bench(args.size or "8MB", tdf=args.tdf or 10000.0, out=args.out)
     return bench.forward(duration=args.duration)
 
 

@@ -361,3 +361,21 @@ def test_a_clock_shift_is_applied_only_beyond_its_uncertainty():
     net.clocks = {"b": (0.004, 0.001), "c": (0.0005, 0.001)}
     assert net.clock_shift("h3") == 0.004   # 4 ms off, known within 1 ms: corrected
     assert net.clock_shift("h4") == 0.0     # within the measurement's uncertainty: left
+
+
+def test_bench_cluster_reads_a_summary_and_refuses_a_bad_size():
+    from emu.bench_cluster import row
+
+    s = {"build_s": 3.5, "workload_lab_s": 17.1,
+         "fidelity": {"kept_up": True, "p99_lag_model_us": 0.042},
+         "workload": {"rank0": {"rows": [{"seconds_model": 571.4e-6, "busbw_model_bps": 195.7e9,
+                                          "correct": True}]}}}
+    assert row(s) == pytest.approx({"time_us": 571.4, "busbw_gbps": 195.7, "exact": True,
+                                    "build_s": 3.5, "lab_s": 17.1, "kept_up": True,
+                                    "p99_us": 0.042})
+    empty = row({})
+    assert not empty["exact"] and not empty["kept_up"]
+    import sys
+    r = subprocess.run([sys.executable, "-m", "emu", "bench", "cluster", "--size", "banana"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--size" in r.stderr
