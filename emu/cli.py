@@ -548,20 +548,15 @@ def cmd_bench(args) -> int:
             print(f"emu bench: --iters: must be >= 1, got {args.iters}", file=sys.stderr)
             return 2
         return bench.train_bench(args.gpu, args.tdf, args.iters, args.out)
-    if args.what == "transport":
+    sized = {"transport": (bench.transport_bench, "4MB"), "cluster": (bench.cluster_bench, "8MB")}
+    if args.what in sized:
+        fn, default = sized[args.what]
         try:
-            parse_size(args.size or "4MB")
+            parse_size(args.size or default)
         except ValueError as exc:
             print(f"emu bench: --size: {exc}", file=sys.stderr)
             return 2
-        return bench.transport_bench(args.size or "4MB", tdf=args.tdf or 10000.0, out=args.out)
-    if args.what == "cluster":
-        try:
-            parse_size(args.size or "8MB")
-        except ValueError as exc:
-            print(f"emu bench: --size: {exc}", file=sys.stderr)
-            return 2
-        return bench.cluster_bench(args.size or "8MB", tdf=args.tdf or 10000.0, out=args.out)
+        return fn(args.size or default, tdf=args.tdf or 10000.0, out=args.out)
     return bench.forward(duration=args.duration)
 
 
