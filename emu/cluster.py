@@ -22,8 +22,9 @@ offset is read over its part's session, and captures there stream here and are p
 this machine's clock (emu.capture). The run's fidelity is judged per server and
 combined (emu.guard.by_server). NICs of hosts elsewhere are started by their part
 (`start_nics`) and their workers spawned there (`RemoteNode.spawn`, used by
-collectives.launch); their results come back through the part. Not yet: the agents'
-event logs there.
+collectives.launch); their results come back through the part, and its logs and event
+files when it stops (the events moved onto this machine's monotonic clock,
+`keep_files`).
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ class RemotePart:
         self.forwarder: subprocess.Popen | None = None
         self.tag = ""  # the part's tag on its server
         self.sockets: dict[str, str] = {}
+        self.files: dict[str, str] = {}  # its logs and event files, sent when it stopped
         self._lines: queue.Queue = queue.Queue()
         self._talk = threading.Lock()  # one request at a time over the session
 
@@ -203,27 +205,29 @@ class RemotePart:
             raise RuntimeError(f"server {self.server.name}: forwarding sockets failed: "
                                f"{r.stderr.strip()}")
 
-    def clock_offset(self, samples: int = 20) -> tuple[float, float]:
-        """(seconds the server's clock is ahead of ours, the uncertainty): the part's
-        clock asked over its session `samples` times (as NTP: of the sample with the
-        shortest round trip, the middle is taken as the moment the server read its
-        clock; the uncertainty is half that trip)."""
+    def clock_offset(self, samples: int = 20) -> tuple[float, float, float]:
+        """(seconds the server's clock is ahead of ours, the uncertainty, the same for
+        CLOCK_MONOTONIC - the event logs' axis): the part's clocks asked over its
+        session `samples` times (as NTP: of the sample with the shortest round trip, the
+        middle is taken as the moment the server read its clocks; the uncertainty is
+        half that trip)."""
         best = None
         for _ in range(samples):
             with self._talk:
-                t0 = time.time()
+                t0, m0 = time.time(), time.monotonic()
                 self.proc.stdin.write(b"clock\n")
                 self.proc.stdin.flush()
                 line = self._lines.get(timeout=10)
-                t1 = time.time()
+                t1, m1 = time.time(), time.monotonic()
             if line is None or not line.startswith(MARK):
                 raise RuntimeError(f"server {self.server.name}: its part did not tell its "
                                    "clock" + self._see())
-            theirs = json.loads(line[len(MARK):])["clock"]
+            theirs = json.loads(line[len(MARK):])
             if best is None or t1 - t0 < best[1]:
-                best = (theirs - (t0 + t1) / 2, t1 - t0)
+                best = (theirs["clock"] - (t0 + t1) / 2, t1 - t0,
+                        theirs["mono"] - (m0 + m1) / 2)
         assert best is not None
-        return best[0], best[1] / 2
+        return best[0], best[1] / 2, best[2]
 
     def _see(self) -> str:
         return f"; see {self.log_path}" if self.log_path else ""
@@ -263,6 +267,15 @@ class RemotePart:
                             timeout)
                 self.proc.terminate()
                 self.proc.wait(10)
+            while True:  # its last words: the files it kept (emu.part)
+                try:
+                    line = self._lines.get(timeout=5)
+                except queue.Empty:
+                    break
+                if line is None:
+                    break
+                if line.startswith(MARK) and '"files"' in line[:30]:
+                    self.files = json.loads(line[len(MARK):])["files"]
         if self.forwarder is not None and self.forwarder.poll() is None:
             self.forwarder.terminate()
             try:
@@ -270,6 +283,28 @@ class RemotePart:
             except subprocess.TimeoutExpired:
                 self.forwarder.kill()
                 self.forwarder.wait()
+
+
+def keep_files(run_dir: Path, files: dict[str, str], mono_ahead_s: float, tdf: float) -> None:
+    """A part's files in this run's directory: logs as they are; event files
+    (events/<node>.jsonl) with each event's model time "t" moved onto this machine's
+    CLOCK_MONOTONIC axis (the server's ran `mono_ahead_s` ahead)."""
+    shift_us = mono_ahead_s / tdf * 1e6
+    for name, text in files.items():
+        path = run_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if name.startswith("events/"):
+            out = []
+            for line in text.splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec.get("t"), (int, float)):
+                    rec["t"] = round(rec["t"] - shift_us, 2)
+                out.append(json.dumps(rec, separators=(",", ":")))
+            text = "\n".join(out) + ("\n" if out else "")
+        path.write_text(text)
 
 
 class ClusterNet(FabricNet):
@@ -291,6 +326,7 @@ class ClusterNet(FabricNet):
         self.part_tags: dict[str, str] = {}  #: server -> the run tag of its part there
         #: server -> (its clock ahead of ours, s; the uncertainty, s), at start
         self.clocks: dict[str, tuple[float, float]] = {}
+        self.mono: dict[str, float] = {}  #: server -> its CLOCK_MONOTONIC ahead of ours, s
         #: GPU -> its NIC's control socket where its worker runs (the other servers'
         #: own paths; emu.nics' `nic_sockets` are the paths here, forwarded)
         self.worker_sockets: dict[str, str] = {}
@@ -332,7 +368,9 @@ class ClusterNet(FabricNet):
                                           "fabric": self.fabric.name, "created": time.time(),
                                           "namespaces": [], **self.state_extra})
             part.forward(self.state_dir)
-            self.clocks[part.server.name] = part.clock_offset()
+            off, unc, mono = part.clock_offset()
+            self.clocks[part.server.name] = (off, unc)
+            self.mono[part.server.name] = mono
         super().start()
 
     @staticmethod
@@ -370,9 +408,11 @@ class ClusterNet(FabricNet):
         return out
 
     def stop(self) -> None:
-        """Every server's part, then ours."""
-        for part in self.parts.values():
+        """Every server's part (its logs and event files brought here), then ours."""
+        for name, part in self.parts.items():
             part.stop()
+            if self.run_dir is not None and part.files:
+                keep_files(self.run_dir, part.files, self.mono.get(name, 0.0), self.fabric.tdf)
         self.parts.clear()
         super().stop()
 

@@ -77,6 +77,9 @@ class FabricNet:
         self.local = set(part.nodes) if part is not None else set(fabric.nodes)
         #: more of the run's state.json (emu.cluster: the servers and their parts' tags)
         self.state_extra: dict = {}
+        #: called by stop() once every process is gone, before the state is removed
+        #: (emu.part sends its logs and event files then)
+        self.before_clean = None
 
     # -- lifecycle -----------------------------------------------------------
     def __enter__(self) -> "FabricNet":
@@ -151,6 +154,11 @@ class FabricNet:
             except Exception as exc:  # keep tearing down
                 log.warning("mininet stop: %s", exc)
             self.net = None
+        if self.before_clean is not None:
+            try:
+                self.before_clean()
+            except Exception as exc:  # keep tearing down
+                log.warning("before clean: %s", exc)
         nsutil.clean(self.tag, include_live=True)
 
     # -- configuration (control plane) --------------------------------------

@@ -9,7 +9,9 @@ agents with emu.net.FabricNet under a tag of this server's (so `emu clean` here 
 them), then prints one line `emu-part {"tag", "sockets": switch -> control socket}` -
 or `emu-part {"error": ...}` and exits 1. It stays up until stdin closes (the
 controller stopped, or died: sshd closes the session) or SIGTERM/SIGHUP, and then
-tears everything down. Meanwhile a line `clock` is answered with `emu-part {"clock":
+tears everything down - its last line, once its processes are gone, `emu-part {"files":
+name -> text}` with their logs and event files (events/<node>.jsonl), which live in
+its state directory until then. Meanwhile a line `clock` is answered with `emu-part {"clock":
 <time.time()>}` (the controller measures this server's clock offset over the session),
 and any other line is a request encoded as the spec (`answer`), answered with one
 `emu-part {...}` line.
@@ -25,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from emu import nsutil
 from emu.net import FabricNet
 
 MARK = "emu-part "
@@ -33,6 +36,11 @@ MARK = "emu-part "
 def encode(spec: dict) -> bytes:
     """The spec line the controller writes."""
     return base64.b64encode(pickle.dumps(spec)) + b"\n"
+
+
+def files(d: Path, glob: str) -> dict[str, str]:
+    """Name -> text of the files of `d` whose names match `glob`."""
+    return {p.name: p.read_text(errors="replace") for p in sorted(d.glob(glob)) if p.is_file()}
 
 
 def answer(fnet: FabricNet, line: bytes) -> dict:
@@ -50,9 +58,7 @@ def answer(fnet: FabricNet, line: bytes) -> dict:
             fnet.stop_nics()
             return {"ok": True}
         if cmd == "files":
-            d = Path(req["dir"])
-            return {"files": {p.name: p.read_text(errors="replace")
-                              for p in sorted(d.glob(req["glob"])) if p.is_file()}}
+            return {"files": files(Path(req["dir"]), req["glob"])}
         return {"error": f"unknown request {cmd!r}"}
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
@@ -70,13 +76,22 @@ def main() -> int:
     fnet = None
     try:
         spec = pickle.loads(base64.b64decode(line))
-        fnet = FabricNet(spec["fabric"], part=spec["part"], **spec.get("options", {}))
+        tag = nsutil.new_tag()
+        run_dir = nsutil.STATE_DIR / tag / "run"  # logs and events, sent back at the end
+        (run_dir / "events").mkdir(parents=True)
+        fnet = FabricNet(spec["fabric"], part=spec["part"], tag=tag, run_dir=run_dir,
+                         **spec.get("options", {}))
+        fnet.before_clean = lambda: print(MARK + json.dumps({"files": {
+            **files(run_dir, "*.log"), **{f"events/{k}": v for k, v in
+                                          files(run_dir / "events", "*.jsonl").items()}}}),
+            flush=True)
         fnet.start()
         socks = {sw.name: str(fnet.control_path(sw.name)) for sw in fnet.local_switches()}
         print(MARK + json.dumps({"tag": fnet.tag, "sockets": socks}), flush=True)
         for line in iter(sys.stdin.buffer.readline, b""):
-            if line.strip() == b"clock":  # the controller reads our clock (emu.cluster)
-                print(MARK + json.dumps({"clock": time.time()}), flush=True)
+            if line.strip() == b"clock":  # the controller reads our clocks (emu.cluster)
+                print(MARK + json.dumps({"clock": time.time(), "mono": time.monotonic()}),
+                      flush=True)
             elif line.strip():
                 print(MARK + json.dumps(answer(fnet, line)), flush=True)
         return 0

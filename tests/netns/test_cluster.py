@@ -154,7 +154,8 @@ def test_kill9_of_emu_leaves_nothing_on_the_other_server(tmp_path):
             os.kill(p.pid, signal.SIGKILL)  # the child we started, by its pid
             p.wait()
         deadline = time.monotonic() + 10
-        while nsutil.emu_namespaces(part_tag) and time.monotonic() < deadline:
+        while ((nsutil.emu_namespaces(part_tag) or (nsutil.STATE_DIR / part_tag).exists())
+               and time.monotonic() < deadline):  # its state goes last, after its files
             time.sleep(0.2)
         assert nsutil.emu_namespaces(part_tag) == []
         assert not (nsutil.STATE_DIR / part_tag).exists()
@@ -224,6 +225,12 @@ def test_an_allreduce_over_two_servers_is_exact(tmp_path, capsys):
                 w["expected_tx_bytes_per_fabric_sender"], rel=0.02)
         by = s["fidelity"]["by_server"]
         assert by["a"]["kept_up"] and by["b"]["kept_up"] and by["b"]["measured"] == 4
+        # b's NIC logs and event files came back, its events on this machine's axis:
+        # h3g1 (on b) and h1g1 (here) post their first WRs within 50 us model
+        assert (out / "nic-h3g1.log").is_file()
+        first = {g: json.loads((out / "events" / f"{g}.jsonl").read_text().split("\n")[0])["t"]
+                 for g in ("h1g1", "h3g1")}
+        assert abs(first["h3g1"] - first["h1g1"]) < 50, first
         assert s["verdict"] == "pass"
 
 

@@ -379,3 +379,19 @@ def test_bench_cluster_reads_a_summary_and_refuses_a_bad_size():
     r = subprocess.run([sys.executable, "-m", "emu", "bench", "cluster", "--size", "banana"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--size" in r.stderr
+
+
+def test_a_parts_files_land_in_the_run_directory_on_our_clock(tmp_path):
+    """emu.cluster.keep_files: a log as it is; an event file with every "t" (model us of
+    the server's CLOCK_MONOTONIC) moved by its clock's lead: 2 s ahead at TDF 10000 is
+    200 us model earlier here; lines that are not JSON are dropped."""
+    from emu.cluster import keep_files
+
+    keep_files(tmp_path, {"nic-h3g1.log": "started\n",
+                          "events/h3g1.jsonl": '{"t":4526204.36,"node":"h3g1","ev":"wr_post"}\n'
+                                               'torn li\n{"t":4526300.0,"ev":"x"}\n'},
+               2.0, 10000.0)
+    assert (tmp_path / "nic-h3g1.log").read_text() == "started\n"
+    got = [json.loads(x) for x in (tmp_path / "events" / "h3g1.jsonl").read_text().splitlines()]
+    assert [e["t"] for e in got] == [4526004.36, 4526100.0]
+    assert got[0] == {"t": 4526004.36, "node": "h3g1", "ev": "wr_post"}
