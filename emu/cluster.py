@@ -119,6 +119,31 @@ class RemoteNode:
                           stderr=subprocess.PIPE)
 
 
+class RemoteOps:
+    """emu.nodeops.NodeOps of the nodes on another server: each call is a request to
+    that server's part (emu.part `ops`), which makes it in its own namespaces."""
+
+    def __init__(self, part: "RemotePart", node: str) -> None:
+        self.part = part
+        self.node = node
+
+    def _call(self, fn: str, *args) -> None:
+        self.part.request({"cmd": "ops", "fn": fn, "node": self.node, "args": args},
+                          timeout=30)
+
+    def set_link(self, node: str, ifname: str, up: bool) -> None:
+        self._call("set_link", node, ifname, up)
+
+    def restore_port(self, node: str, ifname: str) -> None:
+        self._call("restore_port", node, ifname)
+
+    def set_routes(self, switch: str, routes: list, withdraw: list[str]) -> None:
+        self._call("set_routes", switch, routes, withdraw)
+
+    def send_frame(self, gpu: str, frame: bytes) -> None:
+        self._call("send_frame", gpu, frame)
+
+
 class RemotePart:
     """The emu.part process of one server, reached over SSH."""
 
@@ -449,6 +474,12 @@ class ClusterNet(FabricNet):
     def host(self, name: str):
         """The Mininet node of a host here, a RemoteNode of one elsewhere."""
         return self.node(name)
+
+    def node_ops(self, node: str):
+        """A fault's actions in `node`'s namespace: here, or through its server's part."""
+        if node in self.local:
+            return super().node_ops(node)
+        return RemoteOps(self.parts[self.server_of(node)], node)
 
     def start_nics(self, dcqcn: str = "paper", mtu: int = 4096, gpus=None,
                    timeout: float = 20.0, **options) -> dict[str, str]:

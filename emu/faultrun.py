@@ -18,8 +18,12 @@ namespaces of the nodes it touches:
   the switch -> host direction only).
 * storm: PFC XOFF frames (quanta 65535) for the priority from the GPU NIC's port,
   re-sent every half pause time, until `for` runs out or `storm ... stop`; pause: one.
-  They are sent from a raw socket of this process in the host namespace, with the
-  NIC's source MAC, as a malfunctioning NIC would (ch.11 "PFC storm").
+  They are sent from a raw socket in the host namespace, with the NIC's source MAC,
+  as a malfunctioning NIC would (ch.11 "PFC storm").
+
+The actions inside a namespace are emu.nodeops', reached through `fnet.node_ops(node)`:
+in this process for a node here, through its server's part for a node on another
+server (emu.cluster, issue 17).
 
 Every fault is written to RUNDIR/events/faults.jsonl (`fault` events: the model time it
 happened, how late it was) and kept in `applied`; the faults report of a run reads
@@ -29,20 +33,18 @@ them with the agents' `link` and `fib` events (emu.faultreport).
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 
-from emu import netlink, nsutil, reach
+from emu import reach
 from emu.faultplan import FaultState, Step, compare_reach
-from emu.netplan import MAIN_TABLE, plan_node
+from emu.netplan import plan_node
 from fabric.events import EventLog
 from fabric.wire.ether import mac_bytes
 from fabric.wire.pfc import MAX_QUANTA, pause_frame
 
 log = logging.getLogger("emu.faultrun")
 
-NUD_PERMANENT = 0x80
 QUANTUM_BITS = 512  # a PFC quantum is 512 bit times (IEEE 802.1Qbb)
 TRIGGER_POLL_S = 0.02
 
@@ -177,52 +179,20 @@ class FaultRunner:
         if not r.get("ok"):
             raise RuntimeError(f"{switch}: {r.get('error')}")
 
-    def ns(self, node: str) -> str:
-        return nsutil.ns_name(self.fnet.tag, node)
-
     def set_link(self, node: str, ifname: str, up: bool) -> None:
-        from pyroute2 import IPRoute
-
-        with nsutil.in_netns(self.ns(node)), IPRoute() as ipr:
-            idx = ipr.link_lookup(ifname=ifname)[0]
-            ipr.link("set", index=idx, state="up" if up else "down")
+        self.fnet.node_ops(node).set_link(node, ifname, up)
 
     def restore_node(self, node: str, ifname: str) -> None:
-        """After a port came back up: the routes (hosts) and permanent neighbours over it
-        that the kernel flushed when it went down."""
-        from pyroute2 import IPRoute
-
-        plan = plan_node(self.fabric, node)
-        with nsutil.in_netns(self.ns(node)), IPRoute() as ipr:
-            idx = ipr.link_lookup(ifname=ifname)[0]
-            if self.fabric.nodes[node].kind != "switch":
-                for r in plan.routes:
-                    if any(h.dev == ifname for h in r.nexthops):
-                        ipr.route("replace", **netlink.route_request(
-                            r, lambda dev: ipr.link_lookup(ifname=dev)[0]))
-            for nb in plan.neighbours:
-                if nb.dev == ifname:
-                    ipr.neigh("replace", dst=nb.ip, lladdr=nb.mac, ifindex=idx,
-                              state=NUD_PERMANENT)
+        self.fnet.node_ops(node).restore_port(node, ifname)
 
     def push_routes(self) -> None:
         """Every switch's routes on the fabric without the failed links."""
-        from pyroute2 import IPRoute
-        from pyroute2.netlink.exceptions import NetlinkError
-
         for sw, routes in self.state.routes().items():
             if sw in self.state.down_switches:
                 continue
-            with nsutil.in_netns(self.ns(sw)), IPRoute() as ipr:
-                have = {r.dst for r in routes}
-                for r in routes:
-                    ipr.route("replace", **netlink.route_request(
-                        r, lambda dev: ipr.link_lookup(ifname=dev)[0]))
-                for dst in self.managed[sw] - have:
-                    try:
-                        ipr.route("del", dst=dst, table=MAIN_TABLE)
-                    except NetlinkError:
-                        pass  # already flushed with its port
+            have = {r.dst for r in routes}
+            self.fnet.node_ops(sw).set_routes(sw, list(routes),
+                                              sorted(self.managed[sw] - have))
 
     def degrade(self, st: Step) -> None:
         f = st.fault
@@ -239,26 +209,19 @@ class FaultRunner:
                                     "delay_model_s": f.param("delay")})
 
     # -- PFC from a host -------------------------------------------------------
-    def pfc_socket(self, gpu: str) -> tuple[socket.socket, bytes, float]:
-        """A send-only raw socket on the GPU NIC's port, its MAC, its link's model bit/s."""
-        g = self.fabric.gpus[gpu]
-        with nsutil.in_netns(self.ns(g.host)):
-            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # protocol 0: no rx
-            s.bind((g.nic, 0))
-        return s, mac_bytes(g.mac), self.fabric.link_of(g.host, g.nic).model_bps
-
     def send_pause(self, gpu: str, prio: int, quanta: int) -> None:
-        s, mac, _ = self.pfc_socket(gpu)
-        with s:
-            s.send(pause_frame(mac, prio, quanta))
+        self.fnet.node_ops(self.fabric.gpus[gpu].host).send_frame(
+            gpu, pause_frame(mac_bytes(self.fabric.gpus[gpu].mac), prio, quanta))
         self.log.emit("pfc_inject", time.monotonic(), gpu=gpu, prio=prio, quanta=quanta)
 
     def storm(self, st: Step) -> None:
         """XOFF for the priority, refreshed every half pause time (a stuck NIC)."""
         f = st.fault
         prio = int(f.param("prio"))
-        s, mac, bps = self.pfc_socket(st.gpu)
-        frame = pause_frame(mac, prio, MAX_QUANTA)
+        g = self.fabric.gpus[st.gpu]
+        ops = self.fnet.node_ops(g.host)
+        bps = self.fabric.link_of(g.host, g.nic).model_bps
+        frame = pause_frame(mac_bytes(g.mac), prio, MAX_QUANTA)
         period = self.td.lab_time(MAX_QUANTA * QUANTUM_BITS / bps) / 2
         until = (time.monotonic() + self.td.lab_time(f.param("for"))
                  if f.param("for") else float("inf"))
@@ -268,15 +231,14 @@ class FaultRunner:
 
         def run() -> None:
             sent = 0
-            with s:
-                while not flag.is_set() and not self.stopping.is_set() \
-                        and time.monotonic() < until:
-                    try:
-                        s.send(frame)
-                        sent += 1
-                    except OSError as exc:
-                        log.warning("storm from %s: %s", gpu, exc)
-                    flag.wait(min(period, max(0.0, until - time.monotonic())))
+            while not flag.is_set() and not self.stopping.is_set() \
+                    and time.monotonic() < until:
+                try:
+                    ops.send_frame(gpu, frame)
+                    sent += 1
+                except (OSError, RuntimeError) as exc:  # (RuntimeError: a remote part's)
+                    log.warning("storm from %s: %s", gpu, exc)
+                flag.wait(min(period, max(0.0, until - time.monotonic())))
             self.log.emit("storm_end", time.monotonic(), gpu=gpu, prio=prio, frames=sent)
 
         t = threading.Thread(target=run, name=f"storm-{gpu}", daemon=True)

@@ -8,9 +8,14 @@ Switch names followed by an NX-OS ``show`` command are answered live by that swi
 agent: ``rail1 show queuing interface eth3``, ``spine1 show interface
 priority-flow-control``, ``rail2 show lldp neighbors``, ``rail1 show policy-map``.
 Extra commands: ``fabric`` (the wiring plan), ``counters SWITCH`` (live agent counters).
+Spread over servers (``--servers``), a node elsewhere runs its commands in its namespace
+there (over SSH), agents elsewhere answer on their forwarded sockets; Mininet's own
+commands (``nodes``, ``net``, ``pingall``, ``xterm``) know this server's nodes only.
 """
 
 from __future__ import annotations
+
+import subprocess
 
 from mininet.cli import CLI
 from mininet.log import error, output, setLogLevel
@@ -51,15 +56,31 @@ class EmuCLI(CLI):
                 error(f"% {reply.get('error')}\n")
             return
         expanded = self.expand(first or "", args or "")
+        if expanded is None and first in self.fnet.fabric.nodes and first not in self.mn:
+            expanded = (first, args or "")  # a node on another server (emu run --servers)
         if expanded is None:
             return super().default(line)
         if not args:
             error(f"*** Please enter a command for {first} <cmd>\n")
             return
-        host, cmd = expanded
-        node = self.mn[host]
-        node.sendCmd(cmd)
-        self.waitForNode(node)
+        self.run_on(*expanded)
+
+    def run_on(self, name: str, cmd: str) -> None:
+        """`cmd` in node `name`'s shell here, or (emu run --servers) in its namespace on
+        the server that runs it, its output printed as it comes."""
+        if name in self.mn:
+            node = self.mn[name]
+            node.sendCmd(cmd)
+            self.waitForNode(node)
+            return
+        p = self.fnet.node(name).popen(["sh", "-c", cmd], stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT)
+        try:
+            for line in p.stdout:
+                output(line.decode(errors="replace"))
+        except KeyboardInterrupt:  # as Mininet: Ctrl-C ends the command, not the CLI
+            p.terminate()
+        p.wait()
 
     def do_fabric(self, _line):
         """Print the fabric's wiring and addressing plan."""

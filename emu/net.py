@@ -19,6 +19,7 @@ from pathlib import Path
 from emu import lbplan, netlink, nsutil
 from emu.netplan import FRONTEND_MTU, plan_node
 from emu.nics import NicProcesses, start_host_lldp
+from emu.nodeops import NodeOps
 from emu.nodes import AgentSwitch, build_mininet, mininet_classes
 from emu.procs import stop_procs, wait_ready
 from emu.tunnel import open_end
@@ -80,6 +81,7 @@ class FabricNet:
         #: called by stop() once every process is gone, before the state is removed
         #: (emu.part sends its logs and event files then)
         self.before_clean = None
+        self._ops: NodeOps | None = None
 
     # -- lifecycle -----------------------------------------------------------
     def __enter__(self) -> "FabricNet":
@@ -143,6 +145,8 @@ class FabricNet:
         """Tear everything down: agents, shells, namespaces, state. Idempotent."""
         stop_procs(self.host_procs)
         self.host_procs.clear()
+        if self._ops is not None:
+            self._ops.close()
         if self.nics is not None:
             self.nics.stop()
         if self.net is not None:
@@ -253,6 +257,12 @@ class FabricNet:
     def counters(self, switch: str) -> dict:
         """Live counters of one switch agent."""
         return control.request(str(self.control_path(switch)), {"cmd": "counters"})
+
+    def node_ops(self, node: str) -> NodeOps:
+        """The actions of a fault in `node`'s namespace (emu.nodeops)."""
+        if self._ops is None:
+            self._ops = NodeOps(self.fabric, self.tag)
+        return self._ops
 
     def agent_request(self, switch: str, payload: dict) -> dict:
         """Any control request to one agent."""

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from emu import nsutil
 from emu.net import FabricNet
+from emu.nodeops import CALLS
 
 MARK = "emu-part "
 
@@ -47,7 +48,8 @@ def answer(fnet: FabricNet, line: bytes) -> dict:
     """One request of the controller (a spec-encoded dict with "cmd"): start_nics
     (FabricNet.start_nics: GPU -> its NIC's control socket here), stop_nics, files (the
     text of a directory's files whose names match a glob, for results workers wrote
-    here); {"error": ...} when it fails."""
+    here), ops (a fault's action in a node's namespace: emu.nodeops.NodeOps `fn` with
+    `args`); {"error": ...} when it fails."""
     try:
         req = pickle.loads(base64.b64decode(line))
         cmd = req["cmd"]
@@ -59,6 +61,11 @@ def answer(fnet: FabricNet, line: bytes) -> dict:
             return {"ok": True}
         if cmd == "files":
             return {"files": files(Path(req["dir"]), req["glob"])}
+        if cmd == "ops":  # a fault's action in one of our namespaces (emu.nodeops)
+            if req["fn"] not in CALLS:
+                return {"error": f"unknown call {req['fn']!r}"}
+            getattr(fnet.node_ops(req["node"]), req["fn"])(*req["args"])
+            return {"ok": True}
         return {"error": f"unknown request {cmd!r}"}
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}

@@ -146,8 +146,5 @@ def servers_arg(args: argparse.Namespace, fabric: Fabric) -> object:
         raise ValueError(f"--servers: not with --workload {args.workload} (this process "
                          "shares the memory of both ends with their NICs, which needs them "
                          "on this machine); PyTorch workloads and --script run everywhere")
-    for opt, on in (("--fault", bool(getattr(args, "fault", None))), ("--cli", args.cli)):
-        if on:
-            raise ValueError(f"--servers: not with {opt} yet")
     placement.place(fabric, sv.names(), sv.placement)  # (a bad pin fails here)
     return sv

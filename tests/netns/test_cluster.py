@@ -257,3 +257,65 @@ def test_a_worker_that_fails_on_the_other_server_fails_the_job(tmp_path):
         assert (out / "workers" / "rank5.log").read_text().strip() == "rank 5 on h3"
         tag = s["servers"]["part_tags"]["b"]
         assert not nsutil.emu_namespaces(tag) and not (nsutil.STATE_DIR / tag).exists()
+
+
+def test_faults_act_where_their_nodes_run(tmp_path):
+    """--fault over two servers: h3g1's NIC port (server b) goes down and comes back and
+    h4g2 (server b) sends one PFC pause - through b's part - while an int64 AllReduce
+    runs; the AllReduce stays exact, rail1 saw its port eth3 lose and regain carrier,
+    rail2 received the pause on h4g2's port, and every pair answers again after."""
+    import json
+
+    from emu.cli import main
+
+    fab = load("rail2x4")
+    with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
+        f = servers_file(tmp_path, b)
+        out = tmp_path / "run"
+        rc = main(["run", "rail2x4", "--servers", str(f), "--out", str(out), "--tdf", "10000",
+                   "--workload", "allreduce", "--ring", "rank", "--size", "1000008",
+                   "--dtype", "int64", "--iters", "1", "--pcap", "none", "--fault",
+                   "20us nic h3g1 down; 100us nic h3g1 up; 30us pause h4g2 prio=3 quanta=1000"])
+        s = json.loads((out / "summary.json").read_text())
+        assert rc == 0 and s["verdict"] == "pass", s.get("workload")
+        assert s["servers"]["placement"]["b"] == ["h3", "h4"]
+        applied = s["faults"]["applied"]
+        assert sorted(a["text"] for a in applied) == sorted([
+            "20us nic h3g1 down", "100us nic h3g1 up", "30us pause h4g2 prio=3 quanta=1000"])
+        assert not any(a.get("error") or a.get("skipped") for a in applied), applied
+        down, up = (r for r in s["faults"]["reconvergence"] if "nic h3g1" in r["fault"])
+        assert down["ports_down"] == ["rail1:eth3"] and up["ports_up"] == ["rail1:eth3"]
+        port = fab.link_of("h4", fab.gpus["h4g2"].nic).b
+        rx = [json.loads(x) for x in (out / "events" / f"{port.node}.jsonl").read_text()
+              .splitlines() if '"pfc_rx"' in x]
+        assert [(e["port"], e["prio"], e["quanta"]) for e in rx] == [(port.ifname, 3, 1000)]
+        after = s["faults"]["reach_after"]
+        assert (after["reachable"], after["unexpected"]) == (56, 0)
+        tag = s["servers"]["part_tags"]["b"]
+        assert not nsutil.emu_namespaces(tag) and not (nsutil.STATE_DIR / tag).exists()
+
+
+def test_the_cli_reaches_the_nodes_on_the_other_server(tmp_path):
+    """`emu run --servers FILE --cli`: a GPU alias of a host on server b pings from its
+    NIC (the command runs in h3's namespace there, over SSH), a plain command on h4 runs
+    there too, and rail1 (here) lists h3's NIC as its LLDP neighbour across the tunnel."""
+    import os
+    import re
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
+        f = servers_file(tmp_path, b)
+        script = ("h3g1 ping -c 2 h1g1\nh4 ip -br addr show dev nic2\n"
+                  "rail1 show lldp neighbors\nexit\n")
+        r = subprocess.run([sys.executable, "-m", "emu", "run", "rail2x4", "--servers", str(f),
+                            "--cli", "--quiet", "--pcap", "none", "--tdf", "10000", "--out",
+                            str(tmp_path / "run")], cwd=root, input=script,
+                           capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "PYTHONPATH": str(root)})
+        out = r.stdout + r.stderr  # Mininet's CLI prints through its logger
+        assert r.returncode == 0, out[-3000:]
+        assert "from 10.0.1.13" in out and "2 received" in out, out[-3000:]
+        assert "10.0.2.14/24" in out, out[-3000:]  # h4's nic2 (h4g2), on b
+        # rail1's LLDP/DCBX neighbour on eth3 is h3's nic1 on b, PFC on priority 3
+        assert re.search(r"^h3 +eth3 +\d+ +nic1 +3$", out, re.M), out[-3000:]

@@ -144,10 +144,13 @@ def test_run_servers_is_checked_before_anything_is_built(tmp_path):
     plan = plan_of("--servers", str(f), "--pcap", "rail1:eth1,h1:nic1")
     assert plan.servers.names() == ["a", "b"]
     assert plan.targets == [("rail1", "eth1"), ("h1", "nic1")]  # captured where they run
-    for extra, opt in ((["--workload", "write"], "--workload write"), (["--cli"], "--cli yet")):
-        with pytest.raises(ValueError, match=f"--servers: not with {opt}"):
-            plan_of("--servers", str(f), *extra)
+    for wl in ("write", "incast"):
+        with pytest.raises(ValueError, match=f"--servers: not with --workload {wl}"):
+            plan_of("--servers", str(f), "--workload", wl)
+    assert plan_of("--servers", str(f), "--cli").args.cli
     assert plan_of("--servers", str(f), "--workload", "allreduce").servers is not None
+    assert len(plan_of("--servers", str(f), "--workload", "allreduce", "--fault",
+                       "10us nic h1g1 down; 20us storm h1g1").faults) == 2
     f.write_text("servers:\n  - {name: b, address: 10.98.0.2}\n")
     with pytest.raises(ValueError, match="one server must be this machine"):
         plan_of("--servers", str(f))

@@ -395,3 +395,75 @@ def test_a_parts_files_land_in_the_run_directory_on_our_clock(tmp_path):
     got = [json.loads(x) for x in (tmp_path / "events" / "h3g1.jsonl").read_text().splitlines()]
     assert [e["t"] for e in got] == [4526004.36, 4526100.0]
     assert got[0] == {"t": 4526004.36, "node": "h3g1", "ev": "wr_post"}
+
+
+def test_a_faults_actions_go_to_the_server_of_each_node(tmp_path):
+    """emu.faultrun over servers: `nic h3g1 down/up` and `pause h3g1` act on h3 (server
+    b) through b's part and on rail1 (here) in this process; every switch's routes are
+    pushed where the switch is; the part answers an `ops` request with the same call on
+    its own NodeOps and refuses any other."""
+    from emu import part as partmod
+    from emu.cluster import ClusterNet
+    from emu.faultplan import resolve
+    from fabric.faults import parse_schedule
+    from fabric.timedil import TimeDilation
+    from fabric.wire.pfc import pause_frame
+
+    fab = topologies.load("rail2x4")
+    calls = []
+
+    class Ops:  # a NodeOps that records
+        def __init__(self, where):
+            self.where = where
+
+        def __getattr__(self, fn):
+            return lambda *args: calls.append((self.where, fn, args))
+
+    class Part:
+        def request(self, req, timeout):
+            assert req["cmd"] == "ops" and timeout > 0
+            getattr(Ops("b"), req["fn"])(*req["args"])
+            assert req["node"] in ("h3", "h4")
+            return {"ok": True}
+
+    net = ClusterNet.__new__(ClusterNet)
+    net.fabric, net.td, net.run_dir = fab, TimeDilation(fab.tdf), tmp_path
+    net.local = {n for n in fab.nodes if n not in ("h3", "h4")}
+    net.plan, net.placement = {}, type("P", (), {"server_of": {"h3": "b", "h4": "b"}})()
+    net.parts, net._ops = {"b": Part()}, Ops("a")
+    from emu.faultrun import FaultRunner
+
+    steps = resolve(fab, parse_schedule(["10us nic h3g1 down; 20us nic h3g1 up; "
+                                         "30us pause h3g1 prio=3 quanta=100"]))
+    runner = FaultRunner(net, steps)
+    for st in steps:
+        runner.apply(st)
+    runner.log.close(0.0)
+    on_b = [c for c in calls if c[0] == "b"]
+    assert on_b == [("b", "set_link", ("h3", "nic1", False)),
+                    ("b", "set_link", ("h3", "nic1", True)),
+                    ("b", "restore_port", ("h3", "nic1")),
+                    ("b", "send_frame", ("h3g1", pause_frame(bytes.fromhex("020000000301"), 3,
+                                                             100)))]
+    here = [c for c in calls if c[0] == "a"]
+    assert here[0] == ("a", "set_link", ("rail1", "eth3", False))
+    assert ("a", "restore_port", ("rail1", "eth3")) in here
+    pushed = [c[2][0] for c in here if c[1] == "set_routes"]
+    assert sorted(pushed) == sorted([s.name for s in fab.switches()] * 2)
+
+    # the part's side: the same call on its own NodeOps, nothing else
+    got = []
+
+    class PartNet:
+        def node_ops(self, node):
+            got.append(node)
+            return Ops("part")
+
+    calls.clear()
+    ok = partmod.answer(PartNet(), partmod.encode({"cmd": "ops", "fn": "set_link", "node": "h3",
+                                                   "args": ("h3", "nic1", False)}))
+    assert ok == {"ok": True} and got == ["h3"]
+    assert calls == [("part", "set_link", ("h3", "nic1", False))]
+    bad = partmod.answer(PartNet(), partmod.encode({"cmd": "ops", "fn": "close", "node": "h3",
+                                                    "args": ()}))
+    assert bad == {"error": "unknown call 'close'"} and len(calls) == 1
