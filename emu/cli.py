@@ -130,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "its part over SSH as root, links between servers are VXLAN "
                         "tunnels (check first: emu show TOPO --servers FILE --check). "
                         "PyTorch workloads and --script run their workers where their GPUs "
-                        "are, --fault and --cli act on each node where it runs; not yet "
-                        "with --workload write/incast")
+                        "are, write/incast register memory where each NIC is, --fault and "
+                        "--cli act on each node where it runs")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="run directory (default runs/<topology>-<timestamp>)")
     p.add_argument("--qos", default="book", metavar="CONFIG",

@@ -144,6 +144,36 @@ class RemoteOps:
         self._call("send_frame", gpu, frame)
 
 
+class RemoteShm:
+    """A shared-memory block on another server, made and held by its part
+    (emu.part.Blocks): what a NIC there registers for an RDMA workload, filled and
+    checked there (traffic.nic_client.MemoryRegion)."""
+
+    def __init__(self, part: "RemotePart", size: int) -> None:
+        self.part = part
+        self.size = size
+        self.name = part.request({"cmd": "shm", "op": "create", "size": size})["name"]
+
+    def _op(self, op: str, length: int | None = None) -> dict:
+        return self.part.request({"cmd": "shm", "op": op, "name": self.name,
+                                  "length": self.size if length is None else length})
+
+    def fill_random(self, length: int) -> None:
+        self._op("fill", length)
+
+    def digest(self, length: int) -> str:
+        return self._op("digest", length)["digest"]
+
+    def is_zero(self, length: int) -> bool:
+        return self._op("zero", length)["zero"]
+
+    def close(self) -> None:
+        """(Nothing is mapped here.)"""
+
+    def unlink(self) -> None:
+        self._op("drop")
+
+
 class RemotePart:
     """The emu.part process of one server, reached over SSH."""
 
@@ -358,7 +388,12 @@ class ClusterNet(FabricNet):
         self._remote_nics: dict[str, tuple[str, str, str]] = {}  # gpu -> (server, here, there)
 
     def start(self) -> None:
-        """Place, start every other server's part, build ours, forward their sockets."""
+        """Check every server (emu.remote.check: SSH, root, the same emu, VXLAN; a
+        RuntimeError naming each server's problem before anything is built), place,
+        start every other server's part, build ours, forward their sockets."""
+        problems = [p for s in self.servers.servers for p in remote.check(remote.Remote(s))]
+        if problems:
+            raise RuntimeError("servers not ready:\n  " + "\n  ".join(problems))
         self.state_extra = {"servers": [dataclasses.asdict(s) for s in self.servers.servers],
                             "parts": self.part_tags}  # emu clean reaches the parts by it
         nsutil.write_state(self.tag, {"tag": self.tag, "pid": os.getpid(),
@@ -506,6 +541,16 @@ class ClusterNet(FabricNet):
                 self._remote_nics[g] = (name, local, there)
                 self.worker_sockets[g] = there
                 out[g] = local
+        return out
+
+    def memory(self) -> dict:
+        """GPU -> a maker of memory blocks on its server, for the GPUs elsewhere
+        (traffic.workloads.rdma `memory`: their NICs register memory there)."""
+        out = {}
+        for g, gpu in self.fabric.gpus.items():
+            if gpu.host not in self.local:
+                part = self.parts[self.server_of(gpu.host)]
+                out[g] = lambda size, part=part: RemoteShm(part, size)
         return out
 
     @property

@@ -258,6 +258,10 @@ class FabricNet:
         """Live counters of one switch agent."""
         return control.request(str(self.control_path(switch)), {"cmd": "counters"})
 
+    def memory(self) -> dict:
+        """GPU -> a maker of its RDMA memory where it is not here (emu.cluster): none."""
+        return {}
+
     def node_ops(self, node: str) -> NodeOps:
         """The actions of a fault in `node`'s namespace (emu.nodeops)."""
         if self._ops is None:

@@ -20,16 +20,20 @@ and any other line is a request encoded as the spec (`answer`), answered with on
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import os
 import pickle
 import signal
 import sys
 import time
+from multiprocessing import shared_memory
 from pathlib import Path
 
 from emu import nsutil
 from emu.net import FabricNet
 from emu.nodeops import CALLS
+from traffic.nic_client import new_shm
 
 MARK = "emu-part "
 
@@ -44,12 +48,62 @@ def files(d: Path, glob: str) -> dict[str, str]:
     return {p.name: p.read_text(errors="replace") for p in sorted(d.glob(glob)) if p.is_file()}
 
 
-def answer(fnet: FabricNet, line: bytes) -> dict:
+class Blocks:
+    """Shared-memory blocks this part made for the controller's RDMA workloads (its
+    NICs register them: traffic.workloads.rdma `memory`, emu.cluster.RemoteShm)."""
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self.made: dict[str, shared_memory.SharedMemory] = {}
+
+    def answer(self, req: dict) -> dict:
+        """create (size -> name), fill (random bytes), digest (SHA-256), zero (no byte
+        written), drop - the last four on `length` bytes of block `name`."""
+        op = req["op"]
+        if op == "create":
+            shm = new_shm(self.run, int(req["size"]))
+            self.made[shm.name] = shm
+            return {"name": shm.name}
+        shm = self.made.get(req["name"])
+        if shm is None:
+            return {"error": f"no block {req['name']!r}"}
+        view = shm.buf[:req.get("length", shm.size)]
+        try:
+            if op == "fill":
+                view[:] = os.urandom(len(view))
+                return {"ok": True}
+            if op == "digest":
+                return {"digest": hashlib.sha256(view).hexdigest()}
+            if op == "zero":
+                return {"zero": bytes(view).count(0) == len(view)}
+            if op == "drop":
+                view.release()
+                self.drop(req["name"])
+                return {"ok": True}
+            return {"error": f"unknown block op {op!r}"}
+        finally:
+            view.release()
+
+    def drop(self, name: str) -> None:
+        shm = self.made.pop(name)
+        shm.close()
+        try:
+            shm.unlink()
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        for name in list(self.made):
+            self.drop(name)
+
+
+def answer(fnet: FabricNet, line: bytes, blocks: Blocks | None = None) -> dict:
     """One request of the controller (a spec-encoded dict with "cmd"): start_nics
     (FabricNet.start_nics: GPU -> its NIC's control socket here), stop_nics, files (the
     text of a directory's files whose names match a glob, for results workers wrote
     here), ops (a fault's action in a node's namespace: emu.nodeops.NodeOps `fn` with
-    `args`); {"error": ...} when it fails."""
+    `args`), shm (memory blocks for the NICs here: `Blocks`); {"error": ...} when it
+    fails."""
     try:
         req = pickle.loads(base64.b64decode(line))
         cmd = req["cmd"]
@@ -61,6 +115,8 @@ def answer(fnet: FabricNet, line: bytes) -> dict:
             return {"ok": True}
         if cmd == "files":
             return {"files": files(Path(req["dir"]), req["glob"])}
+        if cmd == "shm" and blocks is not None:
+            return blocks.answer(req)
         if cmd == "ops":  # a fault's action in one of our namespaces (emu.nodeops)
             if req["fn"] not in CALLS:
                 return {"error": f"unknown call {req['fn']!r}"}
@@ -81,6 +137,7 @@ def main() -> int:
     signal.signal(signal.SIGHUP, _stop)
     line = sys.stdin.buffer.readline()
     fnet = None
+    blocks = None
     try:
         spec = pickle.loads(base64.b64decode(line))
         tag = nsutil.new_tag()
@@ -92,6 +149,7 @@ def main() -> int:
             **files(run_dir, "*.log"), **{f"events/{k}": v for k, v in
                                           files(run_dir / "events", "*.jsonl").items()}}}),
             flush=True)
+        blocks = Blocks(tag)
         fnet.start()
         socks = {sw.name: str(fnet.control_path(sw.name)) for sw in fnet.local_switches()}
         print(MARK + json.dumps({"tag": fnet.tag, "sockets": socks}), flush=True)
@@ -100,7 +158,7 @@ def main() -> int:
                 print(MARK + json.dumps({"clock": time.time(), "mono": time.monotonic()}),
                       flush=True)
             elif line.strip():
-                print(MARK + json.dumps(answer(fnet, line)), flush=True)
+                print(MARK + json.dumps(answer(fnet, line, blocks)), flush=True)
         return 0
     except KeyboardInterrupt:
         return 0
@@ -108,6 +166,8 @@ def main() -> int:
         print(MARK + json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return 1
     finally:
+        if blocks is not None:
+            blocks.close()
         if fnet is not None:
             fnet.stop()
 

@@ -28,7 +28,9 @@ Typical use (one side listens, the other connects; both then write into each oth
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import socket
 import threading
 import time
@@ -78,7 +80,9 @@ def wc_from_json(d: dict) -> WC:
 
 @dataclass
 class MemoryRegion:
-    """A registered buffer: shared memory of the worker, keys from the NIC."""
+    """A registered buffer: shared memory of the worker, keys from the NIC. `shm` is a
+    SharedMemory here, or a block on the NIC's own server (emu.cluster.RemoteShm:
+    `name`, `close`, `unlink`, and `fill_random`, `digest`, `is_zero` made there)."""
 
     shm: shared_memory.SharedMemory
     lkey: int
@@ -91,6 +95,29 @@ class MemoryRegion:
     def buf(self) -> memoryview:
         """The bytes of the region (read results here, write data to send here)."""
         return self.shm.buf[:self.length]
+
+    @property
+    def here(self) -> bool:
+        return isinstance(self.shm, shared_memory.SharedMemory)
+
+    def fill_random(self) -> None:
+        """Random bytes in the whole region, where its memory is."""
+        if self.here:
+            self.buf[:] = os.urandom(self.length)
+        else:
+            self.shm.fill_random(self.length)
+
+    def digest(self) -> str:
+        """SHA-256 of the region's bytes (two regions compared without moving them)."""
+        if self.here:
+            return hashlib.sha256(self.buf).hexdigest()
+        return self.shm.digest(self.length)
+
+    def is_zero(self) -> bool:
+        """No byte of the region was written."""
+        if self.here:
+            return bytes(self.buf).count(0) == self.length
+        return self.shm.is_zero(self.length)
 
     def close(self) -> None:
         """Unmap (and unlink, if we created it); deregister it with the NIC first."""

@@ -134,7 +134,7 @@ def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
 
 def servers_arg(args: argparse.Namespace, fabric: Fabric) -> object:
     """`--servers FILE`: the servers file read and the fabric placed (a bad file or pin
-    fails here); what a spread run cannot do yet is refused, naming the option."""
+    fails here)."""
     if not getattr(args, "servers", None):
         return None
     sv = servers.load(args.servers)
@@ -142,9 +142,5 @@ def servers_arg(args: argparse.Namespace, fabric: Fabric) -> object:
     if not local:
         raise ValueError(f"--servers: {args.servers}: one server must be this machine "
                          "(address localhost)")
-    if args.workload in ("write", "incast"):
-        raise ValueError(f"--servers: not with --workload {args.workload} (this process "
-                         "shares the memory of both ends with their NICs, which needs them "
-                         "on this machine); PyTorch workloads and --script run everywhere")
     placement.place(fabric, sv.names(), sv.placement)  # (a bad pin fails here)
     return sv

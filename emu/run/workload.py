@@ -50,10 +50,12 @@ def run(fnet, args: argparse.Namespace, w: dict, sampler=None, faults=None) -> d
         return run_torch_workload(fnet, args, w, socks)
     if args.workload == "write":
         r = rdma.write(fnet.fabric, socks, args.src, args.dst, w["size"],
-                       write_only=args.write_only, send=getattr(args, "send", False))
+                       write_only=args.write_only, send=getattr(args, "send", False),
+                       memory=fnet.memory())
         ok = r["status"] == "SUCCESS" and r["byte_exact"]
     else:
-        r = rdma.incast(fnet.fabric, socks, w["gpus"][0], w["gpus"][1:], w["size"])
+        r = rdma.incast(fnet.fabric, socks, w["gpus"][0], w["gpus"][1:], w["size"],
+                        memory=fnet.memory())
         ok = set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values())
     return {"result": r, "ok": ok, "text": rdma.describe(r)}
 

@@ -119,6 +119,18 @@ def test_a_server_that_cannot_build_is_named_and_nothing_is_left(tmp_path):
             with net:
                 pass
         assert set(nsutil.emu_namespaces()) == before
+        # a server we cannot log in to is named before anything is built
+        import dataclasses
+
+        stranger = dataclasses.replace(b, identity=str(tmp_path / "no-such-key"))
+        net = ClusterNet(load("rail2x4", tdf=10000), Servers((Server("a", "localhost"),
+                                                               stranger)))
+        with pytest.raises(RuntimeError, match=r"servers not ready:\n  server b "
+                                               r"\(root@10\.98\.0\.2\): unreachable over SSH"):
+            with net:
+                pass
+        assert not net.parts and not (nsutil.STATE_DIR / net.tag).exists()
+        assert set(nsutil.emu_namespaces()) == before
 
 
 def test_kill9_of_emu_leaves_nothing_on_the_other_server(tmp_path):
@@ -319,3 +331,34 @@ def test_the_cli_reaches_the_nodes_on_the_other_server(tmp_path):
         assert "10.0.2.14/24" in out, out[-3000:]  # h4's nic2 (h4g2), on b
         # rail1's LLDP/DCBX neighbour on eth3 is h3's nic1 on b, PFC on priority 3
         assert re.search(r"^h3 +eth3 +\d+ +nic1 +3$", out, re.M), out[-3000:]
+
+
+def test_rdma_write_and_incast_across_servers(tmp_path):
+    """--workload write and incast over two servers: h3g1 (server b) writes 4 MB into
+    h1g2 (here), and h1g1, h2g1 (here) and h3g1 (b) write into h4g1 (b) at once; each
+    NIC's memory is made on its own server, every target region is byte-exact
+    (SHA-256 compared where the memory is), and b keeps no memory block after."""
+    import json
+
+    from emu.cli import main
+
+    with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
+        f = servers_file(tmp_path, b)
+        common = ["--servers", str(f), "--tdf", "10000", "--pcap", "none"]
+        assert main(["run", "rail2x4", *common, "--out", str(tmp_path / "w"), "--workload",
+                     "write", "--src", "h3g1", "--dst", "h1g2", "--size", "4MB"]) == 0
+        w = json.loads((tmp_path / "w" / "summary.json").read_text())
+        r = w["workload"]
+        assert (r["status"], r["recv_status"], r["byte_exact"], r["target_untouched"]) == (
+            "SUCCESS", "SUCCESS", True, False), r
+        assert w["verdict"] == "pass" and r["link_fraction"] > 0.5
+        assert main(["run", "rail2x4", *common, "--out", str(tmp_path / "i"), "--workload",
+                     "incast", "--size", "2MB"]) == 0
+        i = json.loads((tmp_path / "i" / "summary.json").read_text())
+        r = i["workload"]
+        assert r["to"] == "h4g1" and set(r["status"].values()) == {"SUCCESS"}
+        assert r["byte_exact"] == {"h1g1": True, "h2g1": True, "h3g1": True}
+        assert r["cnps_sent_by_receiver"] > 0 and i["verdict"] == "pass"
+        for s in (w, i):
+            tag = s["servers"]["part_tags"]["b"]
+            assert not list(Path("/dev/shm").glob(f"emu-{tag}-*"))

@@ -145,8 +145,7 @@ def test_run_servers_is_checked_before_anything_is_built(tmp_path):
     assert plan.servers.names() == ["a", "b"]
     assert plan.targets == [("rail1", "eth1"), ("h1", "nic1")]  # captured where they run
     for wl in ("write", "incast"):
-        with pytest.raises(ValueError, match=f"--servers: not with --workload {wl}"):
-            plan_of("--servers", str(f), "--workload", wl)
+        assert plan_of("--servers", str(f), "--workload", wl).servers is not None
     assert plan_of("--servers", str(f), "--cli").args.cli
     assert plan_of("--servers", str(f), "--workload", "allreduce").servers is not None
     assert len(plan_of("--servers", str(f), "--workload", "allreduce", "--fault",

@@ -467,3 +467,46 @@ def test_a_faults_actions_go_to_the_server_of_each_node(tmp_path):
     bad = partmod.answer(PartNet(), partmod.encode({"cmd": "ops", "fn": "close", "node": "h3",
                                                     "args": ()}))
     assert bad == {"error": "unknown call 'close'"} and len(calls) == 1
+
+
+def test_rdma_memory_of_a_nic_elsewhere_is_made_filled_and_checked_there():
+    """--workload write/incast over servers: a NIC on another server registers a block
+    its part made (emu.part.Blocks, emu.cluster.RemoteShm); the region is filled there
+    and compared by SHA-256, and dropping it unlinks it there."""
+    import hashlib
+    import os
+
+    from emu.cluster import RemoteShm
+    from emu.part import Blocks
+    from traffic.nic_client import MemoryRegion, new_shm
+
+    blocks = Blocks("beef")
+
+    class Part:  # the session to the part, in-process
+        def request(self, req):
+            reply = blocks.answer(req)
+            if "error" in reply:
+                raise RuntimeError(reply["error"])
+            return reply
+
+    far = RemoteShm(Part(), 10000)
+    assert far.name.startswith("emu-beef-mr-") and os.path.exists(f"/dev/shm/{far.name}")
+    mr = MemoryRegion(far, 1, 2, 0, 10000, owner=True)
+    assert not mr.here and mr.is_zero()
+    mr.fill_random()
+    there = bytes(blocks.made[far.name].buf[:10000])
+    assert not mr.is_zero() and mr.digest() == hashlib.sha256(there).hexdigest()
+    here = MemoryRegion(new_shm("beef", 10000), 3, 4, 0, 10000)  # the same bytes here
+    here.buf[:] = there
+    assert here.here and here.digest() == mr.digest() and not here.is_zero()
+    here.buf[9999] ^= 1
+    assert here.digest() != mr.digest()
+    here.close()
+    mr.close()
+    assert not os.path.exists(f"/dev/shm/{far.name}") and blocks.made == {}
+    with pytest.raises(RuntimeError, match="no block"):
+        far.digest(10)
+    left = RemoteShm(Part(), 64)  # a block the controller never dropped: gone at the end
+    blocks.close()
+    assert not os.path.exists(f"/dev/shm/{left.name}")
+    assert blocks.answer({"op": "melt", "name": "x"}) == {"error": "no block 'x'"}

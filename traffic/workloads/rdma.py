@@ -11,15 +11,16 @@
 
 The worker side is played by this process through `traffic.nic_client` (the Unix
 sockets are reachable from any namespace); `sockets` maps GPU name -> NIC control socket
-(`FabricNet.start_nics`). Rates are reported in model bit/s (fabric.timedil).
+(`FabricNet.start_nics`). A NIC on another server (emu run --servers) registers memory
+made on its server (`memory`); the data is filled there and the two ends compared by
+SHA-256. Rates are reported in model bit/s (fabric.timedil).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from fabric.timedil import TimeDilation, format_rate
 from traffic.nic_client import CM_PORT, MemoryRegion, NicClient
@@ -27,6 +28,9 @@ from traffic.nic_config import NicConfig
 from traffic.verbs import WCStatus
 
 IMM = 0x1234
+#: GPU -> a maker of its memory blocks, for GPUs whose NIC runs on another server
+#: (emu.cluster: `size -> RemoteShm`); the others' are shared memory here
+Memory = dict[str, Callable[[int], Any]]
 
 
 @dataclass
@@ -51,28 +55,34 @@ class Side:
         self.nic.close()
 
 
-def _side(gpu: str, sock: str, size: int, write_only: bool, fill: bool) -> Side:
+def _side(gpu: str, sock: str, size: int, write_only: bool, fill: bool,
+          memory: Memory | None = None) -> Side:
     nic = NicClient(sock)
     pd = nic.alloc_pd()
-    mr = nic.reg_mr(pd, size)
+    block = (memory or {}).get(gpu)
+    mr = nic.reg_mr(pd, size, shm=block(size) if block else None)
+    if block:
+        mr.owner = True  # ours to drop
     if fill:
-        mr.buf[:] = os.urandom(size)
+        mr.fill_random()
     cq = nic.create_cq()
     return Side(gpu, nic, pd, cq, nic.create_qp(pd, cq, write_only=write_only), mr)
 
 
 def write(fabric: Any, sockets: dict[str, str], src: str, dst: str, size: int,
           write_only: bool = False, rkey: int | None = None, port: int = CM_PORT,
-          timeout: float | None = None, send: bool = False) -> dict:
+          timeout: float | None = None, send: bool = False,
+          memory: Memory | None = None) -> dict:
     """RDMA WRITE with immediate of `size` random bytes from GPU `src` into GPU `dst`;
     `rkey` overrides the R_Key the target exposed (to provoke a remote access error);
-    `send`: a SEND with immediate into a receive buffer `dst` posted, instead."""
+    `send`: a SEND with immediate into a receive buffer `dst` posted, instead;
+    `memory`: where the memory of GPUs elsewhere is made (`Memory`)."""
     td = TimeDilation(fabric.tdf)
     timeout = patience(fabric, size, src) if timeout is None else timeout
     a = b = None
     try:
-        b = _side(dst, sockets[dst], size, write_only, fill=False)
-        a = _side(src, sockets[src], size, write_only, fill=True)
+        b = _side(dst, sockets[dst], size, write_only, fill=False, memory=memory)
+        a = _side(src, sockets[src], size, write_only, fill=True, memory=memory)
         b.nic.post_recv(b.qp, 1, b.mr if send else None, 0, size if send else 0)
         b.nic.listen(b.qp, port, b.mr)
         remote = a.nic.connect(a.qp, fabric.gpus[dst].ip, port, a.mr)
@@ -84,8 +94,8 @@ def write(fabric: Any, sockets: dict[str, str], src: str, dst: str, size: int,
         [wc] = a.nic.wait(a.cq, 1, timeout)
         elapsed = time.monotonic() - t0
         rwc = b.nic.poll_cq(b.cq, 1, 10.0 if wc.status is WCStatus.SUCCESS else 0.5)
-        exact = bytes(b.mr.buf) == bytes(a.mr.buf)
-        untouched = not any(b.mr.buf)
+        exact = b.mr.digest() == a.mr.digest()
+        untouched = b.mr.is_zero()
         qa, qb = a.nic.query_qp(a.qp), b.nic.query_qp(b.qp)
     finally:
         for s in (a, b):
@@ -118,12 +128,13 @@ def patience(fabric: Any, nbytes: int, via_gpu: str) -> float:
 
 def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size: int,
            sample_s: float = 0.25, timeout: float | None = None,
-           window: tuple = (0.3, 0.9)) -> dict:
+           window: tuple = (0.3, 0.9), memory: Memory | None = None) -> dict:
     """Every GPU of `froms` writes `size` bytes into its own buffer on GPU `to` at once;
     returns per-sender steady-state rates (model bit/s, averaged over the `window`
     fractions of the time until the first sender finished), CNPs and rate cuts. A
     sender without a completion after `timeout` lab seconds (default `patience` for
-    all the bytes through the receiver's link) has status "TIMEOUT"."""
+    all the bytes through the receiver's link) has status "TIMEOUT". `memory`: as
+    `write`'s."""
     td = TimeDilation(fabric.tdf)
     if timeout is None:
         timeout = patience(fabric, size * len(froms), to)
@@ -132,13 +143,13 @@ def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size
     samples: list[tuple[float, list[dict]]] = []
     try:
         for i, g in enumerate(froms):
-            r = _side(to, sockets[to], size, False, fill=False)
+            r = _side(to, sockets[to], size, False, fill=False, memory=memory)
             recv.append(r)
             r.nic.post_recv(r.qp, i + 1)
             r.nic.listen(r.qp, CM_PORT + 1 + i, r.mr)
         remotes = []
         for i, g in enumerate(froms):
-            s = _side(g, sockets[g], size, False, fill=True)
+            s = _side(g, sockets[g], size, False, fill=True, memory=memory)
             send.append(s)
             remotes.append(s.nic.connect(s.qp, fabric.gpus[to].ip, CM_PORT + 1 + i, s.mr))
         t0 = time.monotonic()
@@ -156,7 +167,7 @@ def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size
             time.sleep(sample_s)
         for s in send:
             status.setdefault(s.gpu, "TIMEOUT")
-        exact = {s.gpu: bytes(r.mr.buf) == bytes(s.mr.buf) for s, r in zip(send, recv)}
+        exact = {s.gpu: r.mr.digest() == s.mr.digest() for s, r in zip(send, recv)}
         final = [s.nic.query_qp(s.qp) for s in send]
         rq = [r.nic.query_qp(r.qp) for r in recv]
     finally:
