@@ -165,18 +165,20 @@ def test_kill9_of_emu_leaves_nothing_on_the_other_server(tmp_path):
         finally:
             os.kill(p.pid, signal.SIGKILL)  # the child we started, by its pid
             p.wait()
-        deadline = time.monotonic() + 10
-        while ((nsutil.emu_namespaces(part_tag) or (nsutil.STATE_DIR / part_tag).exists())
-               and time.monotonic() < deadline):  # its state goes last, after its files
-            time.sleep(0.2)
-        assert nsutil.emu_namespaces(part_tag) == []
-        assert not (nsutil.STATE_DIR / part_tag).exists()
-        # our ssh clients died with their parent (PR_SET_PDEATHSIG), none is left
-        ssh = [pid for pid in leftovers.marked_pids().get(tag, [])
-               if Path(f"/proc/{pid}/comm").read_text().strip() == "ssh"]
-        assert ssh == []
-        r = subprocess.run([sys.executable, "-m", "emu", "clean", "--run", tag], cwd=root,
-                           capture_output=True, text=True, timeout=60)
+        try:
+            deadline = time.monotonic() + 10
+            while ((nsutil.emu_namespaces(part_tag) or (nsutil.STATE_DIR / part_tag).exists())
+                   and time.monotonic() < deadline):  # its state goes last, after its files
+                time.sleep(0.2)
+            assert nsutil.emu_namespaces(part_tag) == []
+            assert not (nsutil.STATE_DIR / part_tag).exists()
+            # our ssh clients died with their parent (PR_SET_PDEATHSIG), none is left
+            ssh = [pid for pid in leftovers.marked_pids().get(tag, [])
+                   if Path(f"/proc/{pid}/comm").read_text().strip() == "ssh"]
+            assert ssh == []
+        finally:  # what the dead run left here goes, whatever failed above
+            r = subprocess.run([sys.executable, "-m", "emu", "clean", "--run", tag], cwd=root,
+                               capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and nsutil.emu_namespaces(tag) == [], r.stdout + r.stderr
 
 
