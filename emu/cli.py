@@ -357,7 +357,7 @@ def cmd_show(args) -> int:
             print(f"emu: {exc}", file=sys.stderr)
             return 2
         if args.check:
-            problems = [p for s in sv.servers for p in remote.check(remote.Remote(s))]
+            problems = remote.check_all(sv.servers)
             if problems:
                 print("\n".join(f"emu: {p}" for p in problems), file=sys.stderr)
                 return 2

@@ -391,7 +391,7 @@ class ClusterNet(FabricNet):
         """Check every server (emu.remote.check: SSH, root, the same emu, VXLAN; a
         RuntimeError naming each server's problem before anything is built), place,
         start every other server's part, build ours, forward their sockets."""
-        problems = [p for s in self.servers.servers for p in remote.check(remote.Remote(s))]
+        problems = remote.check_all(self.servers.servers)
         if problems:
             raise RuntimeError("servers not ready:\n  " + "\n  ".join(problems))
         self.state_extra = {"servers": [dataclasses.asdict(s) for s in self.servers.servers],

@@ -117,6 +117,17 @@ def check(remote: Remote, repo: Path = REPO, python: str | None = None) -> list[
     return out
 
 
+def check_all(servers) -> list[str]:
+    """`check` of every server at once (one thread each), their problems in the
+    servers' order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    servers = list(servers)
+    with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
+        found = list(pool.map(lambda s: check(Remote(s)), servers))
+    return [p for problems in found for p in problems]
+
+
 def parse_ping(text: str) -> float | None:
     """The smallest round trip (seconds) of iputils ping's summary, None without one."""
     for line in text.splitlines():

@@ -510,3 +510,21 @@ def test_rdma_memory_of_a_nic_elsewhere_is_made_filled_and_checked_there():
     blocks.close()
     assert not os.path.exists(f"/dev/shm/{left.name}")
     assert blocks.answer({"op": "melt", "name": "x"}) == {"error": "no block 'x'"}
+
+
+def test_servers_are_checked_at_once_and_named_in_order(monkeypatch):
+    """emu.remote.check_all: one thread per server (three checks of 0.3 s take about
+    0.3 s), the problems in the servers file's order whatever finishes first."""
+    import time
+
+    delay = {"a": 0.3, "b": 0.2, "c": 0.1}
+
+    def slow(r):
+        time.sleep(delay[r.server.name])
+        return [] if r.server.name == "a" else [f"server {r.server.name}: bad", "again"]
+
+    monkeypatch.setattr(remote, "check", slow)
+    t = time.monotonic()
+    got = remote.check_all([srv.Server(n, f"10.0.0.{i}") for i, n in enumerate("abc", 1)])
+    assert time.monotonic() - t < 0.55
+    assert got == ["server b: bad", "again", "server c: bad", "again"]
