@@ -7,6 +7,8 @@ The namespace is ``emu-<tag>-srv<name>`` with a run state of its own (/run/emu/<
 this process's pid), so `emu clean` leaves it alone while it is up and removes it after
 a crash; the veth is ``e<tag>sv`` here, ``u0`` there, 10.98.0.1/30 here and 10.98.0.2/30
 there, with the MTU asked for (VXLAN over it needs 9216 + 50 for the fabric's frames).
+Its sshd (and so everything started over SSH) sees a /dev/shm and a /run/emu of its
+own (`own_mounts`), as another machine would; the rest of the filesystem is shared.
 Its files (host key, client key, known hosts, sshd_config) live in `workdir`.
 """
 
@@ -41,6 +43,23 @@ def missing() -> str | None:
 def _address_in_use(address: str) -> bool:
     r = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True, timeout=10)
     return f" {address}/" in r.stdout
+
+
+#: what a separate machine does not share with this one: its shared memory and emu's
+#: run states (so a workload that mixed up the two servers' paths would fail here too)
+PRIVATE = ("/dev/shm", str(nsutil.STATE_DIR))
+
+
+def own_mounts(argv: list[str]) -> list[str]:
+    """`argv` run in a mount namespace of its own with an empty tmpfs on each PRIVATE
+    directory - it goes when its last process ends. Each directory's parent mount is
+    made private there first, so the tmpfs never shows on this machine."""
+    steps = ["set -e"]
+    for d in PRIVATE:
+        steps += [f"mkdir -p {d}", f'mount --make-private "$(findmnt -n -f -o TARGET -T {d})"',
+                  f"mount -t tmpfs -o mode=1777 emu-server {d}"]
+    return ["unshare", "--mount", "--propagation", "unchanged", "sh", "-c",
+            "; ".join(steps) + '; exec "$@"', "sh", *argv]
 
 
 @contextlib.contextmanager
@@ -88,7 +107,8 @@ def emulated_server(workdir: Path, mtu: int = 1500, name: str = "b") -> Iterator
             ipr.link("set", index=i, state="up", mtu=mtu)
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
         log = open(workdir / "sshd.log", "ab")
-        sshd = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(cfg)],
+        sshd = subprocess.Popen(own_mounts(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f",
+                                            str(cfg)]),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         log.close()
         server = Server(name, ADDRESS, "root", identity=str(key),

@@ -58,7 +58,7 @@ def test_rail2x4_over_two_servers(tmp_path):
             part_tag = part.tag
             assert part_tag != net.tag and nsutil.emu_namespaces(part_tag)
         assert nsutil.emu_namespaces(part_tag) == [] and nsutil.emu_namespaces(net.tag) == []
-        assert not (nsutil.STATE_DIR / part_tag).exists()
+        assert servers.left_on(b, part_tag) == []
 
 
 def test_emu_run_servers(tmp_path, capsys):
@@ -96,7 +96,7 @@ def test_emu_run_servers(tmp_path, capsys):
         for i in (1, 2, 3):  # the echo leaves h3 and reaches h1 a rail delay later (10 ms)
             assert 0.009 < seq["h1-nic1"][i] - seq["h3-nic1"][i] < 0.5
         tag = s["servers"]["part_tags"]["b"]
-        assert not nsutil.emu_namespaces(tag) and not (nsutil.STATE_DIR / tag).exists()
+        assert not nsutil.emu_namespaces(tag) and servers.left_on(b, tag) == []
 
 
 def test_a_server_that_cannot_build_is_named_and_nothing_is_left(tmp_path):
@@ -167,11 +167,11 @@ def test_kill9_of_emu_leaves_nothing_on_the_other_server(tmp_path):
             p.wait()
         try:
             deadline = time.monotonic() + 10
-            while ((nsutil.emu_namespaces(part_tag) or (nsutil.STATE_DIR / part_tag).exists())
+            while ((nsutil.emu_namespaces(part_tag) or servers.left_on(b, part_tag))
                    and time.monotonic() < deadline):  # its state goes last, after its files
                 time.sleep(0.2)
             assert nsutil.emu_namespaces(part_tag) == []
-            assert not (nsutil.STATE_DIR / part_tag).exists()
+            assert servers.left_on(b, part_tag) == []
             # our ssh clients died with their parent (PR_SET_PDEATHSIG), none is left
             ssh = [pid for pid in leftovers.marked_pids().get(tag, [])
                    if Path(f"/proc/{pid}/comm").read_text().strip() == "ssh"]
@@ -270,7 +270,7 @@ def test_a_worker_that_fails_on_the_other_server_fails_the_job(tmp_path):
         assert s["workload"]["returncodes"]["5"] == 3
         assert (out / "workers" / "rank5.log").read_text().strip() == "rank 5 on h3"
         tag = s["servers"]["part_tags"]["b"]
-        assert not nsutil.emu_namespaces(tag) and not (nsutil.STATE_DIR / tag).exists()
+        assert not nsutil.emu_namespaces(tag) and servers.left_on(b, tag) == []
 
 
 def test_faults_act_where_their_nodes_run(tmp_path):
@@ -306,7 +306,7 @@ def test_faults_act_where_their_nodes_run(tmp_path):
         after = s["faults"]["reach_after"]
         assert (after["reachable"], after["unexpected"]) == (56, 0)
         tag = s["servers"]["part_tags"]["b"]
-        assert not nsutil.emu_namespaces(tag) and not (nsutil.STATE_DIR / tag).exists()
+        assert not nsutil.emu_namespaces(tag) and servers.left_on(b, tag) == []
 
 
 def test_the_cli_reaches_the_nodes_on_the_other_server(tmp_path):
@@ -362,5 +362,4 @@ def test_rdma_write_and_incast_across_servers(tmp_path):
         assert r["byte_exact"] == {"h1g1": True, "h2g1": True, "h3g1": True}
         assert r["cnps_sent_by_receiver"] > 0 and i["verdict"] == "pass"
         for s in (w, i):
-            tag = s["servers"]["part_tags"]["b"]
-            assert not list(Path("/dev/shm").glob(f"emu-{tag}-*"))
+            assert servers.left_on(b, s["servers"]["part_tags"]["b"]) == []

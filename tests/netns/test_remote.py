@@ -1,7 +1,8 @@
 """A second server emulated on this machine (issue 17's test setup): a network namespace
 running its own sshd, reached from the first over a veth. `emu.remote.check` finds it
-ready (SSH with a key, root, the same emu at the same path - the file system is shared -,
-VXLAN), and names it when the key is wrong; `emu show --servers --check` says the same."""
+ready (SSH with a key, root, the same emu at the same path - the file system is shared
+but for /dev/shm and /run/emu -, VXLAN), and names it when the key is wrong; `emu show
+--servers --check` says the same."""
 
 import subprocess
 
@@ -25,6 +26,35 @@ def test_the_second_server_is_ready(second_server):
     assert remote.check(remote.Remote(server)) == []
     r = remote.Remote(server).run(["cat", "/proc/self/net/dev"])
     assert "u0" in r.stdout   # the command really ran in the second server's namespace
+
+
+def test_the_second_server_keeps_its_own_shared_memory_and_run_states(second_server):
+    """As another machine: a block in /dev/shm or a run state in /run/emu made on one
+    side is not seen on the other (emu.emuserver.own_mounts); the rest is shared."""
+    import os
+    import secrets
+
+    from emu import nsutil
+
+    server, tmp = second_server
+    name = f"emu-test-{secrets.token_hex(4)}"
+    r = remote.Remote(server)
+    try:
+        with open(f"/dev/shm/{name}-here", "w"):
+            pass
+        nsutil.STATE_DIR.mkdir(parents=True, exist_ok=True)
+        (nsutil.STATE_DIR / f"{name}-here").mkdir()
+        made = r.run(["sh", "-c", f"touch /dev/shm/{name}-there && mkdir {nsutil.STATE_DIR}/"
+                      f"{name}-there && ls /dev/shm {nsutil.STATE_DIR} {tmp}"])
+        assert made.returncode == 0, made.stderr
+        seen = made.stdout.split()
+        assert f"{name}-there" in seen and f"{name}-here" not in seen
+        assert "sshd_config" in seen  # the test's directory: the same file system
+        assert not os.path.exists(f"/dev/shm/{name}-there")
+        assert not (nsutil.STATE_DIR / f"{name}-there").exists()
+    finally:
+        os.unlink(f"/dev/shm/{name}-here")
+        (nsutil.STATE_DIR / f"{name}-here").rmdir()
 
 
 def test_a_wrong_key_is_named(second_server, tmp_path):
