@@ -12,7 +12,8 @@ controller stopped, or died: sshd closes the session) or SIGTERM/SIGHUP, and the
 tears everything down - its last line, once its processes are gone, `emu-part {"files":
 name -> text}` with their logs and event files (events/<node>.jsonl), which live in
 its state directory until then. Meanwhile a line `clock` is answered with `emu-part {"clock":
-<time.time()>}` (the controller measures this server's clock offset over the session),
+<time.time()>, "mono": <time.monotonic()>}` (the controller measures this server's clock
+offsets over the session),
 and any other line is a request encoded as the spec (`answer`), answered with one
 `emu-part {...}` line.
 """
