@@ -208,6 +208,10 @@ class CmListener:
         """Stop listening."""
         self.sock.close()
 
+    @property
+    def closed(self) -> bool:
+        return self.sock.fileno() == -1
+
     def __enter__(self) -> CmListener:
         """Context manager: closes on exit."""
         return self

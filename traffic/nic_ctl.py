@@ -193,8 +193,8 @@ class ControlServer:
                         return CmRej(req.comm_id, f"pkey: {req.pkey:#x} does not match "
                                                   f"{q.ep.qp.pkey:#x}")
                     self.pending[port].popleft()
+                    got.append(q)  # (before to_rtr: a failure there is the QP's error)
                     nic.to_rtr(q, req.local_qpn, req.start_psn, req.fabric_ip, req.path_mtu)
-                    got.append(q)
                     return CmRep(nic.rng.getrandbits(32), req.comm_id, q.qpn, q.start_psn,
                                  q.ep.qp.pkey, q.ep.qp.path_mtu, nic.cfg.ip,
                                  udp_sport(q.qpn, req.local_qpn), **{
@@ -204,10 +204,14 @@ class ControlServer:
                 req, _ = lst.accept(on_req, timeout=30.0)
             except socket.timeout:
                 continue
-            except OSError:
-                return  # closed
-            except CmError as exc:
-                log.warning("CM on port %d: %s", port, exc)
+            except Exception as exc:  # one exchange failed; the port serves the next
+                if lst.closed:
+                    return  # the NIC stops
+                # (a peer that reset the connection, a malformed message: before, any
+                # of these ended this thread, and the kernel went on accepting the
+                # port's connections with nobody to answer them)
+                log.warning("CM on port %d: %s: %s", port, type(exc).__name__, exc,
+                            exc_info=not isinstance(exc, (CmError, ConnectionError)))
                 for q in got:
                     q.error = str(exc)
                 continue
