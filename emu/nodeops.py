@@ -13,6 +13,7 @@ are pushed to every switch (emu.faultplan). ch.11: a malfunctioning NIC's PFC fr
 from __future__ import annotations
 
 import socket
+import threading
 
 from emu import netlink, nsutil
 from emu.netplan import MAIN_TABLE, RouteEntry, plan_node
@@ -29,6 +30,7 @@ class NodeOps:
         self.fabric = fabric
         self.tag = tag
         self._sockets: dict[str, socket.socket] = {}  # GPU -> send-only raw socket
+        self._lock = threading.Lock()  # (a storm's thread and a pause may share one)
 
     def ns(self, node: str) -> str:
         return nsutil.ns_name(self.tag, node)
@@ -78,16 +80,18 @@ class NodeOps:
     def send_frame(self, gpu: str, frame: bytes) -> None:
         """One frame out of the GPU NIC's port, as that NIC would send it (a send-only
         raw socket in the host's namespace, opened on first use and kept)."""
-        s = self._sockets.get(gpu)
-        if s is None:
-            g = self.fabric.gpus[gpu]
-            with nsutil.in_netns(self.ns(g.host)):
-                s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # protocol 0: no rx
-                s.bind((g.nic, 0))
-            self._sockets[gpu] = s
+        with self._lock:
+            s = self._sockets.get(gpu)
+            if s is None:
+                g = self.fabric.gpus[gpu]
+                with nsutil.in_netns(self.ns(g.host)):
+                    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # 0: no rx
+                    s.bind((g.nic, 0))
+                self._sockets[gpu] = s
         s.send(frame)
 
     def close(self) -> None:
-        for s in self._sockets.values():
-            s.close()
-        self._sockets.clear()
+        with self._lock:
+            for s in self._sockets.values():
+                s.close()
+            self._sockets.clear()
