@@ -21,9 +21,7 @@ and any other line is a request encoded as the spec (`answer`), answered with on
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import os
 import pickle
 import signal
 import sys
@@ -34,7 +32,7 @@ from pathlib import Path
 from emu import nsutil
 from emu.net import FabricNet
 from emu.nodeops import CALLS
-from traffic.nic_client import new_shm
+from traffic.nic_client import digest, fill_random, is_zero, new_shm
 
 MARK = "emu-part "
 
@@ -71,12 +69,12 @@ class Blocks:
         view = shm.buf[:req.get("length", shm.size)]
         try:
             if op == "fill":
-                view[:] = os.urandom(len(view))
+                fill_random(view)
                 return {"ok": True}
             if op == "digest":
-                return {"digest": hashlib.sha256(view).hexdigest()}
+                return {"digest": digest(view)}
             if op == "zero":
-                return {"zero": bytes(view).count(0) == len(view)}
+                return {"zero": is_zero(view)}
             if op == "drop":
                 view.release()
                 self.drop(req["name"])

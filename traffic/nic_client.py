@@ -42,7 +42,8 @@ from fabric.runmark import shm_name
 from traffic.verbs import Access, WC, WCOpcode, WCStatus
 
 __all__ = ["CM_PORT", "NicError", "MemoryRegion", "RemoteBuffer", "NicClient", "request",
-           "wc_to_json", "wc_from_json", "access_from_json", "attach_untracked", "new_shm"]
+           "wc_to_json", "wc_from_json", "access_from_json", "attach_untracked", "new_shm",
+           "fill_random", "digest", "is_zero"]
 
 CM_PORT = 18515  #: default CM (management connection) TCP port, as ib_write_bw's
 
@@ -78,6 +79,21 @@ def wc_from_json(d: dict) -> WC:
               d["qp_num"], d.get("imm"))
 
 
+def fill_random(view: memoryview) -> None:
+    """Random bytes in all of `view`."""
+    view[:] = os.urandom(len(view))
+
+
+def digest(view: memoryview) -> str:
+    """SHA-256 of `view`'s bytes (two buffers compared without moving them)."""
+    return hashlib.sha256(view).hexdigest()
+
+
+def is_zero(view: memoryview) -> bool:
+    """No byte of `view` was written."""
+    return bytes(view).count(0) == len(view)
+
+
 @dataclass
 class MemoryRegion:
     """A registered buffer: shared memory of the worker, keys from the NIC. `shm` is a
@@ -103,21 +119,17 @@ class MemoryRegion:
     def fill_random(self) -> None:
         """Random bytes in the whole region, where its memory is."""
         if self.here:
-            self.buf[:] = os.urandom(self.length)
+            fill_random(self.buf)
         else:
             self.shm.fill_random(self.length)
 
     def digest(self) -> str:
-        """SHA-256 of the region's bytes (two regions compared without moving them)."""
-        if self.here:
-            return hashlib.sha256(self.buf).hexdigest()
-        return self.shm.digest(self.length)
+        """SHA-256 of the region's bytes, computed where its memory is."""
+        return digest(self.buf) if self.here else self.shm.digest(self.length)
 
     def is_zero(self) -> bool:
-        """No byte of the region was written."""
-        if self.here:
-            return bytes(self.buf).count(0) == self.length
-        return self.shm.is_zero(self.length)
+        """No byte of the region was written (checked where its memory is)."""
+        return is_zero(self.buf) if self.here else self.shm.is_zero(self.length)
 
     def close(self) -> None:
         """Unmap (and unlink, if we created it); deregister it with the NIC first."""
