@@ -7,8 +7,8 @@ setup(
     version="0.1.0",
     description=__doc__,
     python_requires=">=3.11",
-    packages=find_packages(include=["fabric*", "emu*", "topologies*", "switch_agent*", "traffic*", "collectives*"]),
-    package_data={"topologies": ["presets/*.yaml"], "fabric.qos": ["presets/*.yaml"]},
+    packages=find_packages(include=["emucore*", "emu*", "topologies*", "switch_agent*", "traffic*", "collectives*"]),
+    package_data={"topologies": ["presets/*.yaml"], "emucore.qos": ["presets/*.yaml"]},
     install_requires=[line.strip() for line in open("requirements.txt")
                       if line.strip() and not line.startswith("#")],
     entry_points={"console_scripts": ["emu=emu.cli:main"]},

@@ -31,7 +31,7 @@ esac
 APT_PKGS=(mininet iproute2 ethtool tshark iperf3 iputils-ping traceroute python3-venv
           python3-dev gcc openssh-client)
 # chromium: tests render lab.html headless; openssh-server: a second server emulated in a
-# namespace (issue 17, emu.emuserver starts its own sshd there, never the system's; the
+# namespace (issue 17, emu.cluster.emuserver starts its own sshd there, never the system's; the
 # package is not installed for a plain run: Debian's would start the system's sshd)
 [ "$MODE" = test ] && APT_PKGS+=(vagrant chromium openssh-server)
 missing=()

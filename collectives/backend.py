@@ -43,7 +43,7 @@ bytes), EMU_RING (ring order, `emu run --ring`: "rail", the rail-aware ring, def
 "rank", the book's ring 0 -> 1 -> ... -> N-1 of Fig 14-5; another value fails the group),
 EMU_RESULT_DIR (where each rank writes emu-rank<R>-g<G>.json: unique ID, peers, ring,
 operations with model-time durations and per-step chunks, bytes per channel), EMU_RUN
-(the run's tag: names the same-host channels' shared memory, fabric.runmark).
+(the run's tag: names the same-host channels' shared memory, emucore.runmark).
 """
 
 from __future__ import annotations
@@ -65,10 +65,10 @@ import torch.distributed as dist
 from collectives.comm import DEFAULT_SLOT, Communicator, raw_bytes
 from collectives.rendezvous import PeerInfo, bootstrap, group_slots
 from collectives.ring import split_bounds
-from fabric.runmark import RUN_ENV
+from emucore.runmark import RUN_ENV
 from collectives.work import (EmuWork, all_of, contig, merged, nbytes, reduce_op,
                               row_bytes)
-from fabric.timedil import TimeDilation
+from emucore.timedil import TimeDilation
 
 NAME = "emu"
 

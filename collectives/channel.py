@@ -36,7 +36,7 @@ from collections import defaultdict
 from multiprocessing import shared_memory
 from typing import Any, Callable, Iterator
 
-from traffic.nic_client import MemoryRegion, NicClient, RemoteBuffer, attach_untracked
+from traffic.nic.client import MemoryRegion, NicClient, RemoteBuffer, attach_untracked
 
 READY_BIT = 1 << 31
 SEQ_MASK = READY_BIT - 1

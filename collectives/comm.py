@@ -12,7 +12,7 @@ Work is on flat CPU tensors; the bytes go through `collectives.channel` (RDMA WR
 IMMEDIATE between hosts, shared memory within a host), the reductions are torch ops on
 the landing slots (sum, avg, product, min, max; any dtype torch can add).
 
-Timing: every operation records its lab and model duration (lab / TDF, `fabric.timedil`)
+Timing: every operation records its lab and model duration (lab / TDF, `emucore.timedil`)
 in `history`; a ring one per step also its timestamps and the chunks sent and received
 (`send_chunk`, `recv_chunk`: index in buffer order, the book's A=0, B=1, ...; for
 ReduceScatter / AllGather the rank whose segment it is).
@@ -33,11 +33,11 @@ import torch
 from collectives.channel import (READY_BIT, SEQ_MASK, Channel, ChannelError, Events,
                                  RdmaChannel, ShmChannel, blocking_sender, note_event)
 from collectives.rendezvous import PeerInfo
-from fabric.runmark import shm_name
-from fabric.timedil import TimeDilation
+from emucore.runmark import shm_name
+from emucore.timedil import TimeDilation
 from collectives.ring import (Member, all_gather_steps, alltoall_steps, broadcast_tree,
                               chunk_bounds, reduce_scatter_steps, ring_by, schedule)
-from traffic.nic_client import NicClient
+from traffic.nic.client import NicClient
 from traffic.verbs import WCOpcode, WCStatus
 
 log = logging.getLogger("collectives.comm")

@@ -20,8 +20,8 @@ from typing import Any
 
 from collectives.compute.summary import rank_split
 from collectives.launch import MASTER_PORT, run_job
-from fabric.timedil import TimeDilation
-from traffic.nic_client import request
+from emucore.timedil import TimeDilation
+from traffic.nic.client import request
 
 MODULES = {"allreduce": "collectives.workloads.allreduce", "train": "collectives.workloads.train",
            "pipeline": "collectives.workloads.pipeline", "tensor": "collectives.workloads.tensor"}
@@ -35,7 +35,7 @@ def nic_payload_tx(sock: str) -> int:
 
 
 def target_argv(args: Any) -> list[str]:
-    """What `python -m collectives.run` gets for this workload."""
+    """What `python -m collectives.worker` gets for this workload."""
     if args.workload == "script":
         return [str(Path(args.script[0]).resolve())] + list(args.script[1:])
     argv = ["--module", MODULES[args.workload], "--backend", args.backend]

@@ -5,19 +5,19 @@ torchrun's environment (NODE_RANK = host index, LOCAL_RANK = GPU index in the ho
 RANK = node_rank x nproc_per_node + local_rank, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
 plus where its GPU's NIC is (EMU_NIC_SOCK, EMU_NIC_IP, EMU_GPU, EMU_HOST, EMU_RAIL), the
 time dilation (EMU_TDF), the ring order (EMU_RING, `emu run --ring`: "rail" or the
-book's "rank", Fig 14-5) and the run's mark (EMU_RUN=<tag>, fabric.runmark: `emu clean`
+book's "rank", Fig 14-5) and the run's mark (EMU_RUN=<tag>, emucore.runmark: `emu clean`
 finds the zygote, which lives outside every host namespace, and the workers by it).
 MASTER_ADDR is as in the book (ch.14 Figs 14-1..14-3, L3487): 127.0.0.1 for the ranks
 on the master's host (Host-1), Host-1's frontend address for the others; rank 0's
 TCPStore listens on the wildcard address, so both reach it.
 MASTER_PORT is `emu run --master-port` (default torchrun's 29500; the book's 12345).
-Workers run through `python -m collectives.run`, which makes the "emu" backend available
+Workers run through `python -m collectives.worker`, which makes the "emu" backend available
 (and the default for CPU) before the user's script or module starts, so scripts need no
 emu import.
 
 Workers are forked from a zygote (collectives.zygote; issue 11 "Memory": torch is
 imported once per job, not once per GPU) unless EMU_ZYGOTE=0, which starts each as its
-own `python -m collectives.run` with its host's Mininet popen.
+own `python -m collectives.worker` with its host's Mininet popen.
 
 Each worker's output goes to RUNDIR/workers/rank<R>.log; rank 0's is also shown live.
 A worker that fails stops the job: the others are terminated (by pid: only processes
@@ -41,8 +41,8 @@ from typing import Any, Callable
 
 from collectives.rendezvous import global_rank, torchrun_env
 from collectives.ring import RING_KINDS
-from fabric.netns import NETNS_DIR
-from fabric.runmark import marked_env
+from emucore.netns import NETNS_DIR
+from emucore.runmark import marked_env
 
 REPO = Path(__file__).resolve().parent.parent
 MASTER_PORT = 29500  #: torchrun's default
@@ -110,7 +110,7 @@ def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
                ring: str = "rail", run: str = "", backend: str = "emu",
                gpu: str = "none") -> dict[str, str]:
     """The environment of one worker (torchrun's variables + where its NIC is); `run`,
-    the emu run's tag, marks the worker and the zygote (EMU_RUN, fabric.runmark);
+    the emu run's tag, marks the worker and the zygote (EMU_RUN, emucore.runmark);
     `backend` (EMU_BACKEND) is what the script's collectives run on, whatever it names
     (collectives.aliases): "emu" or torch's "gloo"; `gpu` the compute model
     (EMU_GPU_MODEL: "none" or "h100", collectives.compute)."""
@@ -140,7 +140,7 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
             port: int = MASTER_PORT, ring: str = "rail",
             watch: Callable[[], str | None] | None = None, cwd: Path | None = None,
             backend: str = "emu", gpu: str = "none") -> dict:
-    """Start `python -m collectives.run TARGET...` on every GPU and wait for all.
+    """Start `python -m collectives.worker TARGET...` on every GPU and wait for all.
 
     target: ["--module", "collectives.workloads.train", args...] or [script, args...].
     port: MASTER_PORT; ring: EMU_RING (RING_KINDS); cwd: the workers' working directory
@@ -165,7 +165,7 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     nproc = len(slots) // nnodes
     out_dir.mkdir(parents=True, exist_ok=True)
     job = f"emu-{fnet.tag}-{int(time.time())}"
-    # hosts on other servers (emu.cluster): their workers run there, with their NICs'
+    # hosts on other servers (emu.cluster.net): their workers run there, with their NICs'
     # own sockets, and write their results there (fetched below)
     nodes = {h: fnet.host(h) for h in {s.host for s in slots}}
     far = {h: n.scratch(f"workers-{job}") for h, n in nodes.items() if hasattr(n, "spawn")}
@@ -245,7 +245,7 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
 
 
 class Popened:
-    """EMU_ZYGOTE=0: every rank its own `python -m collectives.run`, started in its
+    """EMU_ZYGOTE=0: every rank its own `python -m collectives.worker`, started in its
     host's namespaces by Mininet's popen (mnexec)."""
 
     def __init__(self, fnet: Any) -> None:
@@ -256,7 +256,7 @@ class Popened:
               cwd: Path = REPO) -> None:
         with open(log, "ab") as out:
             self.procs[rank] = self.fnet.host(host).popen(
-                [sys.executable, "-m", "collectives.run"] + target, cwd=str(cwd), env=env,
+                [sys.executable, "-m", "collectives.worker"] + target, cwd=str(cwd), env=env,
                 stdout=out, stderr=subprocess.STDOUT)
 
     def poll(self) -> dict[int, int | None]:
@@ -280,7 +280,7 @@ class Popened:
 
 
 class Spawned(Popened):
-    """Ranks on another server (emu.cluster): each started by its host's `spawn` (over
+    """Ranks on another server (emu.cluster.net): each started by its host's `spawn` (over
     SSH, with exactly its environment), its output streamed into its log here; stopped
     by closing the session's stdin (SIGTERM there)."""
 
@@ -288,7 +288,7 @@ class Spawned(Popened):
               cwd: Path = REPO) -> None:
         with open(log, "ab") as out:
             self.procs[rank] = self.fnet.host(host).spawn(
-                [sys.executable, "-m", "collectives.run"] + target, env, str(cwd), out)
+                [sys.executable, "-m", "collectives.worker"] + target, env, str(cwd), out)
 
     @staticmethod
     def _end(p: subprocess.Popen) -> None:
@@ -404,7 +404,7 @@ class Zygote:
 
     def spawn(self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO,
               netns: str | None = None) -> int:
-        """Fork `python -m collectives.run ARGV...` with exactly `env`, output appended to
+        """Fork `python -m collectives.worker ARGV...` with exactly `env`, output appended to
         `log`, in the network namespace file `netns` (None: the zygote's); its pid."""
         return self._ask({"op": "spawn", "netns": netns, "cwd": str(cwd), "env": env,
                           "argv": list(argv), "log": str(log)})["pid"]

@@ -1,7 +1,7 @@
 """The worker zygote: one process per job imports torch and the emu backend once and
 forks every PyTorch worker from it (issue 11, item 5 "Memory").
 
-Why: a job ran one `python -m collectives.run` per emulated GPU, each importing torch
+Why: a job ran one `python -m collectives.worker` per emulated GPU, each importing torch
 itself: on rail8x4 32 imports of 2-3 CPU-seconds and ~250 MB resident each, on two
 cores. Forked children share the imported pages copy-on-write (gc.freeze keeps the
 collector from writing to them) and start in milliseconds.
@@ -9,7 +9,7 @@ collector from writing to them) and start in milliseconds.
     python -m collectives.zygote --fd N     (N: its end of a socketpair; launch.Zygote)
 
 Protocol, one JSON line each way. {"op": "spawn", "netns": path | null, "cwd", "env",
-"argv" (collectives.run's arguments), "log"} -> {"pid"}; {"op": "status"} ->
+"argv" (collectives.worker's arguments), "log"} -> {"pid"}; {"op": "status"} ->
 {"status": {pid: exit code | null}} (negative: killed by that signal, as Popen);
 {"op": "terminate", "grace": s} -> SIGTERM, SIGKILL after `grace` s, -> {"status"}.
 The zygote exits when the connection closes or on SIGTERM, after terminating its
@@ -17,12 +17,12 @@ children the same way: by pid, its own and unreaped only (a pid is not reused be
 
 A child: own session (setsid); SIGTERM if the zygote dies (PR_SET_PDEATHSIG);
 stdout and stderr appended to `log` (line-buffered, written through), stdin /dev/null;
-the host's network namespace (fabric.netns); `cwd`; exactly `env` as os.environ;
-signal handlers as the zygote found them; then `collectives.run.main(argv)`. It leaves
+the host's network namespace (emucore.netns); `cwd`; exactly `env` as os.environ;
+signal handlers as the zygote found them; then `collectives.worker.main(argv)`. It leaves
 as a fresh interpreter does (non-daemon threads joined, atexit handlers, files
 flushed): the fork unwinds the server's frames and returns from main().
 
-What a child inherits that a fresh `python -m collectives.run` would make itself:
+What a child inherits that a fresh `python -m collectives.worker` would make itself:
 * torch's default CPU generator: torch seeds it from /dev/urandom at import, so every
   child would draw the zygote's numbers; the child reseeds it from os.urandom (a script
   calling manual_seed overrides that, as usual). `random` reseeds itself at fork (the
@@ -57,8 +57,8 @@ from pathlib import Path
 
 import torch
 
-from collectives import backend, run
-from fabric import netns
+from collectives import backend, worker as run
+from emucore import netns
 
 GRACE = 10.0  #: seconds between SIGTERM and SIGKILL
 PR_SET_PDEATHSIG = 1

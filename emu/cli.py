@@ -13,17 +13,18 @@ from pathlib import Path
 import topologies
 from collectives.launch import MASTER_PORT
 from collectives.ring import RING_KINDS
-from emu import nsutil, placement, remote, servers, tunnel
-from emu.cluster import ClusterNet
+from emu.realise import nsutil, tunnel
+from emu.cluster import placer as placement, remote, servers
+from emu.cluster.net import ClusterNet
 from emu.lab import command as lab_command
 from emu.mncli import open_cli
-from emu.report import report
+from emu.observe.summary import report
 from emu.run import autotdf, build, collect, workload
 from emu.run.plan import make_plan
 from emu.run.report import print_report
 from emu.run.terminal import Terminal
-from fabric.runmark import is_tag
-from fabric.timedil import DEFAULT_TDF, parse_size
+from emucore.runmark import is_tag
+from emucore.timedil import DEFAULT_TDF, parse_size
 from switch_agent import control
 
 log = logging.getLogger("emu")
@@ -107,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable description")
     p.add_argument("--servers", default=None, metavar="FILE",
                    help="also show how the fabric would be placed on the servers of FILE "
-                        "(YAML: servers, placement pins; emu.servers) and which links would "
+                        "(YAML: servers, placement pins; emu.cluster.servers) and which links would "
                         "cross servers as VXLAN tunnels")
     p.add_argument("--check", action="store_true",
                    help="with --servers: check each server (SSH without a password, root, "
@@ -125,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cli", action="store_true",
                    help="open the Mininet CLI before tearing down (try: h1g1 ping h4g2)")
     p.add_argument("--servers", default=None, metavar="FILE",
-                   help="spread the fabric over the servers of FILE (YAML, emu.servers; one "
+                   help="spread the fabric over the servers of FILE (YAML, emu.cluster.servers; one "
                         "of them this machine, address localhost): each other server runs "
                         "its part over SSH as root, links between servers are VXLAN "
                         "tunnels (check first: emu show TOPO --servers FILE --check). "
@@ -376,7 +377,7 @@ def cmd_show(args) -> int:
         return 0
     print(fab.describe())
     if placed is not None:
-        print("\nPlacement on the servers (emu.placement; work = switch agents + 2 per GPU):")
+        print("\nPlacement on the servers (emu.cluster.placer; work = switch agents + 2 per GPU):")
         print(placed.describe())
     return 0
 
@@ -485,7 +486,7 @@ def cmd_clean(args) -> int:
         return 2
     states = nsutil.run_states()  # (read before the clean removes them)
     removed = nsutil.clean(args.run, include_live=args.all)
-    for t in removed["runs"]:  # a run spread over servers: its parts there (emu.cluster)
+    for t in removed["runs"]:  # a run spread over servers: its parts there (emu.cluster.net)
         for line in ClusterNet.clean_parts(states.get(t, {})):
             print(line)
     if not removed["runs"] and not removed["skipped"]:
@@ -502,7 +503,7 @@ def cmd_clean(args) -> int:
 
 def cmd_bench(args) -> int:
     """`emu bench ...`."""
-    from emu import bench  # deferred: Scapy and the switch pipeline (tests/unit/test_layers.py)
+    from emu.bench import basic as bench  # deferred: Scapy and the switch pipeline (tests/unit/test_layers.py)
 
     if args.what == "switch":
         return bench.switch_pipeline()

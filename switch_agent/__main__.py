@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from switch_agent.agent import Agent
-from switch_agent.config import AgentConfig
+from switch_agent.agentconfig import AgentConfig
 from switch_agent.serve import serve
 
 

@@ -5,7 +5,7 @@ rx (AF_PACKET, one raw socket per port)
     neighbours decide where PFC is active (`priority-flow-control mode auto`)
  -> layer 2 (access ports of a rail VLAN, ch.13: intra-rail traffic is switched) or
     layer 3 (frames to the router MAC: FIB, then flow ECMP, flowlet or per-packet
-    spraying over the equal-cost next hops (`switch_agent.lb`, ch.12), TTL - 1, MAC
+    spraying over the equal-cost next hops (`switch_agent.balancer`, ch.12), TTL - 1, MAC
     rewrite; `switch_agent.forward`; expired packets get ICMP Time Exceeded)
  -> classify (DSCP -> qos-group -> queue and PFC priority; `classify`)
  -> ingress PFC accounting per (ingress port, priority): pause upstream above xOFF,
@@ -13,7 +13,7 @@ rx (AF_PACKET, one raw socket per port)
  -> WRED-ECN + enqueue into one of 8 egress queues (`queues`, `wred`)
  -> strict + DWRR scheduling, skipping paused priorities (`queues`, `watchdog`)
  -> shaper at the link's lab rate (`shaper`) -> delay line (propagation x TDF) -> tx.
-The fidelity guard (`fabric.fidelity.LagMeter`, `Agent.meter`) records how late, in model
+The fidelity guard (`emucore.fidelity.LagMeter`, `Agent.meter`) records how late, in model
 time, every frame left against its model schedule (the shaper slot and delay-line
 release it would have had had the loop never been late), every control frame against
 its due time, and every timer (PFC pause refresh, watchdog, LLDP) against its deadline.
@@ -22,7 +22,7 @@ never forwards (net.ipv4.ip_forward = 0). LLDP/DCBX is `switch_agent.dcbx`; the 
 loop (sockets, control requests, kernel changes) is `switch_agent.serve`.
 Every switch event of docs/EVENTS.md (WRED crossings, first CE mark, xOFF/xON, PFC
 frames sent and received, pauses, drops, watchdog, DCBX) is written to the event log
-(`fabric.events`, `Agent.log`) as it is handled; `switch_agent.events`.
+(`emucore.eventlog`, `Agent.log`) as it is handled; `switch_agent.events`.
 """
 
 from __future__ import annotations
@@ -33,26 +33,26 @@ import math
 import random
 import time
 
-from fabric import rawsock
-from fabric.events import EventLog
-from fabric.fidelity import LagMeter
-from fabric.lb import LoadBalance
-from fabric.qos.classify import Classification, Classifier
-from fabric.qos.config import QosConfig
-from fabric.qos.pfc import Admission
-from fabric.qos.wred import WredVerdict
-from fabric.timedil import TimeDilation
-from fabric.wire.cbfc import build_credit_frame, parse_credit
-from fabric.wire.ether import mac_bytes
-from fabric.wire.pfc import parse_pfc
-from fabric.wire.roce import is_cnp
-from fabric.wire.uet_codec import trim_frame
+from emucore import rawsock
+from emucore.eventlog import EventLog
+from emucore.fidelity import LagMeter
+from emucore.lbconfig import LoadBalance
+from emucore.qos.classify import Classification, Classifier
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.pfc import Admission
+from emucore.qos.wred import WredVerdict
+from emucore.timedil import TimeDilation
+from emucore.wire.credit import build_credit_frame, parse_credit
+from emucore.wire.ether import mac_bytes
+from emucore.wire.pause import parse_pfc
+from emucore.wire.roce import is_cnp
+from emucore.wire.uet_codec import trim_frame
 from switch_agent.admin import AgentAdmin
-from switch_agent.config import AgentConfig
+from switch_agent.agentconfig import AgentConfig
 from switch_agent.dcbx import Dcbx
 from switch_agent.events import pause_events, pfc_rx_events, queue_events
 from switch_agent.forward import Fib, ecmp_index, flow_key, icmp_time_exceeded, route_rewrite
-from switch_agent.lb import Balancer, Dre, Path
+from switch_agent.balancer import Balancer, Dre, Path
 from switch_agent.port import Port
 from switch_agent.state import AgentState
 from switch_agent.timers import AgentTimers
@@ -79,9 +79,9 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
                          Classification("plain", (), 0))
         self.q_by_tos = list(cls.queue_by_tos)
         self.p_by_tos = list(cls.priority_by_tos)
-        #: UET packet trimming (fabric.qos.trim); trimmed headers ride its queue everywhere
+        #: UET packet trimming (emucore.qos.trim); trimmed headers ride its queue everywhere
         self.trim = self.qos.trim if self.qos is not None else None
-        #: link-level retry, modelled (fabric.qos.llr): a port runs it once LLDP agreed
+        #: link-level retry, modelled (emucore.qos.llr): a port runs it once LLDP agreed
         self.llr = self.qos.llr if self.qos is not None else None
         self.llr_lab_s = self.td.lab_time(self.llr.timeout_s) if self.llr else 0.0
         if self.trim is not None:
@@ -212,7 +212,7 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
 
     def route(self, frame: bytes, now: float) -> Path | object | str:
         """A new flow's decision (cached per flow): the FIB's equal-cost next hops, the
-        ECMP hash member, then the load-balancing mode (`switch_agent.lb.Balancer`)."""
+        ECMP hash member, then the load-balancing mode (`switch_agent.balancer.Balancer`)."""
         members = self.fib.members(frame[30:34])
         if members.__class__ is str:
             return members

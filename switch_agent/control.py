@@ -7,7 +7,7 @@ Requests: {"cmd": "ping"}, {"cmd": "counters"}, {"cmd": "fib"}, {"cmd": "fidelit
 the fidelity guard's lags), and the faults of issue 14: {"cmd": "admin", "state": "down"}
 (switch down / up: `Agent.set_admin`), {"cmd": "degrade", "port": "eth5", "rate_model_bps",
 "loss", "corrupt", "delay_model_s"} or {"cmd": "degrade", "port": "eth5", "restore": true}. The counters carry "fidelity": the agent's
-fabric.fidelity.LagMeter snapshot plus "cpu_s", the process's CPU seconds.
+emucore.fidelity.LagMeter snapshot plus "cpu_s", the process's CPU seconds.
 Served from the agent's poll loop (no thread, so counters are read consistently).
 `request(path, payload)` is the client used by `emu` and the tests.
 """

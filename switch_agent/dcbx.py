@@ -1,6 +1,6 @@
 """LLDP/DCBX on the agent's ports: advertise our QoS, learn each neighbour, and turn PFC
 on where both ends agree (`priority-flow-control mode auto`, book ch.11 Example 11-7;
-IEEE 802.1AB LLDP, 802.1Qaz/Qbb DCBX TLVs in `fabric.wire.lldp`).
+IEEE 802.1AB LLDP, 802.1Qaz/Qbb DCBX TLVs in `emucore.wire.lldp`).
 
 LLDPDUs never change for a port (QoS is fixed for the agent's life) and a neighbour
 repeats the same bytes every period: each is built and parsed once. (Scapy takes ~3 ms
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 
-from fabric.qos.config import QosConfig
-from fabric.qos.cbfc import CreditState
-from fabric.wire import lldp
-from fabric.wire.cbfc import build_credit_frame
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.cbfc import CreditState
+from emucore.wire import lldp
+from emucore.wire.credit import build_credit_frame
 from switch_agent.port import Port
 
 log = logging.getLogger("switch_agent")
@@ -46,7 +46,7 @@ class Dcbx:
     def _cbfc_start(self, port: Port, now: float) -> None:
         """Turn CBFC on: nothing to send with until the partner's initial grant (one that
         came early is applied now); grant the partner our buffer less what of its frames
-        we still hold - they return their credits as they leave (fabric.qos.cbfc)."""
+        we still hold - they return their credits as they leave (emucore.qos.cbfc)."""
         c, vcs = self.qos.cbfc, frozenset(self.qos.pfc.no_drop)
         buf = c.credits_bytes or self.qos.pfc.xoff_bytes
         cs = port.cbfc = CreditState(vcs, buf, c.update_bytes, self.qos.mtu, start=0)
@@ -83,7 +83,7 @@ class Dcbx:
         port.llr = lldp.llr_active(self.qos, nb)
         cb = lldp.cbfc_active(self.qos, nb)
         changed = cb != (port.cbfc is not None)
-        if changed:  # CBFC replaces PFC on this link (fabric.qos.cbfc)
+        if changed:  # CBFC replaces PFC on this link (emucore.qos.cbfc)
             self._cbfc_start(port, now) if cb else self._cbfc_stop(port)
         active = frozenset() if cb else lldp.pfc_active(self.qos, nb, port.name)
         if active == port.pfc_active and not first and not changed:

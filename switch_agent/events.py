@@ -1,9 +1,9 @@
 """What a switch port's stages noted, written to the agent's event log (docs/EVENTS.md,
-"Switch agents"; `fabric.events.EventLog`).
+"Switch agents"; `emucore.eventlog.EventLog`).
 
 The pure stages only note, in lists that exist while the log is open: the egress queues
 (`switch_agent.queues.PortQueues.events`: WRED threshold crossings, the first CE mark,
-drops) and the received pauses (`fabric.qos.pfc.EgressPause.expired`: pauses that ran
+drops) and the received pauses (`emucore.qos.pfc.EgressPause.expired`: pauses that ran
 out, found lazily). The agent hands them here when a list is not empty: while nothing
 happens a frame costs one truth test here and one integer comparison in the queues.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fabric.events import EventLog, model_us
+from emucore.eventlog import EventLog, model_us
 from switch_agent.port import Port
 
 

@@ -18,8 +18,8 @@ import struct
 from hashlib import blake2b
 from dataclasses import dataclass
 
-from fabric.wire.ether import mac_bytes
-from fabric.wire.inet import inet_checksum
+from emucore.wire.ether import mac_bytes
+from emucore.wire.inet import inet_checksum
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def icmp_time_exceeded(frame: bytes, src_ip: bytes) -> bytes:
 
 
 def ipv4_checksum(header: bytes) -> int:
-    """Full IPv4 header checksum (`fabric.wire.inet.inet_checksum`)."""
+    """Full IPv4 header checksum (`emucore.wire.inet.inet_checksum`)."""
     return inet_checksum(header)
 
 
@@ -196,7 +196,7 @@ class Fib:
 
 def ecmp_index(key: bytes, seed: int, n: int, fields: str = "5-tuple") -> int:
     """Member index of a flow over `n` equal-cost next hops: the seeded hash of the
-    configured fields of its key (`fabric.lb.HASH_FIELDS`). Pure, so a lab can choose
+    configured fields of its key (`emucore.lbconfig.HASH_FIELDS`). Pure, so a lab can choose
     flows that collide (L10.4) before it runs."""
     if fields == "5-tuple":
         k = key
@@ -214,7 +214,7 @@ def _port_sort_key(dev: str) -> tuple:
 
 
 def _ordered(hops: tuple[tuple[str | None, str], ...], order: str) -> tuple[tuple[str | None, str], ...]:
-    """ECMP members in the configured order (`fabric.lb.LoadBalance.order`): as the route
+    """ECMP members in the configured order (`emucore.lbconfig.LoadBalance.order`): as the route
     lists them, by local port name (eth2 < eth10), or by next-hop address."""
     if order == "port":
         return tuple(sorted(hops, key=lambda h: _port_sort_key(h[1])))

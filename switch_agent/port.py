@@ -5,7 +5,7 @@ Per port, the pure stages are assembled here: `queues.PortQueues` (8 queues, WRE
 strict + DWRR), `shaper.Shaper` (link rate / TDF), `pfc.IngressPfc` (this port as an
 *ingress*: buffer accounting, xOFF/xON, pause refresh), `pfc.EgressPause` (pauses the
 peer sent us: which of our egress priorities are stopped), `watchdog.PfcWatchdog`.
-Each stage runs on its part of one `fabric.qos.config.QosConfig`. With QoS off (plain
+Each stage runs on its part of one `emucore.qos.qosconfig.QosConfig`. With QoS off (plain
 forwarding) there is one FIFO (`Queuing.plain`), no PFC, no LLDP.
 """
 
@@ -15,14 +15,14 @@ import collections
 import random
 import socket
 
-from fabric.qos.config import QosConfig
-from fabric.qos.fields import QUEUE_LIMIT_BYTES
-from fabric.qos.pfc import EgressPause, IngressPfc, Pfc
-from fabric.qos.queuing import Queuing
-from fabric.timedil import TimeDilation
-from switch_agent.config import PortConfig
-from fabric.wire.ether import mac_bytes
-from fabric.qos.cbfc import CreditState
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.fields import QUEUE_LIMIT_BYTES
+from emucore.qos.pfc import EgressPause, IngressPfc, Pfc
+from emucore.qos.queuing import Queuing
+from emucore.timedil import TimeDilation
+from switch_agent.agentconfig import PortConfig
+from emucore.wire.ether import mac_bytes
+from emucore.qos.cbfc import CreditState
 from switch_agent.queues import PortQueues
 from switch_agent.shaper import Shaper
 from switch_agent.watchdog import PfcWatchdog
@@ -82,7 +82,7 @@ class Port:
         #: lab time since which the head of the queues could have been sent (pause
         #: expiry while every backlogged queue is paused): the ideal start of a late booking
         self.eligible_at = 0.0
-        self.dre = None  # load estimate for flowlet routing (switch_agent.lb.Dre)
+        self.dre = None  # load estimate for flowlet routing (switch_agent.balancer.Dre)
         #: a degraded link's loss / corruption on this egress (`degrade`); None = healthy
         self.impair: Impair | None = None
         self.link_up = True  # the kernel's carrier (Agent.link_states)
@@ -92,10 +92,10 @@ class Port:
         self.rx_packets = self.rx_bytes = self.tx_packets = self.tx_bytes = 0
         self.drops: dict[str, int] = {}
         self.trimmed = self.trimmed_bytes = 0  # UET frames cut on their way out (trimming)
-        #: link-level retry (fabric.qos.llr, modelled): on when both partners advertise it
+        #: link-level retry (emucore.qos.llr, modelled): on when both partners advertise it
         self.llr = False
         self.llr_replays = self.llr_exhausted = self.llr_streak = 0
-        #: credit-based flow control (fabric.qos.cbfc, modelled): on when both partners
+        #: credit-based flow control (emucore.qos.cbfc, modelled): on when both partners
         #: advertise it; it then replaces PFC on this link
         self.cbfc: CreditState | None = None
         self.cbfc_early = [0] * 8  # credits the partner granted before we turned CBFC on

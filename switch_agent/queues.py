@@ -2,10 +2,10 @@
 
 Book ch.11, Example 11-3 (policy-map type queuing QOS_EGRESS_PORT): ``c-out-8q-q7
 priority level 1`` (strict priority, for CNPs), ``c-out-8q-q3 bandwidth remaining
-percent 50`` + WRED/ECN (``fabric.qos.wred``), the other queues "either zero percent
+percent 50`` + WRED/ECN (``emucore.qos.wred``), the other queues "either zero percent
 of remaining bandwidth ... or a share of the remaining bandwidth".
 
-The configuration is a `fabric.qos.queuing.Queuing`; the book's (its default): queue 7
+The configuration is a `emucore.qos.queuing.Queuing`; the book's (its default): queue 7
 strict; queue 3 = 50 % and queue 0 (class-default, where all non-RoCE traffic goes) = 50 %
 of what the strict queue leaves; queues 1, 2, 4, 5, 6 = 0 %. This is the NX-OS RoCE
 queuing template the book's example abbreviates with "...". Several strict queues are
@@ -42,10 +42,10 @@ import collections
 import random
 from collections.abc import Callable
 
-from fabric.qos.classify import mark_ce
-from fabric.qos.fields import NUM_QUEUES
-from fabric.qos.queuing import Queuing
-from fabric.qos.wred import WredVerdict, ewma_depth, wred_decide
+from emucore.qos.classify import mark_ce
+from emucore.qos.fields import NUM_QUEUES
+from emucore.qos.queuing import Queuing
+from emucore.qos.wred import WredVerdict, ewma_depth, wred_decide
 
 #: depth bin of the WRED curve counters: the book's WRED minimum (Example 11-3, 150 KB)
 WRED_BIN_BYTES = 150_000

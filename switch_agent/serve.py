@@ -8,7 +8,7 @@ frame at 200 Gbps model is 0.74 ms lab at TDF 2000, the fidelity guard's bound. 
 loop sleeps in `select` on the epoll descriptor itself (readable when any registered
 descriptor is: one descriptor, a microsecond timeout), then collects the events with a
 non-blocking `epoll.poll(0)`; it asks the kernel for a 1 us timer slack
-(fabric.rawsock.tighten_timer_slack). Nothing spins: with no deadline it blocks.
+(emucore.rawsock.tighten_timer_slack). Nothing spins: with no deadline it blocks.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 
 from pyroute2 import IPRoute
 
-from fabric import rawsock
+from emucore import rawsock
 from switch_agent import control, kernel
 from switch_agent.agent import Agent
 

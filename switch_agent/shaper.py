@@ -1,6 +1,6 @@
 """Egress shaping to a link's lab rate: a virtual-finish-time token bucket (pure).
 
-A link of model rate R runs in the lab at R / TDF (fabric.timedil). The shaper keeps the
+A link of model rate R runs in the lab at R / TDF (emucore.timedil). The shaper keeps the
 time at which the wire is free again; `depart` books a frame's serialisation and
 returns when its last bit has left, which is when it reaches the far end (plus the
 propagation delay): the agent hands it to the veth then, so the wire carries frames at

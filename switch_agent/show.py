@@ -42,10 +42,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabric.qos.config import QosConfig
-from fabric.qos.fields import NUM_QUEUES
-from fabric.qos.nxos_lines import interface_name
-from fabric.qos.nxos_render import to_nxos
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.fields import NUM_QUEUES
+from emucore.qos.nxos_lines import interface_name
+from emucore.qos.nxos_render import to_nxos
 
 COMMANDS: tuple[tuple[str, ...], ...] = (
     ("show", "queuing", "interface"),

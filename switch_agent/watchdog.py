@@ -6,7 +6,7 @@ Book ch.11, "Priority Flow Control Watchdog" (Examples 11-5 and 11-7,
 follows SONiC's PFC watchdog (sonic-net/SONiC wiki "PFC Watchdog Design"): three
 functions, detection, mitigation, restoration.
 
-The configuration is a `fabric.qos.interface.Watchdog` (``detect_s``, ``restore_s``,
+The configuration is a `emucore.qos.interface.Watchdog` (``detect_s``, ``restore_s``,
 ``action``); the watched priorities are the port's no-drop ones.
 
 * Detection: a monitored (no-drop) priority whose egress queue is paused *and* holds
@@ -20,7 +20,7 @@ The configuration is a `fabric.qos.interface.Watchdog` (``detect_s``, ``restore_
   priority, normal PFC behaviour returns.
 
 Times are model seconds in the config (the fabric's world) and lab seconds in ``now``;
-``fabric.timedil.TimeDilation`` converts. Note that at TDF 5000, 200 ms model is 1000 s in
+``emucore.timedil.TimeDilation`` converts. Note that at TDF 5000, 200 ms model is 1000 s in
 the lab: scale the defaults down for lab experiments that want to see a storm handled.
 """
 
@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fabric.qos.interface import Watchdog
-from fabric.timedil import TimeDilation
+from emucore.qos.interface import Watchdog
+from emucore.timedil import TimeDilation
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from fabric.timedil import parse_duration, parse_rate
+from emucore.timedil import parse_duration, parse_rate
 from topologies.model import Fabric
 
 KEYS = ("rate", "delay")

@@ -2,7 +2,7 @@
 
 A `Fabric` is the *description* of a backend network (Mininet's Topo/realisation split,
 docs/CONVENTIONS.md): the rail-optimized designs of the book (ch.12 Figure 12-4, ch.13 "Backend
-Network Topologies") reduced to data. `emu.net` realises it in namespaces; `emu show`
+Network Topologies") reduced to data. `emu.realise.net` realises it in namespaces; `emu show`
 prints it; tests check it without root.
 
 Conventions (ch.13 "single-rail-per-switch", Fig 13-12; several rails per switch as in
@@ -29,7 +29,7 @@ import ipaddress
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from fabric.timedil import DEFAULT_TDF, TimeDilation, format_rate
+from emucore.timedil import DEFAULT_TDF, TimeDilation, format_rate
 from topologies.routing import closer_hops, distances
 
 HOST = "host"
@@ -131,7 +131,7 @@ class Fabric:
     tdf: float = DEFAULT_TDF
     mtu: int = 9216
     pods: int = 1  # ch.13 Fig 13-8/13-9: > 1 with a super-spine tier
-    #: load-balancing specs of the topology file (`lb:`; emu.lbplan applies them)
+    #: load-balancing specs of the topology file (`lb:`; emu.realise.lbplan applies them)
     lb: tuple[str, ...] = ()
 
     @property

@@ -28,7 +28,7 @@ import ipaddress
 import re
 import zlib
 
-from fabric.timedil import parse_duration, parse_rate
+from emucore.timedil import parse_duration, parse_rate
 from topologies.clos import Cable, leaf_spine_cables, resolve_adjacency, spine_super_cables
 from topologies.links import apply_links, parse_links
 from topologies.model import (FRONTEND, HOST, ROLE_RAIL, ROLE_SPINE, ROLE_SUPER, SWITCH,

@@ -14,8 +14,8 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fabric.lb import LB_KEYS, parse_lb
-from fabric.timedil import DEFAULT_TDF, parse_duration, parse_rate
+from emucore.lbconfig import LB_KEYS, parse_lb
+from emucore.timedil import DEFAULT_TDF, parse_duration, parse_rate
 from topologies.clos import MAX_PER_HALF
 from topologies.links import parse_links
 
@@ -54,7 +54,7 @@ class RailSpec:
     spine_uplink: str | float | None = None  # spine <-> super-spine; None = uplink
     links: Mapping = field(default_factory=dict)
     adjacency: Mapping = field(default_factory=dict)
-    #: load balancing per switch or role, as `emu run --lb` (fabric.lb.parse_lb): a spec
+    #: load balancing per switch or role, as `emu run --lb` (emucore.lbconfig.parse_lb): a spec
     #: or a list, e.g. ["rail=flowlet,flowlet_gap=10us", "spine=ecmp,hash=dst-ip"]
     lb: str | list = field(default_factory=list)
 
@@ -107,7 +107,7 @@ class RailSpec:
         return (self.lb,) if isinstance(self.lb, str) else tuple(self.lb)
 
     def _check_lb(self) -> None:
-        """Each spec's settings parse; who it names is checked with the fabric (emu.lbplan)."""
+        """Each spec's settings parse; who it names is checked with the fabric (emu.realise.lbplan)."""
         if not isinstance(self.lb, (str, list, tuple)) or not all(
                 isinstance(x, str) for x in self.lb_specs()):
             raise ValueError(f"lb: a spec or a list of specs like 'rail=spray', got {self.lb!r}")

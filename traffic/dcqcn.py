@@ -7,7 +7,7 @@ SIGCOMM 2015, with the parameters and update rules of docs/DCQCN_PARAMS.md.
 
 Everything is in MODEL units: times in model seconds, rates in bit/s. The caller passes
 `now` (model seconds) to every call; the RNIC converts the pacing interval to lab time
-with `fabric.timedil.TimeDilation.lab_time`. Nothing here reads a clock.
+with `emucore.timedil.TimeDilation.lab_time`. Nothing here reads a clock.
 
 * `NotificationPoint` (receiving NIC): a CE-marked data packet for QP q asks for a CNP,
   at most one per q per `cnp_interval`.

@@ -13,8 +13,8 @@ block, so the worker process and the RNIC process share it: the worker registers
 MR, sends `MR.describe()` to the RNIC, which re-creates it with `Context.import_mr`).
 Keys and QP numbers come from an injected `random.Random`. Pure logic: no sockets, no
 clocks. The wire facts both sides share (BTH opcodes, the `RocePkt` descriptor, PSN
-arithmetic, the AETH syndrome, path MTUs) are `fabric.wire.ib`; the RC transport over
-these objects (segmentation, ACK/NAK, retransmission) is traffic/rc.py.
+arithmetic, the AETH syndrome, path MTUs) are `emucore.wire.ib`; the RC transport over
+these objects (segmentation, ACK/NAK, retransmission) is traffic/rc/endpoint.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
 
-from fabric.wire.ib import PATH_MTUS
+from emucore.wire.ib import PATH_MTUS
 
 
 class VerbsError(Exception):

@@ -4,7 +4,7 @@
 --   Wireshark GUI: copy this file into the personal Lua plugins folder
 --   (Help > About Wireshark > Folders > Personal Lua Plugins), restart.
 --
--- Layouts: emu's fabric/wire/uet.py (the UE 1.0.1 specification as the upstream C
+-- Layouts: emu's emucore/wire/uet.py (the UE 1.0.1 specification as the upstream C
 -- dissector implements it; docs/UET.md says where emu differs). UDP port 4793; the PDS
 -- prologue (type 5 bits, next header or control type 4, flags 7), then the PDS header of
 -- that type (RUD/ROD requests, ACK, ACK_CC with the NSCC state, NACK, CTRL), then, by the

@@ -6,10 +6,10 @@ the region has spent, in the model, the shares of every hold point up to and inc
 k, so the worker waits until start + (sum of those shares) x TDF of lab time: the CPU's
 own time for the same work (between hold points) is absorbed, never added. A hold point
 reached after its target is late: the worker's CPU took longer than the GPU it models,
-and the lateness in model time is the region's lag (as fabric.fidelity.LagMeter's). Every
+and the lateness in model time is the region's lag (as emucore.fidelity.LagMeter's). Every
 region is recorded: its model start and end on the job's clock (lab / TDF), the FLOPs
 and the modelled seconds, the worst lag; every hold point also goes to a
-`fabric.fidelity.LagMeter`, whose snapshot joins the run's fidelity guard. Time
+`emucore.fidelity.LagMeter`, whose snapshot joins the run's fidelity guard. Time
 (`clock`) and sleep are passed in.
 """
 
@@ -19,8 +19,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from fabric.fidelity import LagMeter
-from fabric.timedil import TimeDilation
+from emucore.fidelity import LagMeter
+from emucore.timedil import TimeDilation
 
 
 @dataclass

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from collectives.ring import bus_bandwidth
 from collectives.workloads.common import init
-from fabric.timedil import TimeDilation, format_rate, parse_size
+from emucore.timedil import TimeDilation, format_rate, parse_size
 
 
 DTYPES = ("float32", "float64", "int32", "int64")

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from collectives.compute.split import split
-from fabric.timedil import TimeDilation
+from emucore.timedil import TimeDilation
 
 BUCKET_BYTES = 25 << 20  #: DDP's default bucket_cap_mb, of the parameters' own dtype
 

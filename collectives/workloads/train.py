@@ -45,7 +45,7 @@ from collectives.workloads.common import backend_arg, init, say, write_result
 from collectives.workloads.models import MLP_IN, MODELS, Spec
 from collectives.workloads.overlap import (allreduce_after_backward, bf16_wire_hook,
                                           comm_intervals, iteration_split)
-from fabric.timedil import TimeDilation
+from emucore.timedil import TimeDilation
 
 GPU_ENV = "EMU_GPU_MODEL"  #: `emu run --gpu NAME` sets it for every worker
 

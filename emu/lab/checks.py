@@ -1,7 +1,7 @@
 """The check primitives of a lab, over its evidence (pure: table-tested on synthetic logs).
 
-Evidence is what a run left: the event log (fabric.events, times made relative to the
-lab's t0, model microseconds), the sampled metrics (emu.metrics rows, same axis), the
+Evidence is what a run left: the event log (emucore.eventlog, times made relative to the
+lab's t0, model microseconds), the sampled metrics (emu.observe.metrics rows, same axis), the
 agents' and NICs' last counters, the flows' results and, on request, decoded frames of
 a capture (tshark). A check names one primitive (docs/LABS.md "Checks"):
 
@@ -50,8 +50,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabric.qos.wred import Wred
-from fabric.timedil import parse_duration, parse_rate, parse_size
+from emucore.qos.wred import Wred
+from emucore.timedil import parse_duration, parse_rate, parse_size
 
 OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
        "<": lambda a, b: a < b, "==": lambda a, b: math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9),

@@ -2,7 +2,7 @@
 the book's steps, the verdict table and the plots (PNG, embedded as data: URIs so the
 file opens anywhere, alone). Plots: per variant, a timeline of the events by node (the
 book's steps are what happens on it) and the sampled egress queue depth of the busiest
-ports with the WRED thresholds (emu.plots draws the same per run)."""
+ports with the WRED thresholds (emu.observe.plots draws the same per run)."""
 
 from __future__ import annotations
 

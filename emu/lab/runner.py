@@ -19,19 +19,20 @@ import subprocess
 import time
 from pathlib import Path
 
-from emu import faultreport, guard
+from emu.faults import reconverge as faultreport
+from emu.observe import guard
 from collectives.jobresult import run_torch_workload
-from emu.faultrun import FaultRunner
+from emu.faults.inject import FaultRunner
 from emu.lab import checks as C
 from emu.lab.schema import Lab, Variant
-from emu.metrics import read_rows
+from emu.observe.metrics import read_rows
 from emu.run import build, collect
 from emu.run.autotdf import machine_cores
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
-from fabric.events import EventLog, model_us, read_events
-from fabric.timedil import TimeDilation
-from traffic import nic_client
+from emucore.eventlog import EventLog, model_us, read_events
+from emucore.timedil import TimeDilation
+from traffic.nic import client as nic_client
 from traffic.dcqcn import DcqcnProfile
 from traffic.workloads import flows as flows_mod
 

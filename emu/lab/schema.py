@@ -4,7 +4,7 @@ A lab is a YAML mapping: id, title, figure (the book's), story, watch, steps (th
 step list), topology (a preset plus RailSpec overrides), tdf, qos (a preset, a file -
 relative to the lab file's folder - or off) with `qos_overrides` merged into its YAML
 form, dcqcn (paper, nvidia, off), nic (NicConfig overrides), lldp_off, lb (load
-balancing specs as `emu run --lb`, emu.lbplan), flows (a flow's `via: spine1` pins it on
+balancing specs as `emu run --lb`, emu.realise.lbplan), flows (a flow's `via: spine1` pins it on
 its first switch, to collide flows on purpose; or a torch `workload`), captures, checks and variants (each a mapping of the same top-level
 keys, merged over the lab). `load` checks everything against the fabric before any
 namespace exists; a ValueError names the field: `flows[2].start: ...`.
@@ -25,13 +25,14 @@ from collectives.jobresult import MODULES
 from collectives.launch import MASTER_PORT
 from collectives.launch import plan as job_plan
 from collectives.ring import RING_KINDS
-from emu import faultplan, lbplan
+from emu.faults import plan as faultplan
+from emu.realise import lbplan
 from emu.lab.checks import parse_expect
-from emu.nics import uet_nic_options
-from fabric.faults import parse_schedule
-from fabric.qos.config import QosConfig
-from fabric.qos.load import load_qos
-from fabric.timedil import parse_duration, parse_size
+from emu.realise.nics import uet_nic_options
+from emu.faults.schedule import parse_schedule
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.load import load_qos
+from emucore.timedil import parse_duration, parse_size
 from topologies.model import Fabric
 from traffic.dcqcn import DcqcnProfile
 from traffic.workloads.flows import Flow
@@ -68,10 +69,10 @@ class Variant:
     flows: list[Flow]
     captures: list[str]  # links "A->B": a capture on A's port towards B; or "node:ifname"
     workload: dict | None = None  # a torch job instead of flows (WORKLOAD_KEYS)
-    #: switch -> fabric.lb.LoadBalance (`lb:` specs as `emu run --lb`, flows' `via` pins)
+    #: switch -> emucore.lbconfig.LoadBalance (`lb:` specs as `emu run --lb`, flows' `via` pins)
     lb: dict = field(default_factory=dict)
     #: the fault schedule (`faults:` as `emu run --fault`, times after the flows' t0),
-    #: resolved against the fabric (emu.faultplan.Step)
+    #: resolved against the fabric (emu.faults.plan.Step)
     faults: tuple = ()
 
 
@@ -143,7 +144,7 @@ def fabric_of(spec: Any, tdf: Any, where: str) -> Fabric:
 
 
 def qos_of(name: Any, overrides: Any, where: str) -> QosConfig | None:
-    """qos: preset/file/off plus qos_overrides (YAML form of fabric.qos.dicts)."""
+    """qos: preset/file/off plus qos_overrides (YAML form of emucore.qos.dicts)."""
     if name in ("off", None, False):
         _need(not overrides, f"{where}qos_overrides", "given while qos is off")
         return None

@@ -10,8 +10,8 @@ What the spec cannot say, the peer omits: PFC, ECN, RoCE, the book's QoS.
 
 from __future__ import annotations
 
-from emu.calibrate import ROCE_FRAME
-from fabric.qos.fields import QUEUE_LIMIT_BYTES
+from emu.observe.calibrate import ROCE_FRAME
+from emucore.qos.fields import QUEUE_LIMIT_BYTES
 from topologies.model import FRONTEND, Fabric, Gpu
 
 

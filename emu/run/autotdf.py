@@ -10,13 +10,13 @@ The rule (`choose`, pure, table-tested in tests/unit/test_autotdf.py):
   inter-host hops on one rail switch: 1 hop; its intra-host hops use no NIC, so "every
   GPU" over-counts - the safe side). Reachability alone (no workload) is no load.
 * cost per frame: (hops + `NIC_ENDS`) units of the agent pipeline's time per frame as
-  this machine runs it (`python -m emu.calibrate`, ~0.3 s: the routed book-QoS path of
+  this machine runs it (`python -m emu.observe.calibrate`, ~0.3 s: the routed book-QoS path of
   `bench switch`), times `COST_FACTOR` for what the in-process pipeline leaves out
   (two system calls and the kernel's veth work per hop, the NICs' own Python per frame,
   ACKs, the workers and the sampler).
 * the lab must do (model frames/s x units x cost) / TDF CPU seconds per second on
-  `fabric.fidelity.TARGET_LOAD` of the machine's cores: TDF >= that demand / (0.7 x
-  cores), rounded up to a nice value (`fabric.fidelity.nice_up`), never below the
+  `emucore.fidelity.TARGET_LOAD` of the machine's cores: TDF >= that demand / (0.7 x
+  cores), rounded up to a nice value (`emucore.fidelity.nice_up`), never below the
   topology's own TDF (its `tdf:`, else 5000 - `bench tdf`'s lossless figure), which
   is the floor.
 
@@ -28,7 +28,7 @@ us, lost), 8000 1.325 ms (1.3 us, lost), 10000 1.184 ms (1.0 us, at the bound),
 lost), 20000 0.629 ms (1.8 us, lost). The rule gives rail2x4 ~18,000 -> 20000 (the
 first TDF measured comfortably inside the bound; 12.5 gave 10000, at the bound, and
 fresh-clone CI runs there ended at p99 1.3-1.8 us) and rail8x4 ~73,000 -> 100000.
-The guard (emu.guard) judges every run afterwards, whatever the TDF.
+The guard (emu.observe.guard) judges every run afterwards, whatever the TDF.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from emu.procs import REPO
+from emu.realise.procs import REPO
 from emu.run.options import TORCH_WORKLOADS
-from fabric.fidelity import TARGET_LOAD, nice_up
-from fabric.timedil import format_rate
+from emucore.fidelity import TARGET_LOAD, nice_up
+from emucore.timedil import format_rate
 from topologies.model import Fabric
 
 ROCE_FRAME = 14 + 20 + 8 + 12 + 16 + 4096 + 4  # Eth/IPv4/UDP/BTH/RETH/4096 B/ICRC
@@ -148,11 +148,11 @@ def explain(fab: Fabric, load: Load, s_per_frame: float, cores: int, tdf: float,
 
 
 def calibrate(seconds: float = CALIBRATION_S) -> tuple[float, str]:
-    """Seconds per frame of this machine's agent pipeline (`python -m emu.calibrate` in
+    """Seconds per frame of this machine's agent pipeline (`python -m emu.observe.calibrate` in
     a child, so that the pipeline is never imported by `emu` itself), and how it was
     found; the README's reference figure when the child fails."""
     try:
-        r = subprocess.run([sys.executable, "-m", "emu.calibrate", "--seconds", str(seconds)],
+        r = subprocess.run([sys.executable, "-m", "emu.observe.calibrate", "--seconds", str(seconds)],
                            cwd=str(REPO), capture_output=True, text=True, timeout=60)
         s = float(json.loads(r.stdout)["s_per_frame"])
         if not (math.isfinite(s) and s > 0):

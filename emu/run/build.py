@@ -1,8 +1,8 @@
 """Step 2 of `emu run`: the run directory and topology.json, the fabric printed with
-its time dilation, then the fabric built (emu.net: namespaces, switch agents with the
-run's QoS, LLDP/DCBX), captures started (emu.capture) and the metrics sampler running
-(emu.metrics), which also walks the processes emu started for their CPU time and peak
-memory per kind (emu.procstat). Everything is torn down when the `build` context ends, on errors and
+its time dilation, then the fabric built (emu.realise.net: namespaces, switch agents with the
+run's QoS, LLDP/DCBX), captures started (emu.observe.capture) and the metrics sampler running
+(emu.observe.metrics), which also walks the processes emu started for their CPU time and peak
+memory per kind (emu.observe.procstat). Everything is torn down when the `build` context ends, on errors and
 Ctrl-C too.
 """
 
@@ -16,15 +16,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from emu import lbplan
-from emu.capture import Captures
-from emu.cluster import ClusterNet
-from emu.metrics import Sampler
-from emu.net import FabricNet
-from emu.procstat import CpuTracker
+from emu.realise import lbplan
+from emu.observe.capture import Captures
+from emu.cluster.net import ClusterNet
+from emu.observe.metrics import Sampler
+from emu.realise.net import FabricNet
+from emu.observe.procstat import CpuTracker
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
-from fabric.timedil import format_rate
+from emucore.timedil import format_rate
 
 MODEL_LINK_BPS = 2e11  # the example link of the time-dilation line
 
@@ -41,7 +41,7 @@ class Live:
 
 
 def known_pids(fnet: FabricNet) -> dict[int, str]:
-    """pid -> kind of the switch agents and RDMA NICs this run started (emu.procstat)."""
+    """pid -> kind of the switch agents and RDMA NICs this run started (emu.observe.procstat)."""
     out = {}
     for sw in fnet.local_switches():  # (the agents of other servers are not ours to count)
         agent = getattr(fnet.net[sw.name], "agent", None) if fnet.net is not None else None
@@ -87,7 +87,7 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
     if plan.servers is not None:
         fnet_cm = ClusterNet(fab, plan.servers, run_dir=plan.run_dir,
                              shaping=not args.no_shaping, qos=qos, **extra)
-        term.say(f"Spread over {len(plan.servers.servers)} servers (emu.cluster):\n"
+        term.say(f"Spread over {len(plan.servers.servers)} servers (emu.cluster.net):\n"
                  + fnet_cm.placement.describe())
     else:
         fnet_cm = FabricNet(fab, run_dir=plan.run_dir, shaping=not args.no_shaping, qos=qos,

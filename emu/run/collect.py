@@ -1,9 +1,9 @@
 """Step 4 of `emu run`: stop sampling and keep every agent's and NIC's last counters
-(last_counters.json), then, after teardown, the run's summary.json (emu.report's
+(last_counters.json), then, after teardown, the run's summary.json (emu.observe.summary's
 schema: verdict, reachability, totals per switch and class, NIC totals, the workload's
 result and completion time in lab and model time, where the balanced flows' bytes went
-per switch and egress port ("paths", emu.paths), the fidelity guard's judgement
-(emu.guard) with the TDF and how it was chosen, CPU and peak memory per process kind).
+per switch and egress port ("paths", emu.observe.paths), the fidelity guard's judgement
+(emu.observe.guard) with the TDF and how it was chosen, CPU and peak memory per process kind).
 
 The verdict is "fidelity_lost" when the lab did not keep up with the model during a
 workload, whatever the checks say (their figures are model-time results of a lab that
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 
-from emu import faultreport, guard, paths, reach
-from emu.report import SCHEMA_VERSION, class_totals, nic_totals
+from emu.faults import reconverge as faultreport
+from emu.observe import guard, paths, reach
+from emu.observe.summary import SCHEMA_VERSION, class_totals, nic_totals
 from emu.run.build import Live
 from emu.run.autotdf import machine_cores
 from emu.run.plan import RunPlan
 from emu.run.workload import Outcome
-from fabric.fidelity import suggest_tdf
+from emucore.fidelity import suggest_tdf
 
 
 def stop_sampling(plan: RunPlan, live: Live) -> dict:
@@ -59,7 +60,7 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
     cores = machine_cores()
     cpu = {**live.procs.report(cores), "machine_cores": cores}
     judged = guard.judge(fab, {**all_counters, **worker_fidelity(wl)}, cpu, cores)
-    if plan.servers is not None:  # a verdict per server, combined (emu.cluster)
+    if plan.servers is not None:  # a verdict per server, combined (emu.cluster.net)
         judged["fidelity"] = guard.combine(judged["fidelity"], guard.by_server(
             fab, {**all_counters, **worker_fidelity(wl)}, live.fnet.node_servers()))
         if judged["fidelity"]["kept_up"] is False and judged["suggested_tdf"] is None:

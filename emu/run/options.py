@@ -10,7 +10,7 @@ from pathlib import Path
 
 from collectives.launch import MASTER_PORT, plan as job_plan
 from collectives.ring import RING_KINDS
-from fabric.timedil import parse_size
+from emucore.timedil import parse_size
 from topologies.model import Fabric
 
 #: workloads run as a PyTorch job, one worker per GPU (collectives.jobresult)

@@ -13,16 +13,19 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from emu import capture, faultplan, lbplan, placement, servers
-from emu.nics import uet_nic_options
+from emu.observe import capture
+from emu.faults import plan as faultplan
+from emu.realise import lbplan
+from emu.cluster import placer as placement, servers
+from emu.realise.nics import uet_nic_options
 from emu.run import options
-from fabric.faults import parse_schedule
-from fabric.qos.config import QosConfig
-from fabric.qos.load import load_qos
-from fabric.qos.cbfc import Cbfc
-from fabric.qos.llr import Llr
-from fabric.qos.trim import Trim
-from fabric.timedil import TimeDilation, parse_duration
+from emu.faults.schedule import parse_schedule
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.load import load_qos
+from emucore.qos.cbfc import Cbfc
+from emucore.qos.llr import Llr
+from emucore.qos.trim import Trim
+from emucore.timedil import TimeDilation, parse_duration
 from topologies.model import Fabric
 
 
@@ -41,13 +44,13 @@ class RunPlan:
     #: how the TDF was chosen: {"mode": "auto", "tdf", "need", "reason"} (emu.run.autotdf)
     #: or {"mode": "given", "tdf"}
     tdf_choice: dict | None = None
-    #: node -> ports that send no LLDP (a lab's `lldp_off`; emu.net.FabricNet)
+    #: node -> ports that send no LLDP (a lab's `lldp_off`; emu.realise.net.FabricNet)
     lldp_off: dict | None = None
-    #: switch -> fabric.lb.LoadBalance (`--lb`, a lab's `lb:`; emu.lbplan)
+    #: switch -> emucore.lbconfig.LoadBalance (`--lb`, a lab's `lb:`; emu.realise.lbplan)
     lb: dict | None = None
-    #: the fault schedule resolved against the fabric (`--fault`; emu.faultplan)
+    #: the fault schedule resolved against the fabric (`--fault`; emu.faults.plan)
     faults: tuple = ()
-    #: `--servers`: the servers the fabric is spread over (emu.servers, emu.cluster)
+    #: `--servers`: the servers the fabric is spread over (emu.cluster.servers, emu.cluster.net)
     servers: object = None
 
     @property

@@ -1,5 +1,5 @@
 """Step 5 of `emu run`: what the terminal shows at the end — reachability, the plots
-made (emu.plots), the table per switch and class (emu.report), what went wrong, the
+made (emu.observe.plots), the table per switch and class (emu.observe.summary), what went wrong, the
 captures, the fidelity guard's line, the verdict and the run directory; the exit status
 (EXIT_PASS, EXIT_FAIL, EXIT_FIDELITY_LOST: `python -m emu run --help`)."""
 
@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import sys
 
-from emu import faultreport, plots
-from emu.report import table_text, verdict_text
+from emu.faults import reconverge as faultreport
+from emu.observe import plots
+from emu.observe.summary import table_text, verdict_text
 from emu.run.plan import RunPlan
 from emu.run.workload import Outcome
 

@@ -1,4 +1,4 @@
-"""Step 3 of `emu run`: every GPU NIC pair pinged (emu.reach), then the workload run
+"""Step 3 of `emu run`: every GPU NIC pair pinged (emu.observe.reach), then the workload run
 over the fabric: RDMA WRITE / incast through the emulated NICs (traffic.workloads.rdma,
 book ch.9/12), a PyTorch job with one worker per GPU (collectives, ch.14), or the
 book's worked example (ch.2, no fabric). Each returns {"result", "ok", "text"}; the
@@ -14,21 +14,21 @@ import time
 from dataclasses import dataclass
 
 from collectives.jobresult import run_torch_workload
-from emu import reach
-from emu.faultrun import FaultRunner
-from emu.reach import Verdicts
+from emu.observe import reach
+from emu.faults.inject import FaultRunner
+from emu.observe.reach import Verdicts
 from emu.run.build import Live
 from emu.run.options import TORCH_WORKLOADS
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
-from traffic import nic_client
+from traffic.nic import client as nic_client
 from traffic.dcqcn import DcqcnProfile
 from traffic.workloads import bookexample, rdma
 
 
 def run(fnet, args: argparse.Namespace, w: dict, sampler=None, faults=None) -> dict:
     """Start the NICs of the GPUs involved and run the workload; result and verdict.
-    A fault schedule (emu.faultrun.FaultRunner) starts its clock at the first data frame
+    A fault schedule (emu.faults.inject.FaultRunner) starts its clock at the first data frame
     any of these NICs sends."""
     if args.workload == "bookexample":
         r = bookexample.run()
@@ -67,7 +67,7 @@ class Outcome:
     reach: Verdicts
     workload: dict | None  # {"result", "ok", "text"}, None without a workload
     workload_lab_s: float
-    faults: list | None = None  # emu.faultrun.FaultRunner.applied, with --fault
+    faults: list | None = None  # emu.faults.inject.FaultRunner.applied, with --fault
     reach_after: dict | None = None  # the ping matrix with the faults in effect
 
 

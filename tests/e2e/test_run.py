@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.report import validate_summary
+from emu.observe.summary import validate_summary
 
 from .runcheck import assert_checks_passed, passed
 

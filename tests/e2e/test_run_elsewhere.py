@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.report import validate_summary
+from emu.observe.summary import validate_summary
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

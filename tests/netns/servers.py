@@ -1,4 +1,4 @@
-"""A second server emulated on this machine for the tests (issue 17): emu.emuserver's
+"""A second server emulated on this machine for the tests (issue 17): emu.cluster.emuserver's
 namespace with its own sshd (and its own /dev/shm and /run/emu), skipped where OpenSSH
 is missing. Used by test_remote and test_cluster."""
 
@@ -6,7 +6,7 @@ import contextlib
 
 import pytest
 
-from emu import emuserver, remote
+from emu.cluster import emuserver, remote
 
 
 @contextlib.contextmanager

@@ -14,10 +14,11 @@ import subprocess
 
 import pytest
 
-from emu import leftovers, nsutil, reach
-from emu.cluster import ClusterNet
-from emu.servers import Servers, Server
-from fabric.qos.config import QosConfig
+from emu.realise import leftovers, nsutil
+from emu.observe import reach
+from emu.cluster.net import ClusterNet
+from emu.cluster.servers import Servers, Server
+from emucore.qos.qosconfig import QosConfig
 from topologies import load
 
 from . import servers
@@ -147,7 +148,7 @@ def test_kill9_of_emu_leaves_nothing_on_the_other_server(tmp_path):
         child = tmp_path / "child.py"
         child.write_text(
             "import sys, time\n"
-            "from emu.cluster import ClusterNet\nfrom emu.servers import Servers, Server\n"
+            "from emu.cluster.net import ClusterNet\nfrom emu.cluster.servers import Servers, Server\n"
             "from topologies import load\n"
             f"b = Server('b', {b.address!r}, identity={b.identity!r}, "
             f"known_hosts={b.known_hosts!r})\n"
@@ -189,7 +190,7 @@ def test_emu_clean_reaches_the_parts_of_a_dead_run(tmp_path):
     import subprocess
     import sys
 
-    from emu import remote
+    from emu.cluster import remote
 
     with servers.second_server(tmp_path) as (b, _tmp):
         tag, part_tag = nsutil.new_tag(), nsutil.new_tag()

@@ -13,8 +13,9 @@ import pytest
 from pyroute2 import netns as pr_netns
 
 import topologies
-from emu import nsutil, reach
-from emu.net import FabricNet
+from emu.realise import nsutil
+from emu.observe import reach
+from emu.realise.net import FabricNet
 
 from .polling import wait_for
 
@@ -66,7 +67,7 @@ def test_egress_shaping_holds_lab_rate(fnet):
     src, dst = fab.gpus["h1g1"], fab.gpus["h2g1"]
     lab_bps = fnet.td.lab_rate(fab.link_of("rail1", "eth2").model_bps)
     gen = fnet.host("h1").popen(
-        [sys.executable, "-m", "traffic.rawgen", "--iface", src.nic, "--src-ip", src.ip,
+        [sys.executable, "-m", "traffic.tools.rawgen", "--iface", src.nic, "--src-ip", src.ip,
          "--dst-ip", dst.ip, "--dst-mac", dst.mac, "--size", "9000",
          "--rate", str(2 * lab_bps), "--duration", "5"],
         cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -146,7 +147,7 @@ def test_ctrl_c_tears_everything_down():
 def test_captures_decode_in_tshark_and_show_the_hops(fnet, tmp_path):
     import shutil
 
-    from emu.capture import Captures
+    from emu.observe.capture import Captures
 
     if shutil.which("tshark") is None:
         pytest.skip("needs tshark (Debian package tshark; ./setup.sh installs it)")
@@ -166,12 +167,12 @@ def test_captures_decode_in_tshark_and_show_the_hops(fnet, tmp_path):
 
 
 def test_capture_bound_holds(fnet, tmp_path):
-    from emu.capture import Captures
+    from emu.observe.capture import Captures
 
     caps = Captures(tmp_path, bound_kb=50, snaplen=9216)
     caps.start(fnet, [("h2", "nic1")])
     src, dst = fnet.fabric.gpus["h1g1"], fnet.fabric.gpus["h2g1"]
-    fnet.host("h1").popen([sys.executable, "-m", "traffic.rawgen", "--iface", "nic1",
+    fnet.host("h1").popen([sys.executable, "-m", "traffic.tools.rawgen", "--iface", "nic1",
                            "--src-ip", src.ip, "--dst-ip", dst.ip, "--dst-mac", dst.mac,
                            "--size", "9000", "--count", "40", "--duration", "5"],
                           cwd=str(ROOT)).wait(30)

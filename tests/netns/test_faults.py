@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from emu import nsutil
-from emu.report import validate_summary
+from emu.realise import nsutil
+from emu.observe.summary import validate_summary
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +78,7 @@ def test_a_job_whose_peer_is_gone_fails_in_bounded_time_naming_it(tmp_path):
 def test_short_fuzz_run_no_crash_and_the_write_exact(capsys):
     """`emu bench fuzz` in small (the bench sends 100,000): 4,000 malformed frames of
     every category into a running agent and NIC while a 64 MB WRITE runs."""
-    from emu.bench_fuzz import fuzz_bench
+    from emu.bench.fuzz import fuzz_bench
 
     assert fuzz_bench(frames=4000, rate=2000.0, size=64 << 20) == 0  # outlasts 2 s of it
     out = capsys.readouterr().out

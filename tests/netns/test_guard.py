@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.report import validate_summary
+from emu.observe.summary import validate_summary
 from emu.run.report import EXIT_FIDELITY_LOST, EXIT_PASS
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e]
@@ -37,7 +37,7 @@ def test_an_overloaded_run_is_not_kept_up_and_exits_3(tmp_path):
     fid = s["fidelity"]
     assert s["verdict"] == "fidelity_lost" and fid["kept_up"] is False
     assert fid["p99_lag_model_us"] > fid["bound_model_us"] and fid["measured"] >= 4
-    assert s["suggested_tdf"] >= 2 * 50  # never below twice the TDF (fabric.fidelity)
+    assert s["suggested_tdf"] >= 2 * 50  # never below twice the TDF (emucore.fidelity)
     assert s["tdf"] == 50 and s["tdf_choice"]["mode"] == "given"
     assert "Fidelity: LOST" in r.stdout and f"--tdf {s['suggested_tdf']:g}" in r.stdout
     metrics = (tmp_path / "lost" / "metrics.csv").read_text()

@@ -4,7 +4,7 @@ foreign segments are untouched.
 
 Only the `emu run` process is killed, by pid: what it started (agents, NICs, LLDP
 speakers, captures, pings, the worker zygote and its workers) survives it, which is the
-point. The run's processes are found the way `emu clean` finds them (emu.leftovers: its
+point. The run's processes are found the way `emu clean` finds them (emu.realise.leftovers: its
 namespaces and the EMU_RUN=<tag> mark), its segments by name (/dev/shm/emu-<tag>-*).
 Four runs of rail2x4 at a fixed TDF (no calibration), each killed as soon as its phase
 is reached, none waiting for a workload to finish: the file stays within ~4 minutes.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from emu import leftovers, nsutil
-from traffic.nic_client import NicError, request
+from emu.realise import leftovers, nsutil
+from traffic.nic.client import NicError, request
 
 from .polling import wait_for
 

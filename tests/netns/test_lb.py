@@ -5,9 +5,9 @@ path accounting sees the flow on both uplinks."""
 import pytest
 
 import topologies
-from emu.net import FabricNet
-from fabric.lb import LoadBalance
-from fabric.qos.config import QosConfig
+from emu.realise.net import FabricNet
+from emucore.lbconfig import LoadBalance
+from emucore.qos.qosconfig import QosConfig
 from traffic.workloads import rdma
 
 pytestmark = pytest.mark.netns

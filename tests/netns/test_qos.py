@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import topologies
-from emu.capture import Captures
-from emu.net import FabricNet
-from fabric.qos.config import InterfaceQos, QosConfig, Watchdog
+from emu.observe.capture import Captures
+from emu.realise.net import FabricNet
+from emucore.qos.qosconfig import InterfaceQos, QosConfig, Watchdog
 
 from .polling import wait_for
 
@@ -34,7 +34,7 @@ def blast(fnet, src, dst, seconds, dscp=24, ecn=2, rate_factor=1.0, honor=True):
     s, d = fab.gpus[src], fab.gpus[dst]
     dst_mac = d.mac if s.rail == d.rail else s.gateway_mac
     rate = rate_factor * fnet.td.lab_rate(fab.link_of(s.host, s.nic).model_bps)
-    argv = [sys.executable, "-m", "traffic.rawgen", "--iface", s.nic, "--src-ip", s.ip,
+    argv = [sys.executable, "-m", "traffic.tools.rawgen", "--iface", s.nic, "--src-ip", s.ip,
             "--dst-ip", d.ip, "--dst-mac", dst_mac, "--size", str(FRAME), "--rate", str(rate),
             "--duration", str(seconds), "--dscp", str(dscp), "--ecn", str(ecn),
             "--dport", "4791", "--sport", str(49152 + hash(src) % 1000),
@@ -206,8 +206,8 @@ def test_watchdog_trips_on_a_host_that_never_stops_pausing():
     fab = topologies.load("rail1x2", spines=0, tdf=1000)  # 1 ms model = 1 s lab
     with FabricNet(fab, qos=qos) as f:
         assert f.wait_pfc() == {}
-        storm = ("import socket,time\nfrom fabric.wire.pfc import pause_frame\n"
-                 "from traffic.rawgen import iface_mac\n"
+        storm = ("import socket,time\nfrom emucore.wire.pause import pause_frame\n"
+                 "from traffic.tools.rawgen import iface_mac\n"
                  "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW); s.bind(('nic1',0))\n"
                  "f=pause_frame(iface_mac('nic1'),3,0xFFFF); t=time.monotonic()\n"
                  "while time.monotonic()-t<6:\n    s.send(f); time.sleep(0.05)\n")

@@ -1,5 +1,5 @@
 """A second server emulated on this machine (issue 17's test setup): a network namespace
-running its own sshd, reached from the first over a veth. `emu.remote.check` finds it
+running its own sshd, reached from the first over a veth. `emu.cluster.remote.check` finds it
 ready (SSH with a key, root, the same emu at the same path - the file system is shared
 but for /dev/shm and /run/emu -, VXLAN), and names it when the key is wrong; `emu show
 --servers --check` says the same."""
@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from emu import remote
-from emu.servers import Server
+from emu.cluster import remote
+from emu.cluster.servers import Server
 from . import servers
 
 pytestmark = pytest.mark.netns
@@ -30,11 +30,11 @@ def test_the_second_server_is_ready(second_server):
 
 def test_the_second_server_keeps_its_own_shared_memory_and_run_states(second_server):
     """As another machine: a block in /dev/shm or a run state in /run/emu made on one
-    side is not seen on the other (emu.emuserver.own_mounts); the rest is shared."""
+    side is not seen on the other (emu.cluster.emuserver.own_mounts); the rest is shared."""
     import os
     import secrets
 
-    from emu import nsutil
+    from emu.realise import nsutil
 
     server, tmp = second_server
     name = f"emu-test-{secrets.token_hex(4)}"

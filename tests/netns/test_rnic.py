@@ -11,11 +11,11 @@ import warnings
 import pytest
 
 import topologies
-from emu import guard
-from emu.capture import Captures
-from emu.net import FabricNet
-from fabric.qos.config import QosConfig
-from traffic.nic_client import request
+from emu.observe import guard
+from emu.observe.capture import Captures
+from emu.realise.net import FabricNet
+from emucore.qos.qosconfig import QosConfig
+from traffic.nic.client import request
 from traffic.workloads import rdma
 
 pytestmark = pytest.mark.netns
@@ -42,7 +42,7 @@ def tshark(path, flt, *fields):
 
 def guarded(fnet, gpus, work):
     """(work(), the fidelity guard's verdict on the agents and the NICs of `gpus` over
-    exactly that window) - a rate counts only when the lab kept up (emu.guard)."""
+    exactly that window) - a rate counts only when the lab kept up (emu.observe.guard)."""
     switches = [s.name for s in fnet.fabric.switches()]
     for s in switches:
         assert fnet.agent_request(s, {"cmd": "fidelity_reset"})["ok"]
@@ -168,7 +168,7 @@ def test_incast_marks_ce_sends_cnps_and_cuts_rates(incast):
     "DCQCN (paper profile) does not reach the fair share (C/3 +-15 %) within a 16 MB "
     "incast. With the book's 150 KB..3 MB WRED band the queue reaches MBs before the first "
     "CNP acts, every QP is cut several times, and additive increase (40 Mbps per 55 us) "
-    "needs >100 ms model to equalise (python -m traffic.bottleneck --ecn book: ~150 ms). "
+    "needs >100 ms model to equalise (python -m traffic.tools.bottleneck --ecn book: ~150 ms). "
     "Measured with the guard saying the lab kept up: 16 MB at TDF 8000 (emu bench "
     "fidelity) 0.17/0.13/0.13 of a fair share; 256 MB each with --qos paper at TDF 10000 "
     "(~5 min lab) 0.81/0.79/1.37. Reproduce: sudo .venv/bin/python -m emu run rail2x4 "

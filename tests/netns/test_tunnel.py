@@ -1,4 +1,4 @@
-"""A link between two servers as emu builds it (issue 17, emu.tunnel): two "servers" are
+"""A link between two servers as emu builds it (issue 17, emu.realise.tunnel): two "servers" are
 network namespaces joined by a veth underlay (MTU 9300); each end of the link is a VXLAN
 device created in its server's namespace and moved into a node's namespace - no bridge
 anywhere. A PFC frame, an LLDPDU with DCBX TLVs and a 9230-byte frame (the fabric's 9216
@@ -14,13 +14,13 @@ import pytest
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
-from emu import nsutil
-from emu.tunnel import VXLAN_OVERHEAD, vxlan_link
-from fabric.qos.config import QosConfig
-from fabric.wire.ether import mac_bytes
-from fabric.wire.lldp import build_lldp_frame
-from fabric.wire.pfc import pause_frame
-from traffic.rawgen import build_frame
+from emu.realise import nsutil
+from emu.realise.tunnel import VXLAN_OVERHEAD, vxlan_link
+from emucore.qos.qosconfig import QosConfig
+from emucore.wire.ether import mac_bytes
+from emucore.wire.lldp import build_lldp_frame
+from emucore.wire.pause import pause_frame
+from traffic.tools.rawgen import build_frame
 
 pytestmark = pytest.mark.netns
 

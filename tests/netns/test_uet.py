@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 import topologies
-from emu.net import FabricNet
-from fabric.qos.cbfc import Cbfc
-from fabric.qos.config import QosConfig
-from fabric.qos.trim import Trim
-from emu.capture import Captures
+from emu.realise.net import FabricNet
+from emucore.qos.cbfc import Cbfc
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.trim import Trim
+from emu.observe.capture import Captures
 from traffic.workloads import rdma
 
 pytestmark = pytest.mark.netns

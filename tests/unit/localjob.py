@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_ranks(n, target, tmp_path, backend="emu", timeout=180, env_extra=None, cwd=ROOT,
               check=True):
-    """Start n ranks of `python -m collectives.run TARGET...` in `cwd`; returns rank 0's
+    """Start n ranks of `python -m collectives.worker TARGET...` in `cwd`; returns rank 0's
     output and each rank's rank<R>.json result (None where there is none); fails naming
     the ranks that are still running after `timeout` s (and kills them), and, with
     `check`, those that exited non-zero."""
@@ -33,7 +33,7 @@ def run_ranks(n, target, tmp_path, backend="emu", timeout=180, env_extra=None, c
         env.update({"EMU_HOST": "local", "EMU_RESULT_DIR": str(tmp_path), "EMU_BACKEND": backend,
                     **WORKER_THREADS_ENV, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"})
         env.update(env_extra or {})
-        procs.append(subprocess.Popen([sys.executable, "-m", "collectives.run"] + target,
+        procs.append(subprocess.Popen([sys.executable, "-m", "collectives.worker"] + target,
                                       cwd=cwd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     try:

@@ -3,9 +3,9 @@
 import pytest
 
 from switch_agent.agent import Agent
-from switch_agent.config import AgentConfig, PortConfig
+from switch_agent.agentconfig import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute
-from traffic.rawgen import build_frame
+from traffic.tools.rawgen import build_frame
 
 from .fakes import FakeSock, mac
 
@@ -15,7 +15,7 @@ SPINE1, SPINE2 = "02:00:00:00:07:01", "02:00:00:00:08:01"
 
 
 def make_agent(rate=200e6, limit=10_000_000, drop_rate=0.0, delay=0.0, lb=None, dlb_macs=()):
-    """rail1 of rail2x4 at TDF 1000 with in-memory ports; `lb` a fabric.lb.LoadBalance."""
+    """rail1 of rail2x4 at TDF 1000 with in-memory ports; `lb` a emucore.lbconfig.LoadBalance."""
     ports = (PortConfig("eth1", ROUTER, 200e9, rate, delay, 101, "h1:nic1"),
              PortConfig("eth2", ROUTER, 200e9, rate, delay, 101, "h2:nic1"),
              PortConfig("eth5", "02:00:00:00:05:05", 400e9, 2 * rate, delay, None, "spine1:eth1"),

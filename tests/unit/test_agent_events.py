@@ -11,13 +11,13 @@ from collections import Counter
 import pytest
 
 import topologies
-from emu.net import FabricNet
-from fabric.qos.config import QosConfig
-from fabric.qos.queuing import QueueConfig, Queuing, book_queues
-from fabric.qos.wred import Wred
-from fabric.wire.lldp import build_lldp_frame
-from fabric.wire.pfc import build_pfc_frame, pause_frame
-from switch_agent.config import AgentConfig, PortConfig
+from emu.realise.net import FabricNet
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.queuing import QueueConfig, Queuing, book_queues
+from emucore.qos.wred import Wred
+from emucore.wire.lldp import build_lldp_frame
+from emucore.wire.pause import build_pfc_frame, pause_frame
+from switch_agent.agentconfig import AgentConfig, PortConfig
 from switch_agent.queues import WRED_BIN_BYTES, WRED_BINS, PortQueues
 
 from .fakes import mac
@@ -352,7 +352,7 @@ def test_port_counters_show_wred_bins_of_queues_that_saw_traffic():
 
 def cnp_to(dst):
     """A real CNP (scapy_cnp) from h1 to host dst, bytes as a NIC sends it."""
-    from fabric.wire.roce import scapy_cnp
+    from emucore.wire.roce import scapy_cnp
     return bytes(scapy_cnp(H[0], H[dst], "10.0.1.11", f"10.0.1.{11 + dst}", 0xC0DE, 0x42))
 
 

@@ -1,4 +1,4 @@
-"""The switch agent's fidelity guard (fabric.fidelity.LagMeter in `Agent.meter`): with a
+"""The switch agent's fidelity guard (emucore.fidelity.LagMeter in `Agent.meter`): with a
 fake clock that keeps time exactly nothing is late; a loop that stalls records exactly
 the stall, in model time (TDF 1000: 1 ms lab = 1 us model), once, on the action it
 delayed. And the poll loop's wait wakes to the microsecond without spinning."""
@@ -11,8 +11,8 @@ import types
 
 import pytest
 
-from fabric.fidelity import HIST_LEN
-from fabric.wire.pfc import pause_frame
+from emucore.fidelity import HIST_LEN
+from emucore.wire.pause import pause_frame
 from switch_agent import control
 from switch_agent.serve import wait
 

@@ -5,13 +5,13 @@ import dataclasses
 import random
 
 from switch_agent.agent import Agent
-from switch_agent.config import AgentConfig, PortConfig
+from switch_agent.agentconfig import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute
-from fabric.wire.lldp import build_lldp_frame
-from fabric.wire.pfc import is_pfc, parse_pfc, pause_frame
-from fabric.qos.config import QosConfig
-from fabric.qos.interface import InterfaceQos, Watchdog
-from traffic.rawgen import build_frame
+from emucore.wire.lldp import build_lldp_frame
+from emucore.wire.pause import is_pfc, parse_pfc, pause_frame
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.interface import InterfaceQos, Watchdog
+from traffic.tools.rawgen import build_frame
 
 from .fakes import FakeSock, mac
 
@@ -217,7 +217,7 @@ def test_lldp_sent_on_every_port_by_the_timer():
 
 
 def test_lldp_frames_are_built_and_parsed_once(monkeypatch):
-    from fabric.wire import lldp
+    from emucore.wire import lldp
 
     calls = {"build": 0, "parse": 0}
     real_build, real_parse = lldp.build_lldp_frame, lldp.parse_lldp_frame

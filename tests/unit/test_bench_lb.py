@@ -2,7 +2,7 @@
 
 import pytest
 
-from emu import bench_lb
+from emu.bench import lb as bench_lb
 
 
 def test_permutation_crosses_hosts_and_rails():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from emu.bench_transport import allreduce_row, incast_row
+from emu.bench.transport import allreduce_row, incast_row
 
 
 def test_incast_row_reads_completion_queue_pauses_trims(tmp_path):

@@ -1,10 +1,10 @@
-"""DCQCN's convergence on one bottleneck (traffic.bottleneck runs the product's reaction
+"""DCQCN's convergence on one bottleneck (traffic.tools.bottleneck runs the product's reaction
 point, notification point and WRED code): docs/DCQCN_PARAMS.md "N long flows into one port
 converge to C/N each"."""
 
 import pytest
 
-from traffic.bottleneck import main, simulate
+from traffic.tools.bottleneck import main, simulate
 
 
 @pytest.mark.parametrize("senders,seed", [(2, 2), (3, 1), (3, 3), (4, 2)])

@@ -1,16 +1,16 @@
-"""Credit-based flow control, modelled (issue 16, fabric.qos.cbfc): the credit update's
+"""Credit-based flow control, modelled (issue 16, emucore.qos.cbfc): the credit update's
 bytes, the credit state, the LLDP negotiation that replaces PFC on switch links only,
 and two agents' ports stopping on exhausted credits and resuming on returned ones."""
 
 import pytest
 from scapy.layers.l2 import Ether
 
-from fabric.qos.cbfc import Cbfc, CreditState
-from fabric.qos.config import QosConfig
-from fabric.wire import lldp
-from fabric.wire.cbfc import CbfcUpdate, build_credit_frame, parse_credit
+from emucore.qos.cbfc import Cbfc, CreditState
+from emucore.qos.qosconfig import QosConfig
+from emucore.wire import lldp
+from emucore.wire.credit import CbfcUpdate, build_credit_frame, parse_credit
 from switch_agent.dcbx import Dcbx
-from traffic.rawgen import build_frame
+from traffic.tools.rawgen import build_frame
 
 from .fakes import mac
 from .test_agent import H1, ROUTER, run

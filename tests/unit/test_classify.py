@@ -1,4 +1,4 @@
-"""DSCP classification and ECN marking (fabric.qos.classify), book ch.11 Examples 11-1/11-2."""
+"""DSCP classification and ECN marking (emucore.qos.classify), book ch.11 Examples 11-1/11-2."""
 
 import random
 
@@ -6,7 +6,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from fabric.qos.classify import (
+from emucore.qos.classify import (
     Classification, Classifier, TrafficClass, ecn_bits, ecn_capable, is_ect, mark_ce,
     mark_ce_inplace, set_ce)
 from switch_agent.forward import ipv4_checksum

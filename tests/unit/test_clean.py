@@ -1,7 +1,7 @@
 """`emu clean` after a `kill -9` of `emu run` (issue 14), without root: which processes,
 shared-memory segments, namespaces and state belong to a run, on directories of fake
-/proc, /dev/shm, /run/netns and /run/emu entries (emu.leftovers, emu.nsutil.clean), and
-where the run's marks are set (fabric.runmark: EMU_RUN=<tag>, emu-<tag>-<kind>-...)."""
+/proc, /dev/shm, /run/netns and /run/emu entries (emu.realise.leftovers, emu.realise.nsutil.clean), and
+where the run's marks are set (emucore.runmark: EMU_RUN=<tag>, emu-<tag>-<kind>-...)."""
 
 from __future__ import annotations
 
@@ -17,19 +17,19 @@ import topologies
 from collectives.comm import Communicator
 from collectives.launch import plan, worker_env
 from collectives.rendezvous import PeerInfo
-from emu import leftovers, nsutil
+from emu.realise import leftovers, nsutil
 from emu.cli import build_parser, clean_counts
-from emu.leftovers import Places
-from emu.nodes import EmuNode
-from fabric.runmark import RUN_ENV, is_tag, marked_env, shm_name, shm_tag, tag_of_environ
-from traffic.nic_client import NicClient, new_shm
-from traffic.nic_config import NicConfig
-from traffic.nic_ctl import ControlServer
+from emu.realise.leftovers import Places
+from emu.realise.nodes import EmuNode
+from emucore.runmark import RUN_ENV, is_tag, marked_env, shm_name, shm_tag, tag_of_environ
+from traffic.nic.client import NicClient, new_shm
+from traffic.nic.nicconfig import NicConfig
+from traffic.nic.ctl import ControlServer
 
 TAG, OTHER = "ab12", "cd34"
 
 
-# -- the marks (fabric.runmark) ---------------------------------------------------------
+# -- the marks (emucore.runmark) ---------------------------------------------------------
 @pytest.mark.parametrize("block,tag", [
     (b"PATH=/bin\0EMU_RUN=ab12\0HOME=/root\0", "ab12"),
     (b"EMU_RUN=ab12", "ab12"),                      # the last entry, no trailing NUL
@@ -179,7 +179,7 @@ def test_new_shm_is_named_after_the_run():
         shm.unlink()
 
 
-# -- selection on fake directories (emu.leftovers) ----------------------------------------
+# -- selection on fake directories (emu.realise.leftovers) ----------------------------------------
 def _places(root: Path) -> Places:
     p = Places(proc=root / "proc", shm=root / "shm", state=root / "state",
                netns=root / "netns")
@@ -294,7 +294,7 @@ def test_remove_state_counts_the_sockets(tmp_path):
     assert leftovers.remove_state(d) == 0
 
 
-# -- clean on fake directories (emu.nsutil.clean) ------------------------------------------
+# -- clean on fake directories (emu.realise.nsutil.clean) ------------------------------------------
 class _Ender:
     """Stands in for kill_pids: records the pids and makes them vanish from fake /proc."""
 

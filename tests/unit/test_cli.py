@@ -75,7 +75,7 @@ def test_a_given_tdf_is_used_as_given(capsys):
 
 def test_pcap_selection():
     import topologies
-    from emu.capture import select
+    from emu.observe.capture import select
 
     fab = topologies.load("rail2x4")
     assert len(select(fab, "hosts")) == 8
@@ -124,7 +124,7 @@ def test_bad_run_option_exits_2_before_root_is_asked():
 
 
 def test_processes_get_absolute_paths_only():
-    from emu.procs import run_module
+    from emu.realise.procs import run_module
 
     class Node:
         def popen(self, argv, **kw):

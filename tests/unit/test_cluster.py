@@ -10,10 +10,10 @@ import subprocess
 import pytest
 
 import topologies
-from emu import remote
-from emu import servers as srv
-from emu.placement import SLACK, cut_links, place, work_of
-from emu.tunnel import check_mtu, compensated_delay, min_tdf
+from emu.cluster import remote
+from emu.cluster import servers as srv
+from emu.cluster.placer import SLACK, cut_links, place, work_of
+from emu.realise.tunnel import check_mtu, compensated_delay, min_tdf
 from topologies.model import Link, Port
 
 
@@ -211,7 +211,7 @@ def test_ping_summary_is_read():
 
 
 def test_cluster_plan_of_rail2x4_on_two_servers():
-    from emu import clusterplan
+    from emu.cluster import plan as clusterplan
 
     fab = topologies.load("rail2x4", tdf=10000)
     p = place(fab, ["a", "b"])
@@ -244,7 +244,7 @@ def test_cluster_plan_of_rail2x4_on_two_servers():
 
 
 def test_cluster_plan_refuses_a_link_shorter_than_its_tunnel_and_too_many_tunnels():
-    from emu import clusterplan
+    from emu.cluster import plan as clusterplan
 
     fab = topologies.load("rail2x4", tdf=10)
     p = place(fab, ["a", "b"])
@@ -257,10 +257,10 @@ def test_cluster_plan_refuses_a_link_shorter_than_its_tunnel_and_too_many_tunnel
 
 
 def test_reachability_runs_one_shell_per_host_and_sorts_the_lines(tmp_path, monkeypatch):
-    """emu.reach.check_all: every pair's ping output comes back tagged with its number
+    """emu.observe.reach.check_all: every pair's ping output comes back tagged with its number
     from one shell per source host; a fake `ping` answers with the TTL its target's last
     octet names, and loses the pings to 10.0.2.14."""
-    from emu import reach
+    from emu.observe import reach
 
     fake = tmp_path / "ping"
     fake.write_text('#!/bin/sh\nfor a; do dst=$a; done\n'
@@ -304,7 +304,7 @@ def test_each_pair_of_servers_compensates_its_own_latency():
     """rail2x4 on three servers, pinned: rail1 and spine1 on a, rail2 and spine2 on b,
     the hosts on c. Every pair is joined by links; each tunnel subtracts its own pair's
     latency (a-b 10 us, a-c 20 us, b-c 30 us) from the 10 ms lab of 1 us at TDF 10000."""
-    from emu import clusterplan
+    from emu.cluster import plan as clusterplan
 
     fab = topologies.load("rail2x4", tdf=10000)
     pins = {"rail1": "a", "spine1": "a", "rail2": "b", "spine2": "b",
@@ -325,7 +325,7 @@ def test_each_pair_of_servers_compensates_its_own_latency():
 
 
 def test_a_capture_from_a_server_whose_clock_is_off_is_put_on_ours(tmp_path):
-    """emu.capture: a pcap streamed from another server whose clock was measured 2.5 s
+    """emu.observe.capture: a pcap streamed from another server whose clock was measured 2.5 s
     ahead of ours has every timestamp moved 2.5 s back at stop (editcap), so all pcaps
     of a run share one lab-time axis; a capture without a shift is left as it is."""
     import shutil
@@ -333,7 +333,7 @@ def test_a_capture_from_a_server_whose_clock_is_off_is_put_on_ours(tmp_path):
     from scapy.layers.l2 import Ether
     from scapy.utils import rdpcap, wrpcap
 
-    from emu.capture import Captures
+    from emu.observe.capture import Captures
 
     if shutil.which("editcap") is None:
         pytest.skip("needs editcap (wireshark-common: ./setup.sh installs it)")
@@ -354,7 +354,7 @@ def test_a_capture_from_a_server_whose_clock_is_off_is_put_on_ours(tmp_path):
 
 
 def test_a_clock_shift_is_applied_only_beyond_its_uncertainty():
-    from emu.cluster import ClusterNet
+    from emu.cluster.net import ClusterNet
 
     net = ClusterNet.__new__(ClusterNet)
     net.plan, net.placement = {}, type("P", (), {"server_of": {"h3": "b", "h4": "c"}})()
@@ -364,7 +364,7 @@ def test_a_clock_shift_is_applied_only_beyond_its_uncertainty():
 
 
 def test_bench_cluster_reads_a_summary_and_refuses_a_bad_size():
-    from emu.bench_cluster import row
+    from emu.bench.cluster import row
 
     s = {"build_s": 3.5, "workload_lab_s": 17.1,
          "fidelity": {"kept_up": True, "p99_lag_model_us": 0.042},
@@ -382,10 +382,10 @@ def test_bench_cluster_reads_a_summary_and_refuses_a_bad_size():
 
 
 def test_a_parts_files_land_in_the_run_directory_on_our_clock(tmp_path):
-    """emu.cluster.keep_files: a log as it is; an event file with every "t" (model us of
+    """emu.cluster.net.keep_files: a log as it is; an event file with every "t" (model us of
     the server's CLOCK_MONOTONIC) moved by its clock's lead: 2 s ahead at TDF 10000 is
     200 us model earlier here; lines that are not JSON are dropped."""
-    from emu.cluster import keep_files
+    from emu.cluster.net import keep_files
 
     keep_files(tmp_path, {"nic-h3g1.log": "started\n",
                           "events/h3g1.jsonl": '{"t":4526204.36,"node":"h3g1","ev":"wr_post"}\n'
@@ -398,16 +398,16 @@ def test_a_parts_files_land_in_the_run_directory_on_our_clock(tmp_path):
 
 
 def test_a_faults_actions_go_to_the_server_of_each_node(tmp_path):
-    """emu.faultrun over servers: `nic h3g1 down/up` and `pause h3g1` act on h3 (server
+    """emu.faults.inject over servers: `nic h3g1 down/up` and `pause h3g1` act on h3 (server
     b) through b's part and on rail1 (here) in this process; every switch's routes are
     pushed where the switch is; the part answers an `ops` request with the same call on
     its own NodeOps and refuses any other."""
-    from emu import part as partmod
-    from emu.cluster import ClusterNet
-    from emu.faultplan import resolve
-    from fabric.faults import parse_schedule
-    from fabric.timedil import TimeDilation
-    from fabric.wire.pfc import pause_frame
+    from emu.cluster import part as partmod
+    from emu.cluster.net import ClusterNet
+    from emu.faults.plan import resolve
+    from emu.faults.schedule import parse_schedule
+    from emucore.timedil import TimeDilation
+    from emucore.wire.pause import pause_frame
 
     fab = topologies.load("rail2x4")
     calls = []
@@ -431,7 +431,7 @@ def test_a_faults_actions_go_to_the_server_of_each_node(tmp_path):
     net.local = {n for n in fab.nodes if n not in ("h3", "h4")}
     net.plan, net.placement = {}, type("P", (), {"server_of": {"h3": "b", "h4": "b"}})()
     net.parts, net._ops = {"b": Part()}, Ops("a")
-    from emu.faultrun import FaultRunner
+    from emu.faults.inject import FaultRunner
 
     steps = resolve(fab, parse_schedule(["10us nic h3g1 down; 20us nic h3g1 up; "
                                          "30us pause h3g1 prio=3 quanta=100"]))
@@ -471,14 +471,14 @@ def test_a_faults_actions_go_to_the_server_of_each_node(tmp_path):
 
 def test_rdma_memory_of_a_nic_elsewhere_is_made_filled_and_checked_there():
     """--workload write/incast over servers: a NIC on another server registers a block
-    its part made (emu.part.Blocks, emu.cluster.RemoteShm); the region is filled there
+    its part made (emu.cluster.part.Blocks, emu.cluster.net.RemoteShm); the region is filled there
     and compared by SHA-256, and dropping it unlinks it there."""
     import hashlib
     import os
 
-    from emu.cluster import RemoteShm
-    from emu.part import Blocks
-    from traffic.nic_client import MemoryRegion, new_shm
+    from emu.cluster.net import RemoteShm
+    from emu.cluster.part import Blocks
+    from traffic.nic.client import MemoryRegion, new_shm
 
     blocks = Blocks("beef")
 
@@ -513,7 +513,7 @@ def test_rdma_memory_of_a_nic_elsewhere_is_made_filled_and_checked_there():
 
 
 def test_servers_are_checked_at_once_and_named_in_order(monkeypatch):
-    """emu.remote.check_all: one thread per server (three checks of 0.3 s take about
+    """emu.cluster.remote.check_all: one thread per server (three checks of 0.3 s take about
     0.3 s), the problems in the servers file's order whatever finishes first."""
     import time
 

@@ -1,4 +1,4 @@
-"""CM handshake (traffic/cm.py): exact bytes, validation, REQ/REP/RTU over loopback TCP."""
+"""CM handshake (traffic/nic/cm.py): exact bytes, validation, REQ/REP/RTU over loopback TCP."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from traffic.cm import (CmError, CmRej, CmRep, CmReq, CmRtu, cm_connect, cm_listen, decode,
+from traffic.nic.cm import (CmError, CmRej, CmRep, CmReq, CmRtu, cm_connect, cm_listen, decode,
                         encode)
 
 REQ = CmReq(comm_id=1, local_qpn=0x123456, start_psn=0x000ABC, pkey=0x8012, path_mtu=1024,
@@ -85,7 +85,7 @@ def test_rep_for_another_request_is_refused() -> None:
 
 
 def test_a_nics_cm_port_outlives_a_peer_that_reset_and_an_exchange_that_failed(tmp_path):
-    """traffic.nic_ctl's CM loop: a peer that resets its connection mid-message, and an
+    """traffic.nic.ctl's CM loop: a peer that resets its connection mid-message, and an
     exchange whose QP cannot be moved to RTR, are logged and the QP marked; the port
     answers the next REQ. (Before, either ended the port's thread for good while the
     kernel went on accepting its connections: a 30 s "not accepting" on connect, the
@@ -96,8 +96,8 @@ def test_a_nics_cm_port_outlives_a_peer_that_reset_and_an_exchange_that_failed(t
     import threading
     from types import SimpleNamespace
 
-    from traffic.cm import CmRep, CmReq, cm_connect
-    from traffic.nic_ctl import ControlServer
+    from traffic.nic.cm import CmRep, CmReq, cm_connect
+    from traffic.nic.ctl import ControlServer
 
     class Nic:
         def __init__(self):

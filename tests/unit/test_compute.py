@@ -14,7 +14,7 @@ from collectives.compute.meter import attach, count_step
 from collectives.compute.opmode import GpuOps
 from collectives.compute.split import intersect, split, union
 from collectives.compute.summary import rank_split
-from fabric.timedil import TimeDilation
+from emucore.timedil import TimeDilation
 
 H100 = GpuModel.h100()
 RECORDS = json.loads((DATA / "h100-flopcounter.json").read_text())

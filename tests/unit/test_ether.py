@@ -1,8 +1,8 @@
-"""MAC address conversions (fabric/wire/ether.py): exact bytes, errors naming the field."""
+"""MAC address conversions (emucore/wire/ether.py): exact bytes, errors naming the field."""
 
 import pytest
 
-from fabric.wire.ether import mac_bytes, mac_str
+from emucore.wire.ether import mac_bytes, mac_str
 
 
 @pytest.mark.parametrize("text,raw", [

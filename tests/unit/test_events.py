@@ -1,9 +1,9 @@
-"""fabric.events: one JSON line per event, model microseconds on one clock, a cap."""
+"""emucore.eventlog: one JSON line per event, model microseconds on one clock, a cap."""
 
 import json
 
-from fabric.events import EventLog, model_us, read_events
-from fabric.timedil import TimeDilation
+from emucore.eventlog import EventLog, model_us, read_events
+from emucore.timedil import TimeDilation
 
 TD = TimeDilation(5000.0)
 

@@ -6,12 +6,12 @@ switch-down and degrade handling with in-memory ports."""
 import pytest
 
 import topologies
-from emu import faultreport
-from emu.faultplan import FaultState, resolve
-from fabric.faults import Fault, parse_schedule
+from emu.faults import reconverge as faultreport
+from emu.faults.plan import FaultState, resolve
+from emu.faults.schedule import Fault, parse_schedule
 from switch_agent import kernel
 from switch_agent.forward import FibRoute
-from traffic.rawgen import build_frame
+from traffic.tools.rawgen import build_frame
 
 from .fakes import mac
 from .test_agent import H1, ROUTER, make_agent, run
@@ -237,7 +237,7 @@ def test_port_degrade_loss_rate_delay_and_restore():
 
 
 def test_compare_reach_names_every_pair_that_differs():
-    from emu.faultplan import compare_reach
+    from emu.faults.plan import compare_reach
     expected = {("a", "b"): True, ("b", "a"): True, ("a", "c"): False}
     got = {("a", "b"): True, ("b", "a"): False, ("a", "c"): True}
     r = compare_reach(expected, got)
@@ -306,7 +306,7 @@ def test_show_mac_address_table_per_vlan():
     ("h1g1", "h2g2", 0, None, False),
 ])
 def test_a_reply_counts_only_when_it_crossed_the_fabric(fab, src, dst, received, ttl, over):
-    from emu.reach import PairResult, via_fabric
+    from emu.observe.reach import PairResult, via_fabric
     assert via_fabric(fab, PairResult(src, dst, 2, received, ttl, 0.1)) is over
 
 
@@ -322,7 +322,7 @@ def test_share_is_the_fraction_of_variants_meeting_a_bound():
 
 
 def test_spraying_samples_one_packet_in_256_per_flow():
-    from fabric.lb import LoadBalance
+    from emucore.lbconfig import LoadBalance
     a = make_agent(lb=LoadBalance(mode="spray"))
     seen = []
     a.balancer.on_spray = lambda flow, port, n, now: seen.append((flow, port, n))

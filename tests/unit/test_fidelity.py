@@ -1,13 +1,13 @@
 """The fidelity guard's pure part: lag accounting, percentiles, merging, the verdict and
-the suggested TDF (fabric/fidelity.py)."""
+the suggested TDF (emucore/fidelity.py)."""
 
 import math
 
 import pytest
 
-from fabric.fidelity import (BUCKET_EDGES, HIST_LEN, LagMeter, lag_bound_model_s, merge, nice_up, percentile, suggest_tdf, verdict)
-from fabric.rawsock import TIMER_SLACK_NS, tighten_timer_slack
-from fabric.timedil import TimeDilation
+from emucore.fidelity import (BUCKET_EDGES, HIST_LEN, LagMeter, lag_bound_model_s, merge, nice_up, percentile, suggest_tdf, verdict)
+from emucore.rawsock import TIMER_SLACK_NS, tighten_timer_slack
+from emucore.timedil import TimeDilation
 
 TD = TimeDilation(5000)
 

@@ -7,10 +7,10 @@ from hashlib import blake2b
 
 import pytest
 
-from fabric.wire.ether import mac_bytes
+from emucore.wire.ether import mac_bytes
 from switch_agent.forward import (Fib, FibRoute, decrement_ttl, ecmp_hash, flow_key, ipv4_checksum,
                                   route_rewrite)
-from traffic.rawgen import build_frame
+from traffic.tools.rawgen import build_frame
 
 A = bytes.fromhex("020000000101")
 R = bytes.fromhex("020000000500")

@@ -1,8 +1,8 @@
-"""Issue 14: fuzzed frames. The malformed-frame generator (fabric.fuzz) is deterministic
+"""Issue 14: fuzzed frames. The malformed-frame generator (emu.bench.frames) is deterministic
 and covers its categories; fed in-process to the pure parsers, the switch agent's
 on_frame and the NIC's on_frame, no frame raises, each is dropped and counted, and
 legitimate traffic after the garbage still flows. No root: in-memory ports and wires.
-`python -m emu bench fuzz` (emu.bench_fuzz) does the same on a real fabric."""
+`python -m emu bench fuzz` (emu.bench.fuzz) does the same on a real fabric."""
 
 import collections
 import random
@@ -10,12 +10,12 @@ import traceback
 
 import pytest
 
-from fabric.fuzz import CATEGORIES, base_frames, malformed_frames
-from fabric.wire.inet import ones_sum, udp4_ok
-from fabric.wire.lldp import parse_lldp_frame
-from fabric.wire.pfc import pause_frame, parse_pfc
-from fabric.wire.roce import icrc_of, icrc_reference
-from fabric.wire.templates import malformed, parse
+from emu.bench.frames import CATEGORIES, base_frames, malformed_frames
+from emucore.wire.inet import ones_sum, udp4_ok
+from emucore.wire.lldp import parse_lldp_frame
+from emucore.wire.pause import pause_frame, parse_pfc
+from emucore.wire.roce import icrc_of, icrc_reference
+from emucore.wire.templates import malformed, parse
 from switch_agent.forward import FibRoute
 from traffic.verbs import QPState, WCStatus
 
@@ -160,7 +160,7 @@ def test_agent_drops_ipv4_frames_cut_in_their_header(dst, n, site):
 
 def test_agent_drops_a_cut_ipv4_header_instead_of_marking_it():
     # queue 3 of eth4 above WRED min (150 KB), then a 17-byte ECT(0) IPv4 frame to h4:
-    # WRED marks it, fabric.qos.classify.mark_ce reads frame[24] and raises IndexError
+    # WRED marks it, emucore.qos.classify.mark_ce reads frame[24] and raises IndexError
     a = routed_agent()
     a.ports["eth4"].queues.rng = lambda: 0.0  # WRED marks every frame above min
     for _ in range(40):
@@ -352,7 +352,7 @@ def test_nic_survives_fuzzed_frames_counts_each_and_writes_afterwards():
 
 # -- emu bench fuzz: its pure parts (the bench itself needs root) ---------------------
 def test_bench_interleaves_injects_and_reports(capsys):
-    from emu import bench_fuzz
+    from emu.bench import fuzz as bench_fuzz
 
     class Sock:  # as AF_PACKET on a veth with MTU 9216
         def send(self, f):
@@ -382,7 +382,7 @@ def test_bench_interleaves_injects_and_reports(capsys):
 
 
 def test_bench_sends_only_frames_a_wire_can_carry():
-    from emu import bench_fuzz
+    from emu.bench import fuzz as bench_fuzz
     frames = bench_fuzz.sendable(1, 500, BASE)
     assert len(frames) == 500 and min(len(f) for _, f in frames) >= 14
     assert frames == bench_fuzz.sendable(1, 500, BASE)

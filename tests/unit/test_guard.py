@@ -1,4 +1,4 @@
-"""The fidelity guard of a run (emu.guard, emu.metrics.fidelity_rows, emu.procstat,
+"""The fidelity guard of a run (emu.observe.guard, emu.observe.metrics.fidelity_rows, emu.observe.procstat,
 summary.json and the terminal), with fake counters as the agents and NICs will report
 them: counters["fidelity"] = LagMeter.snapshot() + {"cpu_s"}."""
 
@@ -10,18 +10,18 @@ from types import SimpleNamespace
 import pytest
 
 import topologies
-from emu import guard
+from emu.observe import guard
 from emu.cli import build_parser
-from emu.metrics import fidelity_rows
-from emu.procstat import CpuTracker, parse_hwm_kb, parse_pss_kb, parse_stat
-from emu.reach import PairResult, judge as reach_judge
-from emu.report import report, validate_summary
+from emu.observe.metrics import fidelity_rows
+from emu.observe.procstat import CpuTracker, parse_hwm_kb, parse_pss_kb, parse_stat
+from emu.observe.reach import PairResult, judge as reach_judge
+from emu.observe.summary import report, validate_summary
 from emu.run import collect
 from emu.run.plan import make_plan
 from emu.run.report import EXIT_FIDELITY_LOST, EXIT_PASS, print_report
 from emu.run.workload import Outcome
-from fabric.fidelity import LagMeter, lag_bound_model_s
-from fabric.timedil import TimeDilation
+from emucore.fidelity import LagMeter, lag_bound_model_s
+from emucore.timedil import TimeDilation
 
 FAB = topologies.load("rail2x4")  # 9216 B MTU; host links 200G, uplinks 400G
 TD = TimeDilation(FAB.tdf)
@@ -147,7 +147,7 @@ def test_cpu_per_process_kind(tmp_path):
         200: (100, 0, 1000, b"mnexec"),                    # a namespace's shell
         201: (200, 7 * tick, 30_000, b"python\0-m\0switch_agent"),  # 7 s of start-up
         300: (100, 0, 30_000, b"python\0-m\0traffic.nic"),   # a NIC (known)
-        400: (200, 0, 200_000, b"python\0-m\0collectives.run\0--module\0x"),
+        400: (200, 0, 200_000, b"python\0-m\0collectives.worker\0--module\0x"),
         999: (1, 0, 10, b"unrelated")})
     clock = iter([0.0, 10.0, 10.0])
     t = CpuTracker(100, lambda: {201: "agents", 300: "nics"}, proc=tmp_path,
@@ -155,7 +155,7 @@ def test_cpu_per_process_kind(tmp_path):
     t.start()  # what emu and the agent used before the run (imports, set-up) is not counted
     fake_proc(tmp_path, {100: (1, 1 + 2 * tick, 50_000, b"emu"),
                          201: (200, 10 * tick, 30_000, b"x"), 300: (100, 5 * tick, 30_000, b"x"),
-                         400: (200, 6 * tick, 200_000, b"python\0-m\0collectives.run")})
+                         400: (200, 6 * tick, 200_000, b"python\0-m\0collectives.worker")})
     t.sample()
     r = t.report(cores=2)
     assert r["wall_s"] == 10.0 and r["cores_used"] == pytest.approx(1.6)
@@ -251,7 +251,7 @@ def test_emu_report_shows_the_fidelity_line(tmp_path):
 
 
 def test_process_line_names_cores_and_memory_per_kind():
-    from emu import procstat
+    from emu.observe import procstat
     cpu = {"wall_s": 10.0, "cores_used": 1.6, "pss_peak_mb": 1234.4,
            "agents": {"cores": 0.3, "processes": 4, "pss_peak_mb": 80.2},
            "nics": {"cores": 0.5, "processes": 8, "pss_peak_mb": 160.0},
@@ -265,7 +265,7 @@ def test_process_line_names_cores_and_memory_per_kind():
 
 
 def test_a_fabric_spread_over_servers_is_judged_per_server_and_combined():
-    """emu.cluster: rail1 and h1 on server a, rail2 on b. b's agent lags 5 us on 5 of its
+    """emu.cluster.net: rail1 and h1 on server a, rail2 on b. b's agent lags 5 us on 5 of its
     100 actions - past the 1 us bound at its p99 - while the run-wide p99 over a's 1000
     actions stays in; the combined verdict is 'behind', naming server b."""
     c = {"rail1": {"ports": {}, "fidelity": snap([0.0] * 1000)},

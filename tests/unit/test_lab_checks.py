@@ -5,7 +5,7 @@ import math
 import pytest
 
 from emu.lab import checks as C
-from fabric.qos.wred import Wred
+from emucore.qos.wred import Wred
 
 EVENTS = [
     {"t": 1.0, "node": "lab", "ev": "flow_start", "flow": "a"},

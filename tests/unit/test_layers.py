@@ -1,6 +1,6 @@
 """The layering of docs/ARCHITECTURE.md holds for every product module.
 
-fabric  <-  topologies, switch_agent, traffic  <-  collectives  <-  emu
+emucore  <-  topologies, switch_agent, traffic  <-  collectives  <-  emu
 
 Every import statement is read from the source (module level, inside functions, inside
 `if`/`try`), so no edge can hide; project imports belong at the top of the module (an
@@ -19,18 +19,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: package -> the project packages it may import (besides itself).
 ALLOWED = {
-    "fabric": set(),
-    "topologies": {"fabric"},
-    "switch_agent": {"fabric"},
-    "traffic": {"fabric"},
-    "collectives": {"fabric", "traffic"},
-    "emu": {"fabric", "topologies", "switch_agent", "traffic", "collectives"},
+    "emucore": set(),
+    "topologies": {"emucore"},
+    "switch_agent": {"emucore"},
+    "traffic": {"emucore"},
+    "collectives": {"emucore", "traffic"},
+    "emu": {"emucore", "topologies", "switch_agent", "traffic", "collectives"},
 }
 PACKAGES = set(ALLOWED)
 
 #: (module, imported module) -> why the import waits until it is needed.
 DEFERRED = {
-    ("emu.cli", "emu.bench"): "the benches run the switch pipeline and Scapy in-process "
+    ("emu.cli", "emu.bench.basic"): "the benches run the switch pipeline and Scapy in-process "
                               "(0.6 s of imports); every other command starts without them",
 }
 
@@ -134,7 +134,7 @@ def test_deferred_imports_are_still_deferred():
 
 def test_the_checker_sees_a_hidden_upward_import(tmp_path, monkeypatch):
     """The checker itself: a function-local upward import in `fabric` is reported."""
-    fake = ROOT / "fabric" / "_probe_for_test.py"
+    fake = ROOT / "emucore" / "_probe_for_test.py"
     src = "def f():\n    from emu import cli\n"
     tree_name = "fabric._probe_for_test"
     monkeypatch.setitem(MODULES, tree_name, fake)

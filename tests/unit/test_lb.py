@@ -7,13 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from fabric.lb import DEFAULT_DLB_MAC, LoadBalance, Pin, parse_lb
-from fabric.qos.config import QosConfig
-from fabric.qos.nxos import parse_nxos
-from fabric.qos.nxos_render import to_nxos
+from emucore.lbconfig import DEFAULT_DLB_MAC, LoadBalance, Pin, parse_lb
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.nxos import parse_nxos
+from emucore.qos.nxos_render import to_nxos
 from switch_agent.forward import ecmp_index, flow_key
-from switch_agent.lb import Balancer, Dre, FlowLb, Group, Path, flow_label
-from traffic.rawgen import build_frame
+from switch_agent.balancer import Balancer, Dre, FlowLb, Group, Path, flow_label
+from traffic.tools.rawgen import build_frame
 
 from . import test_agent as agent_tests
 from .fakes import mac
@@ -317,10 +317,10 @@ def test_dlb_defaults_and_errors():
     assert any("no dlb-interface" in n for n in notes)
 
 
-# -- where a run's settings come from (emu.lbplan) -------------------------------------------
+# -- where a run's settings come from (emu.realise.lbplan) -------------------------------------------
 def test_topology_lb_then_command_line_then_pins():
     import topologies
-    from emu import lbplan
+    from emu.realise import lbplan
 
     fab = topologies.from_dict({"kind": "rail", "lb": ["rail=flowlet", "spine=ecmp,hash=dst-ip"]})
     assert fab.to_dict()["lb"] == ["rail=flowlet", "spine=ecmp,hash=dst-ip"]
@@ -346,7 +346,7 @@ def test_topology_lb_then_command_line_then_pins():
 ])
 def test_lb_errors_name_the_entry(topo, specs, msg):
     import topologies
-    from emu import lbplan
+    from emu.realise import lbplan
 
     with pytest.raises(ValueError, match=msg):
         lbplan.resolve(topologies.from_dict({"kind": "rail", **topo}), None, specs)
@@ -354,7 +354,7 @@ def test_lb_errors_name_the_entry(topo, specs, msg):
 
 def test_via_needs_a_neighbour_of_the_first_switch():
     import topologies
-    from emu import lbplan
+    from emu.realise import lbplan
 
     fab = topologies.load("rail2x4")
     lbs = lbplan.resolve(fab, None)

@@ -9,12 +9,12 @@ import pytest
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
-from fabric.wire.lldp import (DcbxAppPriorityEntry, LLDPDUDcbxAppPriority,
+from emucore.wire.lldp import (DcbxAppPriorityEntry, LLDPDUDcbxAppPriority,
                                LLDPDUDcbxEtsConfiguration, LLDPDUDcbxEtsRecommendation,
                                LLDPDUDcbxPfcConfiguration, Neighbor, build_lldp_frame,
                                dcbx_tlvs, parse_lldp_frame, pfc_active)
-from fabric.qos.config import QosConfig
-from fabric.qos.interface import InterfaceQos
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.interface import InterfaceQos
 
 OUI = bytes.fromhex("0080c2")
 

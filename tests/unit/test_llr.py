@@ -1,13 +1,13 @@
-"""Link-level retry, modelled in the agent (issue 16, fabric.qos.llr): the LLDP TLV that
+"""Link-level retry, modelled in the agent (issue 16, emucore.qos.llr): the LLDP TLV that
 advertises it, the negotiation, and a lossy link that delivers everything, in order,
 later - or drops after max_replays in a row."""
 
 import pytest
 
-from fabric.qos.config import QosConfig
-from fabric.qos.llr import Llr
-from fabric.wire import lldp
-from traffic.rawgen import build_frame
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.llr import Llr
+from emucore.wire import lldp
+from traffic.tools.rawgen import build_frame
 
 from .fakes import mac
 from .test_agent import H1, ROUTER, run

@@ -1,11 +1,11 @@
-"""The network plan of every namespace, exact values, without root (emu.netplan), and
-the pyroute2 requests made from it (emu.netlink's pure normalisers)."""
+"""The network plan of every namespace, exact values, without root (emu.realise.netplan), and
+the pyroute2 requests made from it (emu.realise.netlink's pure normalisers)."""
 
 import pytest
 
 import topologies
-from emu.netlink import route_request, rule_request
-from emu.netplan import (Bridge, Interface, Neighbour, NextHop, RouteEntry, Rule, plan_fabric,
+from emu.realise.netlink import route_request, rule_request
+from emu.realise.netplan import (Bridge, Interface, Neighbour, NextHop, RouteEntry, Rule, plan_fabric,
                          plan_node)
 
 RAIL2X4 = topologies.load("rail2x4")

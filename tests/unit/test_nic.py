@@ -10,13 +10,13 @@ from multiprocessing import resource_tracker, shared_memory
 import pytest
 
 import topologies
-from fabric.wire.pfc import pause_frame
-from fabric.timedil import TimeDilation
-from fabric.wire.ib import Op, RocePkt
-from fabric.wire.templates import FrameTemplate, parse
-from traffic.nic_client import access_from_json, wc_from_json, wc_to_json
-from traffic.nic_config import NicConfig
-from traffic.nic_datapath import Nic, frame_of, pace, pkt_of
+from emucore.wire.pause import pause_frame
+from emucore.timedil import TimeDilation
+from emucore.wire.ib import Op, RocePkt
+from emucore.wire.templates import FrameTemplate, parse
+from traffic.nic.client import access_from_json, wc_from_json, wc_to_json
+from traffic.nic.nicconfig import NicConfig
+from traffic.nic.datapath import Nic, frame_of, pace, pkt_of
 from traffic.verbs import Access, WC, WCOpcode, WCStatus
 
 BASE = dict(gpu="h1g1", ifname="nic1", ip="10.0.1.11", mac="02:00:00:00:01:01",

@@ -1,4 +1,4 @@
-"""The NIC's event log (docs/EVENTS.md "RDMA NICs", fabric.events) and its per-QP knobs.
+"""The NIC's event log (docs/EVENTS.md "RDMA NICs", emucore.eventlog) and its per-QP knobs.
 
 Two socket-less NICs back to back (tests/unit/test_nic.py), TDF 1000 and a fake clock:
 lab T0 = 10 s is model 10000.00 us, 1 ms lab is 1 us model. Each case scripts an
@@ -11,15 +11,15 @@ from types import SimpleNamespace
 
 import pytest
 
-import emu.nics
+import emu.realise.nics
 import topologies
-from fabric.qos.classify import mark_ce
-from fabric.wire.ib import Op
-from fabric.wire.pfc import build_pfc_frame, pause_frame
-from fabric.wire.templates import parse
-from traffic import nic_ctl
-from traffic.nic_client import NicClient
-from traffic.nic_config import NicConfig
+from emucore.qos.classify import mark_ce
+from emucore.wire.ib import Op
+from emucore.wire.pause import build_pfc_frame, pause_frame
+from emucore.wire.templates import parse
+from traffic.nic import ctl as nic_ctl
+from traffic.nic.client import NicClient
+from traffic.nic.nicconfig import NicConfig
 from traffic.verbs import VerbsError
 
 from .test_nic import _pair, connected, own_qps
@@ -254,7 +254,7 @@ def test_configured_data_priority_is_dscp_24s():
 @pytest.mark.parametrize("kw,tos", [({}, 0xC2), ({"cnp_dscp": 24}, 0x62)])
 def test_cnp_dscp(kw, tos):
     """CNPs carry NicConfig.cnp_dscp (48, or 24 as the L11.9 variant) and ECT(0), as
-    fabric.wire.roce.CNP_ECN (the ConnectX CNP, TOS 0xc2)."""
+    emucore.wire.roce.CNP_ECN (the ConnectX CNP, TOS 0xc2)."""
     with connected(100, bytes(100), clock=Clock(T0), **kw) as c:
         c.a.post_send(c.qa.qpn, [wr(c, 1, 100)])
         c.a.transmit(T0)
@@ -301,11 +301,11 @@ def test_client_sends_the_knobs():
 
 @pytest.mark.parametrize("log_dir", [True, False])
 def test_nic_processes_put_the_events_in_the_run_directory(tmp_path, monkeypatch, log_dir):
-    monkeypatch.setattr(emu.nics, "run_module", lambda *a, **kw: None)
-    monkeypatch.setattr(emu.nics, "wait_ready", lambda *a, **kw: None)
+    monkeypatch.setattr(emu.realise.nics, "run_module", lambda *a, **kw: None)
+    monkeypatch.setattr(emu.realise.nics, "wait_ready", lambda *a, **kw: None)
     fab = topologies.load("rail2x4")
     run = tmp_path / "run"
-    procs = emu.nics.NicProcesses({h.name: None for h in fab.hosts()}, fab, tmp_path,
+    procs = emu.realise.nics.NicProcesses({h.name: None for h in fab.hosts()}, fab, tmp_path,
                                   run if log_dir else None)
     procs.start(["h1g1", "h2g1"], "paper", 4096, 1.0)
     for gpu in ("h1g1", "h2g1"):  # each NIC its own file

@@ -1,4 +1,4 @@
-"""The NIC's fidelity guard (fabric.fidelity.LagMeter in `Nic.meter`): with a fake clock
+"""The NIC's fidelity guard (emucore.fidelity.LagMeter in `Nic.meter`): with a fake clock
 (TDF 1000: 1 ms lab = 1 us model) a NIC that acts when due records no lag; one that
 acts late records exactly how late, on the pacer, a retransmission timeout, a CNP."""
 
@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from fabric.fidelity import HIST_LEN
-from fabric.qos.classify import mark_ce
-from fabric.wire.pfc import pause_frame
-from traffic import nic_ctl
+from emucore.fidelity import HIST_LEN
+from emucore.qos.classify import mark_ce
+from emucore.wire.pause import pause_frame
+from traffic.nic import ctl as nic_ctl
 
 from .test_nic import _pair, _qp, connected
 

@@ -9,12 +9,12 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from fabric.timedil import TimeDilation
-from fabric.wire.uet import F_SYN, UET_UDP_PORT, PDSAck, PDSRequest, PdsType
-from fabric.wire.uet_codec import parse as uet_parse
-from fabric.wire.uet_codec import trim_frame
-from traffic.nic_config import NicConfig
-from traffic.uet.config import UetConfig
+from emucore.timedil import TimeDilation
+from emucore.wire.uet import F_SYN, UET_UDP_PORT, PDSAck, PDSRequest, PdsType
+from emucore.wire.uet_codec import parse as uet_parse
+from emucore.wire.uet_codec import trim_frame
+from traffic.nic.nicconfig import NicConfig
+from traffic.uet.uetconfig import UetConfig
 from traffic.uet.nscc import Nscc, NsccConfig
 from traffic.verbs import WCStatus
 from tests.unit.test_nic import BASE, connected

@@ -4,11 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from fabric.qos.config import QosConfig
-from fabric.qos.nxos import factory_default, parse_nxos
-from fabric.qos.nxos_lines import interface_name
-from fabric.qos.nxos_render import to_nxos
-from fabric.qos.wred import Wred
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.nxos import factory_default, parse_nxos
+from emucore.qos.nxos_lines import interface_name
+from emucore.qos.nxos_render import to_nxos
+from emucore.qos.wred import Wred
 
 # The examples as the seed text of the book prints them (ch.11, "DCQCN Configuration"),
 # PDF-extraction artefacts included: merged lines, hyphen wraps, "..." elisions.

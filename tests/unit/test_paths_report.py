@@ -9,12 +9,12 @@ import json
 import pytest
 
 import topologies
-from emu import paths
-from emu.metrics import PATH_FIELDS, Sampler, path_rows, read_paths
-from emu.plots import make_all, path_spans
-from emu.report import report, table_text
-from fabric.events import model_us
-from fabric.timedil import TimeDilation
+from emu.observe import paths
+from emu.observe.metrics import PATH_FIELDS, Sampler, path_rows, read_paths
+from emu.observe.plots import make_all, path_spans
+from emu.observe.summary import report, table_text
+from emucore.eventlog import model_us
+from emucore.timedil import TimeDilation
 
 TD = TimeDilation(1000)
 F1 = "10.0.1.11:49152>10.0.2.14:4791/udp"  # h1g1 -> h4g2 (rail2x4)

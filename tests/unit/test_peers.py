@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import topologies
-from emu.calibrate import ROCE_FRAME
+from emu.observe.calibrate import ROCE_FRAME
 from emu.peers import ns3_env
 from emu.peers.spec import fabric_spec, flow_pairs
 

@@ -6,12 +6,12 @@ import pytest
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.layers.l2 import Ether
 
-from fabric.qos.config import QosConfig
-from fabric.qos.interface import InterfaceQos
-from fabric.qos.pfc import Admission, EgressPause, IngressPfc, Pfc, headroom_needed
-from fabric.qos.wred import WredVerdict
-from fabric.timedil import TimeDilation
-from fabric.wire.pfc import build_pfc_frame, is_pfc, parse_pfc, pause_frame
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.interface import InterfaceQos
+from emucore.qos.pfc import Admission, EgressPause, IngressPfc, Pfc, headroom_needed
+from emucore.qos.wred import WredVerdict
+from emucore.timedil import TimeDilation
+from emucore.wire.pause import build_pfc_frame, is_pfc, parse_pfc, pause_frame
 
 ADMIT, XOFF, HEADROOM_DROP = Admission.ADMIT, Admission.XOFF, Admission.HEADROOM_DROP
 

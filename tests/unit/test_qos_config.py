@@ -5,13 +5,13 @@ from dataclasses import replace
 
 import pytest
 
-from fabric.qos.classify import Classification, TrafficClass
-from fabric.qos.config import QosConfig
-from fabric.qos.interface import InterfaceQos
-from fabric.qos.pfc import Pfc, headroom_needed
-from fabric.qos.queuing import QueueConfig, Queuing
-from fabric.qos.wred import Wred
-from fabric.qos.load import load_qos
+from emucore.qos.classify import Classification, TrafficClass
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.interface import InterfaceQos
+from emucore.qos.pfc import Pfc, headroom_needed
+from emucore.qos.queuing import QueueConfig, Queuing
+from emucore.qos.wred import Wred
+from emucore.qos.load import load_qos
 
 
 @pytest.mark.parametrize("dscp, group", [(24, 3), (48, 7), (0, 0), (26, 0), (46, 0), (63, 0)])

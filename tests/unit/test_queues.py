@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from fabric.qos.classify import ecn_bits
-from fabric.qos.config import QosConfig
-from fabric.qos.queuing import QueueConfig, Queuing
-from fabric.qos.wred import Wred, WredVerdict
+from emucore.qos.classify import ecn_bits
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.queuing import QueueConfig, Queuing
+from emucore.qos.wred import Wred, WredVerdict
 from switch_agent.forward import ipv4_checksum
 from switch_agent.queues import PortQueues
 

@@ -1,5 +1,5 @@
-"""RC transport (traffic/rc.py, rc_segment, requester, responder; PSN and AETH of
-fabric/wire/ib.py): segmentation, PSN wrap, responder table, go-back-N, spraying."""
+"""RC transport (traffic/rc/endpoint.py, rc_segment, requester, responder; PSN and AETH of
+emucore/wire/ib.py): segmentation, PSN wrap, responder table, go-back-N, spraying."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Callable
 
 import pytest
 
-from fabric.wire.ib import (NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, PSN_HALF, AckKind, Op,
+from emucore.wire.ib import (NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, PSN_HALF, AckKind, Op,
                             RocePkt, decode_syndrome, encode_ack, encode_nak, psn_add, psn_diff,
                             psn_lt)
-from traffic.nic_config import NicConfig
-from traffic.rc import RcEndpoint
-from traffic.rc_config import RcConfig
-from traffic.rc_segment import packet_count, segment_at, segments
+from traffic.nic.nicconfig import NicConfig
+from traffic.rc.endpoint import RcEndpoint
+from traffic.rc.rcconfig import RcConfig
+from traffic.rc.segment import packet_count, segment_at, segments
 from traffic.verbs import WR, Access, Context, QPState, WCOpcode, WCStatus, WROpcode
 
 MTU = 4096

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from emu.metrics import Sampler, nic_rows, read_rows, switch_rows
-from emu.report import class_totals, nic_totals, report, table_text, validate_summary
-from fabric.timedil import TimeDilation
-from fabric.qos.config import QosConfig
+from emu.observe.metrics import Sampler, nic_rows, read_rows, switch_rows
+from emu.observe.summary import class_totals, nic_totals, report, table_text, validate_summary
+from emucore.timedil import TimeDilation
+from emucore.qos.qosconfig import QosConfig
 import topologies
 
 TD = TimeDilation(1000)
@@ -99,7 +99,7 @@ def synthetic_run(tmp_path):
 
 
 def test_plots_from_a_synthetic_run(tmp_path):
-    from emu.plots import make_all
+    from emu.observe.plots import make_all
 
     synthetic_run(tmp_path)
     made = make_all(tmp_path)
@@ -111,7 +111,7 @@ def test_plots_from_a_synthetic_run(tmp_path):
 
 
 def test_plots_skipped_without_data(tmp_path):
-    from emu.plots import make_all
+    from emu.observe.plots import make_all
 
     assert make_all(tmp_path) == []
 

@@ -1,4 +1,4 @@
-"""RoCEv2 Scapy layers (fabric/wire/roce.py; opcodes of fabric/wire/ib.py): exact bytes, ICRC against independent vectors."""
+"""RoCEv2 Scapy layers (emucore/wire/roce.py; opcodes of emucore/wire/ib.py): exact bytes, ICRC against independent vectors."""
 
 import pytest
 from scapy.contrib.roce import AETH, BTH, CNP_OPCODE, CNPPadding
@@ -6,9 +6,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from fabric.wire import roce
-from fabric.wire.ib import AETH_OPS, IMM_OPS, RETH_OPS, Op
-from fabric.wire.roce import (ImmDt, RETH, icrc_of, icrc_reference, scapy_cnp, scapy_frame,
+from emucore.wire import roce
+from emucore.wire.ib import AETH_OPS, IMM_OPS, RETH_OPS, Op
+from emucore.wire.roce import (ImmDt, RETH, icrc_of, icrc_reference, scapy_cnp, scapy_frame,
                               udp_sport)
 
 MACS = ("02:00:00:00:01:01", "02:00:00:00:02:01")
@@ -161,7 +161,7 @@ def test_scapy_frame_rejects(field, kw):
 
 
 def test_opcode_table_sets_are_iba_table_38():
-    """The sets derived from fabric.wire.ib.Op, against IBA Table 38 by value."""
+    """The sets derived from emucore.wire.ib.Op, against IBA Table 38 by value."""
     assert sorted(RETH_OPS) == [0x06, 0x0A, 0x0B, 0x0C]
     assert sorted(IMM_OPS) == [0x03, 0x05, 0x09, 0x0B]
     assert sorted(AETH_OPS) == [0x11, 0x51]

@@ -12,14 +12,14 @@ import random
 import pytest
 from scapy.layers.l2 import Ether
 
-from fabric.wire.ib import AckKind, Op, RocePkt, decode_syndrome
-from fabric.wire.uet import NextHdr, SesOpcode
-from fabric.wire.uet_codec import parse
-from traffic.rc_segment import segments
-from traffic.uet.config import UetConfig
+from emucore.wire.ib import AckKind, Op, RocePkt, decode_syndrome
+from emucore.wire.uet import NextHdr, SesOpcode
+from emucore.wire.uet_codec import parse
+from traffic.rc.segment import segments
+from traffic.uet.uetconfig import UetConfig
 from traffic.verbs import (MIN_RNR_TIMER_S, WR, QPState, VerbsError, WCOpcode, WCStatus,
                            WROpcode)
-from fabric.wire.roce import BTH
+from emucore.wire.roce import BTH
 from tests.unit.test_nic import connected
 from tests.unit.test_nic_uet import TRIM, pump
 from tests.unit.test_rc import MTU, Pair
@@ -289,7 +289,7 @@ def test_nic_refuses_a_send_on_a_write_only_qp_and_a_bad_opcode():
 
 
 def test_the_rnr_knobs_of_uet_are_validated_by_name():
-    from traffic.nic_config import NicConfig
+    from traffic.nic.nicconfig import NicConfig
     base = dict(gpu="g", ifname="i", ip="10.0.0.1", mac="02:00:00:00:00:01",
                 gateway_mac="02:00:00:00:00:02", control="/c", transport="uet")
     cfg = NicConfig(**base, uet={"rnr_s": "0.001", "rnr_retries": 3}).uet_config()

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from fabric.wire.lldp import build_lldp_frame, parse_lldp_frame
-from fabric.qos.nxos import parse_nxos
-from fabric.qos.config import QosConfig
+from emucore.wire.lldp import build_lldp_frame, parse_lldp_frame
+from emucore.qos.nxos import parse_nxos
+from emucore.qos.qosconfig import QosConfig
 from switch_agent.show import (dispatch, show_lldp_neighbors, show_pfc, show_policy_map,
                                show_queuing)
 

@@ -1,11 +1,11 @@
-"""Byte templates (fabric/wire/templates.py): byte-identical to Scapy for every opcode, parser."""
+"""Byte templates (emucore/wire/templates.py): byte-identical to Scapy for every opcode, parser."""
 
 import pytest
 
-from fabric.wire import roce
-from fabric.wire.ib import Op
-from fabric.wire.roce import icrc_of, icrc_reference, udp_sport
-from fabric.wire.templates import FrameTemplate, HDR_LEN, parse
+from emucore.wire import roce
+from emucore.wire.ib import Op
+from emucore.wire.roce import icrc_of, icrc_reference, udp_sport
+from emucore.wire.templates import FrameTemplate, HDR_LEN, parse
 
 SIZES = [0, 1, 2, 3, 4, 5, 1023, 4096]
 DATA_CASES = [  # opcode, reth, imm

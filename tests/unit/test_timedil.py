@@ -2,7 +2,7 @@
 
 import pytest
 
-from fabric.timedil import (DEFAULT_TDF, TimeDilation, format_duration, format_rate, parse_duration,
+from emucore.timedil import (DEFAULT_TDF, TimeDilation, format_duration, format_rate, parse_duration,
                          parse_rate, parse_size)
 
 

@@ -9,9 +9,9 @@ import json
 import pytest
 
 import topologies
-from emu.netplan import NextHop, RouteEntry, plan_fabric
-from emu.reach import expected_hops
-from fabric.timedil import parse_duration
+from emu.realise.netplan import NextHop, RouteEntry, plan_fabric
+from emu.observe.reach import expected_hops
+from emucore.timedil import parse_duration
 from topologies import TopologyError
 from topologies.model import ROLE_RAIL, ROLE_SPINE, ROLE_SUPER
 from topologies.routing import distances, port_order

@@ -1,17 +1,17 @@
-"""Packet trimming (issue 16, fabric.qos.trim): the decision table, the YAML form, and
+"""Packet trimming (issue 16, emucore.qos.trim): the decision table, the YAML form, and
 the agent cutting UET frames on a congested egress - DSCP rewritten (the last hop's own
 code point at a host-facing port), checksums valid, the header on the strict queue."""
 
 import pytest
 
-from fabric.qos.config import QosConfig
-from fabric.qos.trim import Trim
-from fabric.wire.uet_codec import SesReq, UetTemplate
-from fabric.wire.uet_codec import parse as uet_parse
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.trim import Trim
+from emucore.wire.uet_codec import SesReq, UetTemplate
+from emucore.wire.uet_codec import parse as uet_parse
 from switch_agent.agent import Agent
-from switch_agent.config import AgentConfig, PortConfig
+from switch_agent.agentconfig import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute
-from traffic.rawgen import build_frame
+from traffic.tools.rawgen import build_frame
 
 from .fakes import FakeSock, mac
 from .test_agent import H1, H2, ROUTER, SPINE1, SPINE2, run

@@ -11,9 +11,9 @@ import pytest
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
-from fabric.wire.uet import (F_AR, F_M, F_RETX, NackCode, PdsType, RetCode, RspOpcode,
+from emucore.wire.uet import (F_AR, F_M, F_RETX, NackCode, PdsType, RetCode, RspOpcode,
                              SesOpcode)
-from fabric.wire.uet_codec import trim_frame
+from emucore.wire.uet_codec import trim_frame
 from tests.unit.test_uet_wire import MED_HD, MED_OFF, MID, SMALL, SOM, T
 
 LUA = Path(__file__).resolve().parents[2] / "wireshark" / "uet.lua"

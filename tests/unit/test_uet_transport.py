@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from fabric.wire.dscp import ECN_CE
-from fabric.wire.uet import NackCode
-from fabric.wire.uet_codec import UetTemplate, parse, trim_frame
-from traffic.uet.config import UetConfig
+from emucore.wire.dscp import ECN_CE
+from emucore.wire.uet import NackCode
+from emucore.wire.uet_codec import UetTemplate, parse, trim_frame
+from traffic.uet.uetconfig import UetConfig
 from traffic.uet.endpoint import UetEndpoint, endpoint_of
 from traffic.uet.ev import Entropy
 from traffic.uet.frames import frame_of

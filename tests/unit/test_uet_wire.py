@@ -1,14 +1,14 @@
-"""UET frames (issue 16): the fast codec (fabric/wire/uet_codec.py) byte-identical to
-the Scapy layers (fabric/wire/uet.py) for every header emu sends, the parser reading back
+"""UET frames (issue 16): the fast codec (emucore/wire/uet_codec.py) byte-identical to
+the Scapy layers (emucore/wire/uet.py) for every header emu sends, the parser reading back
 what was built, its refusals, and the switch's trimming cut."""
 
 import pytest
 from scapy.layers.l2 import Ether
 
-from fabric.wire import uet
-from fabric.wire.uet import (F_AR, F_M, F_RETX, F_SYN, S_EOM, S_HD, S_SOM, NackCode,
+from emucore.wire import uet
+from emucore.wire.uet import (F_AR, F_M, F_RETX, F_SYN, S_EOM, S_HD, S_SOM, NackCode,
                              NextHdr, PdsType, RetCode, RspOpcode, SesOpcode)
-from fabric.wire.uet_codec import SesReq, UetTemplate, malformed, parse, trim_frame
+from emucore.wire.uet_codec import SesReq, UetTemplate, malformed, parse, trim_frame
 
 MACS = ("02:00:00:00:01:01", "02:00:00:00:02:01")
 IPS = ("10.0.1.11", "10.0.1.12")

@@ -4,11 +4,11 @@ import math
 
 import pytest
 
-from fabric.qos.interface import Watchdog
-from fabric.qos.pfc import EgressPause
-from fabric.wire.pfc import build_pfc_frame
-from fabric.qos.queuing import Queuing
-from fabric.timedil import TimeDilation
+from emucore.qos.interface import Watchdog
+from emucore.qos.pfc import EgressPause
+from emucore.wire.pause import build_pfc_frame
+from emucore.qos.queuing import Queuing
+from emucore.timedil import TimeDilation
 from switch_agent.queues import PortQueues
 from switch_agent.watchdog import PfcWatchdog
 

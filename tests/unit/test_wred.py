@@ -1,9 +1,9 @@
-"""WRED/ECN decision curve (fabric.qos.wred), book ch.11 Example 11-3."""
+"""WRED/ECN decision curve (emucore.qos.wred), book ch.11 Example 11-3."""
 
 import pytest
 
-from fabric.qos.fields import QUEUE_LIMIT_BYTES
-from fabric.qos.wred import Wred, WredVerdict, ewma_depth, wred_decide
+from emucore.qos.fields import QUEUE_LIMIT_BYTES
+from emucore.qos.wred import Wred, WredVerdict, ewma_depth, wred_decide
 
 FORWARD, MARK, DROP = WredVerdict.FORWARD, WredVerdict.MARK, WredVerdict.DROP
 LIMIT = 5_000_000  # the queue's tail-drop limit in the curve table

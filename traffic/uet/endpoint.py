@@ -1,6 +1,6 @@
 """Both halves of one emu endpoint over UET, behind the RC transport's interface (issue
 16): the NIC drives `next_packet(now)`, `on_frame(fields, now)`, `on_timer(now)` and
-`deadline` as it drives traffic.rc.RcEndpoint, so the verbs client - and the emu
+`deadline` as it drives traffic.rc.endpoint.RcEndpoint, so the verbs client - and the emu
 backend's channels above it - run over either transport unchanged.
 
 An emu QP is a verbs object; on UET it stands for a FEP's endpoint talking to one peer
@@ -18,9 +18,9 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from fabric.wire.uet import F_M, F_SYN, PdsType
-from fabric.wire.uet_codec import UetFields
-from traffic.uet.config import UetConfig
+from emucore.wire.uet import F_M, F_SYN, PdsType
+from emucore.wire.uet_codec import UetFields
+from traffic.uet.uetconfig import UetConfig
 from traffic.uet.initiator import Initiator, TxReq
 from traffic.uet.target import Target, TargetCounters, TxAck, TxNack
 from traffic.verbs import QP

@@ -1,11 +1,11 @@
 """UET descriptors to frames (issue 16): what the NIC sends for the transport's
-`TxReq`, `TxAck` and `TxNack`, through a `fabric.wire.uet_codec.UetTemplate` towards the
+`TxReq`, `TxAck` and `TxNack`, through a `emucore.wire.uet_codec.UetTemplate` towards the
 peer FEP. Requests take the packet's entropy value as UDP source port (spraying); ACKs
 and NACKs the endpoint's fixed one."""
 
 from __future__ import annotations
 
-from fabric.wire.uet_codec import UetTemplate
+from emucore.wire.uet_codec import UetTemplate
 from traffic.uet.initiator import TxReq
 from traffic.uet.target import TxAck, TxNack
 

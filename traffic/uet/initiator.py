@@ -39,10 +39,10 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable
 
-from fabric.wire.uet import (F_AR, F_RETX, S_EOM, S_HD, S_SOM, NackCode, NextHdr, RetCode,
+from emucore.wire.uet import (F_AR, F_RETX, S_EOM, S_HD, S_SOM, NackCode, NextHdr, RetCode,
                              SesOpcode)
-from fabric.wire.uet_codec import SesReq
-from traffic.uet.config import UetConfig
+from emucore.wire.uet_codec import SesReq
+from traffic.uet.uetconfig import UetConfig
 from traffic.uet.ev import Entropy
 from traffic.uet.nscc import Nscc
 from traffic.verbs import (IMM_WR_OPS, MR, QP, SEND_WR_OPS, WC, WR, Access, QPState, WCStatus,
@@ -97,7 +97,7 @@ class _Pkt:
 
 @dataclass
 class InitiatorCounters:
-    """Requester-side statistics (names as traffic.requester's where they match)."""
+    """Requester-side statistics (names as traffic.rc.requester's where they match)."""
 
     packets: int = 0
     bytes: int = 0

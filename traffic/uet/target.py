@@ -1,6 +1,6 @@
 """The receiving side of a UET PDC: placement, PSN tracking, ACKs, NACKs (issue 16;
 ../shared/design/UET_FACTS.md "RUD", "Packet trimming"; the seed 004 "Packet Delivery
-Sublayer"). Pure: works on parsed frames (`fabric.wire.uet_codec.UetFields`) and the
+Sublayer"). Pure: works on parsed frames (`emucore.wire.uet_codec.UetFields`) and the
 verbs objects of traffic.verbs (MRs by memory key, the receive queue and CQ); returns
 ACK / NACK descriptors (`TxAck`, `TxNack`) for the NIC to send.
 
@@ -39,11 +39,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fabric.wire.dscp import ECN_CE
-from fabric.wire.uet import (F_AR, F_SYN, S_EOM, S_HD, S_SOM, NackCode, RetCode, RspOpcode,
+from emucore.wire.dscp import ECN_CE
+from emucore.wire.uet import (F_AR, F_SYN, S_EOM, S_HD, S_SOM, NackCode, RetCode, RspOpcode,
                              SesOpcode)
-from fabric.wire.uet_codec import UetFields
-from traffic.uet.config import UetConfig
+from emucore.wire.uet_codec import UetFields
+from traffic.uet.uetconfig import UetConfig
 from traffic.uet.initiator import psn_add, psn_diff
 from traffic.verbs import MR, QP, WC, Access, QPState, RecvWR, WCOpcode, WCStatus
 
@@ -77,7 +77,7 @@ class TxNack:
 
 @dataclass
 class TargetCounters:
-    """Responder-side statistics (names as traffic.responder's where they match)."""
+    """Responder-side statistics (names as traffic.rc.responder's where they match)."""
 
     packets: int = 0
     bytes_placed: int = 0

@@ -11,7 +11,7 @@ previous one completed plus the gap, so flowlets exist), DSCP and ECN of its dat
 posts each flow's messages at t0 + lab_time(start) from one thread per QP, waits for
 every completion, checks the target memory byte for byte and returns per flow its
 status, start/finish in model microseconds after t0, goodput and counters. `flow_start`
-and `flow_done` go to the event log (fabric.events) of node "lab".
+and `flow_done` go to the event log (emucore.eventlog) of node "lab".
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from fabric.events import EventLog, model_us
-from fabric.timedil import TimeDilation
-from traffic.nic_client import CM_PORT, MemoryRegion, NicClient, RemoteBuffer
+from emucore.eventlog import EventLog, model_us
+from emucore.timedil import TimeDilation
+from traffic.nic.client import CM_PORT, MemoryRegion, NicClient, RemoteBuffer
 from traffic.verbs import WCStatus
 
 LEAD_S = 0.3  #: lab seconds between the last connect and t0 (the threads get ready)

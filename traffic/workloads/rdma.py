@@ -9,11 +9,11 @@
   receiving NIC sends CNPs, the senders' DCQCN cuts their rates; samples each sender's
   rate and reports the steady-state share of the link.
 
-The worker side is played by this process through `traffic.nic_client` (the Unix
+The worker side is played by this process through `traffic.nic.client` (the Unix
 sockets are reachable from any namespace); `sockets` maps GPU name -> NIC control socket
 (`FabricNet.start_nics`). A NIC on another server (emu run --servers) registers memory
 made on its server (`memory`); the data is filled there and the two ends compared by
-SHA-256. Rates are reported in model bit/s (fabric.timedil).
+SHA-256. Rates are reported in model bit/s (emucore.timedil).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from fabric.timedil import TimeDilation, format_rate
-from traffic.nic_client import CM_PORT, MemoryRegion, NicClient
-from traffic.nic_config import NicConfig
+from emucore.timedil import TimeDilation, format_rate
+from traffic.nic.client import CM_PORT, MemoryRegion, NicClient
+from traffic.nic.nicconfig import NicConfig
 from traffic.verbs import WCStatus
 
 IMM = 0x1234
 #: GPU -> a maker of its memory blocks, for GPUs whose NIC runs on another server
-#: (emu.cluster: `size -> RemoteShm`); the others' are shared memory here
+#: (emu.cluster.net: `size -> RemoteShm`); the others' are shared memory here
 Memory = dict[str, Callable[[int], Any]]
 
 

@@ -1,0 +1,107 @@
+"""Run one worker of a job the way torchrun would, with the "emu" backend available.
+
+    python -m collectives.worker SCRIPT [ARGS...]
+    python -m collectives.worker --module PACKAGE.MODULE [ARGS...]
+
+Registers the backend (book ch.14; `collectives.backend`) and makes it the default for
+CPU tensors; translates whatever backend the script names for its CPU tensors ("gloo",
+"nccl", "cpu:gloo,cuda:nccl", none) into the one that runs (`collectives.aliases`:
+EMU_BACKEND, "emu" by default - the emulated RoCEv2 fabric - or "gloo" for torch's own);
+then runs the script or module as __main__ with the given arguments, as `python
+SCRIPT` under torchrun does: `sys.argv[0]` is the script, `sys.path[0]` its directory
+(a module beside it imports), `__file__` set; for `--module`, `sys.path[0]` is the
+working directory, as for `python -m`. The working directory is the launcher's choice
+(`emu run --cwd`, default where emu was started). With a compute model
+(EMU_GPU_MODEL, `emu run --gpu h100`) a script's matmuls, convolutions and attention
+cost their GPU time (`collectives.compute.opmode`); the workload modules model their
+own steps. The torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) come from the
+launcher (`collectives.launch`).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+from collectives import aliases, backend
+from collectives.compute.clock import ComputeClock
+from collectives.compute.gpu import GpuModel
+from collectives.compute.opmode import GpuOps
+from collectives.compute.record import write_record
+from emucore.timedil import TimeDilation
+
+GPU_ENV = "EMU_GPU_MODEL"  #: the compute model (`emu run --gpu`): none or h100
+GPU_DTYPE = "bfloat16"  #: what the modelled GPU computes in (real training: bf16)
+
+
+def run_script(script: str) -> None:
+    """Run a script as __main__; with a compute model, every FLOP-counted operation of
+    this thread is held for its GPU time (collectives.compute.opmode) and the rank's
+    compute record is written at the end."""
+    name = os.environ.get(GPU_ENV, "none")
+    if name in ("", "none"):
+        runpy.run_path(script, run_name="__main__")
+        return
+    clock = ComputeClock(TimeDilation.from_env(os.environ))
+    mode = GpuOps(GpuModel.by_name(name), GPU_DTYPE, clock)
+    try:
+        with mode:
+            runpy.run_path(script, run_name="__main__")
+    finally:
+        write_record(clock, {"gpu": name, "dtype": GPU_DTYPE, "kind": "ops", "ops": mode.ops})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if args else 2
+    target = os.environ.get("EMU_BACKEND", "emu")
+    if target not in aliases.TARGETS:
+        print(f"collectives.worker: EMU_BACKEND must be {' or '.join(aliases.TARGETS)}, "
+              f"got {target!r}", file=sys.stderr)
+        return 2
+    backend.register(default_for_cpu=target == "emu")
+    aliases.install(target)
+    try:
+        return run_target(args)
+    finally:
+        settle()
+
+
+def settle() -> None:
+    """Free the process groups while the interpreter is whole. A script that never called
+    destroy_process_group, or whose DDP model sits in a reference cycle, leaves gloo's
+    worker threads to be torn down in Py_FinalizeEx - where torch 2.13 aborts now and then
+    ("terminate called without an active exception", SIGABRT/SIGSEGV after the job's
+    results were written: 1 run in 6 of 4 local gloo ranks)."""
+    import gc
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
+
+
+def run_target(args: list[str]) -> int:
+    """Run `--module NAME ARGS...` or `SCRIPT ARGS...` as __main__."""
+    if args[0] == "--module":
+        if len(args) < 2:
+            print("collectives.worker: --module needs a module name", file=sys.stderr)
+            return 2
+        sys.argv = [args[1]] + args[2:]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        script = os.path.abspath(args[0])
+        sys.argv = [args[0]] + args[1:]
+        sys.path[0] = os.path.dirname(script)
+        run_script(script)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Running commands on the servers of a servers file, and checking each one before a
+fabric is spread over them (issue 17). Mininet's cluster mode reaches its servers the
+same way (`mininet.examples.cluster.RemoteMixin`: `ssh -o BatchMode=yes ... sudo -E`);
+emu needs root there too, so it logs in as root (or a user whose uid is 0).
+
+`one_way_latency(server)`: half the smallest of 10 ping round trips from this machine
+(a tunnel adds this to every frame of a link that crosses to that server; emu.realise.tunnel);
+`latency_from(remote, address)`: the same, the pings sent by another server (emu.cluster.net
+measures every pair of servers that a link joins, from one of the two).
+
+`check(server)` answers before anything is built, each problem naming the server: it
+can be reached over SSH without a password, the login is root, emu is installed at the
+same place and is the same version (`python -m emu --version`, which names the git
+commit), and the kernel makes VXLAN devices (tried in a throwaway namespace).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from emu.cluster.servers import Server
+
+__all__ = ["Remote", "check", "version", "one_way_latency", "latency_from", "parse_ping", "REPO"]
+
+REPO = Path(__file__).resolve().parents[1]
+CHECK_TIMEOUT_S = 30.0
+
+
+def version(repo: Path = REPO) -> str:
+    """`emu <package version> (<git commit>[+dirty])`, what `python -m emu --version` prints."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as pkg_version
+    try:
+        v = pkg_version("emu")
+    except PackageNotFoundError:
+        v = "unknown"
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit, dirty = "", ""
+    return f"emu {v} ({commit or 'no git'}{'+dirty' if dirty else ''})"
+
+
+@dataclass(frozen=True)
+class Remote:
+    """How to run a command on one server: directly when it is this machine, else
+    over SSH (`ssh_options`: e.g. an identity file, a known-hosts file)."""
+
+    server: Server
+    ssh_options: tuple[str, ...] = ()
+
+    def argv(self, cmd: list[str]) -> list[str]:
+        """The command line that runs `cmd` on the server."""
+        if self.server.local:
+            return list(cmd)
+        return self.ssh_argv(["--", shlex.join(cmd)])
+
+    def ssh_argv(self, tail: list[str], options: tuple[str, ...] = ()) -> list[str]:
+        """`ssh [our options] [options] user@address [tail]` for this server."""
+        s = self.server
+        opts = list(self.ssh_options) + list(options)
+        if s.identity:
+            opts += ["-i", s.identity, "-o", "IdentitiesOnly=yes"]
+        if s.known_hosts:
+            opts += ["-o", f"UserKnownHostsFile={s.known_hosts}",
+                     "-o", "StrictHostKeyChecking=accept-new"]
+        return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o",
+                "ConnectionAttempts=2", "-p", str(s.port),
+                *opts, f"{s.user}@{s.address}", *tail]
+
+    def run(self, cmd: list[str], timeout: float = CHECK_TIMEOUT_S) -> subprocess.CompletedProcess:
+        """Run `cmd` there; never raises for a failed command (see returncode)."""
+        try:
+            return subprocess.run(self.argv(cmd), capture_output=True, text=True,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(cmd, 124, "", f"no answer in {timeout:g} s")
+
+
+def _why(r: subprocess.CompletedProcess) -> str:
+    lines = [x for x in (r.stderr or r.stdout or "").splitlines() if x.strip()]
+    return lines[-1].strip() if lines else f"exit status {r.returncode}"
+
+
+def check(remote: Remote, repo: Path = REPO, python: str | None = None) -> list[str]:
+    """What keeps this server from running its part of a fabric (empty: nothing)."""
+    s = remote.server
+    who = f"server {s.name} ({s.user}@{s.address})"
+    r = remote.run(["id", "-u"])
+    if r.returncode != 0:
+        return [f"{who}: unreachable over SSH: {_why(r)}"]
+    out = []
+    if r.stdout.strip() != "0":
+        out.append(f"{who}: logged in as uid {r.stdout.strip()}, emu needs root there")
+    py = python or str(repo / ".venv" / "bin" / "python")
+    if not s.local:
+        mine = version(repo)
+        r = remote.run(["env", "-C", str(repo), py, "-m", "emu", "--version"])
+        theirs = r.stdout.strip()
+        if r.returncode != 0:
+            out.append(f"{who}: no emu at {repo} ({_why(r)}): clone it there and run "
+                       "./setup.sh")
+        elif theirs != mine:
+            out.append(f"{who}: {theirs}, here {mine}: the servers must run the same emu")
+    r = remote.run(["unshare", "--net", "ip", "link", "add", "vxchk", "type", "vxlan", "id",
+                    "1", "dstport", "4789"])
+    if r.returncode != 0:
+        out.append(f"{who}: cannot make VXLAN devices ({_why(r)}): the kernel needs the "
+                   "vxlan module")
+    return out
+
+
+def check_all(servers) -> list[str]:
+    """`check` of every server at once (one thread each), their problems in the
+    servers' order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    servers = list(servers)
+    with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
+        found = list(pool.map(lambda s: check(Remote(s)), servers))
+    return [p for problems in found for p in problems]
+
+
+def parse_ping(text: str) -> float | None:
+    """The smallest round trip (seconds) of iputils ping's summary, None without one."""
+    for line in text.splitlines():
+        if "min/avg/max" in line and "=" in line:
+            return float(line.split("=")[1].split("/")[0]) / 1e3
+    return None
+
+
+def latency_from(src: Remote, address: str, count: int = 10) -> float | None:
+    """Lab seconds a frame takes from server `src` to `address` one way (half the
+    smallest of `count` ping round trips, the ping run on `src`); None without answer."""
+    r = src.run(["ping", "-n", "-q", "-c", str(count), "-i", "0.2", "-W", "2", address],
+                timeout=30 + count)
+    rtt = parse_ping(r.stdout)
+    return None if rtt is None else rtt / 2
+
+
+def one_way_latency(server: Server, count: int = 10) -> float | None:
+    """Lab seconds a frame takes from this machine to `server`, one way (half the
+    smallest ping round trip); 0 for this machine, None when it does not answer."""
+    if server.local:
+        return 0.0
+    try:
+        r = subprocess.run(["ping", "-n", "-q", "-c", str(count), "-i", "0.2", "-W", "2",
+                            server.address], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rtt = parse_ping(r.stdout)
+    return None if rtt is None else rtt / 2

@@ -1,0 +1,288 @@
+"""One realised fabric (`FabricNet`): build the namespaces and links of a
+`topologies.Fabric` with Mininet (emu.realise.nodes), configure every kernel from the network
+plan (emu.realise.netplan, installed by emu.realise.netlink), start the switch agents, and tear it all
+down — on errors and Ctrl-C too. Host processes (NICs, LLDP) are emu.realise.nics.
+
+Every namespace is named ``emu-<tag>-<node>`` (emu.realise.nsutil) so `emu clean` removes
+exactly what a run made; the run's state (agent configs, control sockets) lives in
+/run/emu/<tag>/ and its files in the run directory, both absolute paths.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+from emu.realise import lbplan, netlink, nsutil
+from emu.realise.netplan import FRONTEND_MTU, plan_node
+from emu.realise.nics import NicProcesses, start_host_lldp
+from emu.realise.nodeops import NodeOps
+from emu.realise.nodes import AgentSwitch, build_mininet, mininet_classes
+from emu.realise.procs import stop_procs, wait_ready
+from emu.realise.tunnel import open_end
+from emucore.qos.classify import Classifier
+from emucore.timedil import TimeDilation
+from emucore.wire.dscp import DSCP_ROCEV2
+from switch_agent import control
+from switch_agent.agentconfig import AgentConfig, PortConfig
+from topologies.model import HOST, Fabric
+
+log = logging.getLogger("emu.realise.net")
+
+
+class FabricNet:
+    """One realised fabric: build, configure, start agents, tear down.
+
+    Use as a context manager; teardown runs on errors and Ctrl-C too.
+    """
+
+    def __init__(self, fabric: Fabric, run_dir: Path | None = None, tag: str | None = None,
+                 shaping: bool = True, test_drop_rate: float = 0.0,
+                 switch_kind: str = "agent", qos=None,
+                 lldp_off: dict[str, list[str]] | None = None,
+                 lb: dict | None = None, part=None) -> None:
+        if switch_kind not in ("agent", "bridge"):
+            raise ValueError(f"switch_kind: 'agent' or 'bridge', got {switch_kind!r}")
+        self.switch_kind = switch_kind
+        self.fabric = fabric
+        self.tag = tag or nsutil.new_tag()
+        self.td = TimeDilation(fabric.tdf)
+        self.state_dir = nsutil.STATE_DIR / self.tag
+        #: where logs go; absolute, as every path handed to a child process
+        self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
+        self.shaping = shaping
+        self.test_drop_rate = test_drop_rate
+        self.net = None  # the built mininet.net.Mininet, while up
+        #: switch QoS (a emucore.qos.qosconfig.QosConfig); None = plain forwarding
+        self.qos = qos
+        #: switch -> its ports that send no LLDP (`no lldp transmit`; a lab's lldp_off)
+        self.lldp_off = {node: tuple(ports) for node, ports in (lldp_off or {}).items()}
+        for node, ports in self.lldp_off.items():
+            if node not in fabric.nodes:
+                raise ValueError(f"lldp_off: no node {node!r} in {fabric.name}")
+            names = {local.ifname for local, _, _ in fabric.node_links(node)}
+            for ifname in ports:
+                if ifname not in names:
+                    raise ValueError(f"lldp_off[{node}]: no port {ifname!r}")
+        #: switch -> its emucore.lbconfig.LoadBalance (emu.realise.lbplan.resolve); None = the QoS
+        #: config's, else flow ECMP
+        self.lb = dict(lb or {})
+        self.host_procs: list = []  # LLDP speakers
+        self.nics: NicProcesses | None = None
+        #: this server's part of a fabric spread over several (an emu.cluster.plan.
+        #: ServerPart: its nodes, tunnel ends, agent delays); None = the whole fabric
+        self.part = part
+        self.local = set(part.nodes) if part is not None else set(fabric.nodes)
+        #: more of the run's state.json (emu.cluster.net: the servers and their parts' tags)
+        self.state_extra: dict = {}
+        #: called by stop() once every process is gone, before the state is removed
+        #: (emu.cluster.part sends its logs and event files then)
+        self.before_clean = None
+        self._ops: NodeOps | None = None
+
+    # -- lifecycle -----------------------------------------------------------
+    def __enter__(self) -> "FabricNet":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Build namespaces and links, configure them, start the agents."""
+        if os.geteuid() != 0:
+            raise PermissionError("building a fabric needs root (namespaces, raw sockets): "
+                                  "run with sudo")
+        nsutil.write_state(self.tag, {"tag": self.tag, "pid": os.getpid(),
+                                      "fabric": self.fabric.name, "created": time.time(),
+                                      "namespaces": [nsutil.ns_name(self.tag, n)
+                                                     for n in self.fabric.nodes
+                                                     if n in self.local],
+                                      **self.state_extra})
+        self.net = build_mininet(self.fabric, mininet_classes(self.tag, self.switch_kind),
+                                 nodes=self.local)
+        self.nics = NicProcesses(self.net, self.fabric, self.state_dir, self.run_dir,
+                                 run=self.tag)
+        if self.part is not None:
+            self.open_tunnels()
+        for n in self.fabric.nodes.values():
+            if n.name in self.local:
+                self.configure(n.name)
+        for sw in self.local_switches() if self.switch_kind == "agent" else ():
+            node = self.net[sw.name]
+            node.agent_config = self.agent_config(sw.name)
+            if self.run_dir is not None:
+                node.agent_log = str(self.run_dir / f"agent-{sw.name}.log")
+        self.net.start()
+        if self.switch_kind == "agent":
+            self.wait_agents()
+        if self.qos is not None:
+            self.host_procs += start_host_lldp(self.net, self.fabric, self.qos.to_dict(),
+                                               self.state_dir, hosts=self.local)
+
+    def local_switches(self) -> list:
+        """The switches this machine runs (all of them unless the fabric is spread)."""
+        return [sw for sw in self.fabric.switches() if sw.name in self.local]
+
+    def open_tunnels(self) -> None:
+        """The ends of this part's crossing links: VXLAN devices from this namespace into
+        the node namespaces (emu.realise.tunnel.open_end), before the kernels are configured."""
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            for i, end in enumerate(self.part.tunnels):
+                open_end(ipr, end, nsutil.ns_name(self.tag, end.node), f"emu{self.tag}v{i}",
+                         FRONTEND_MTU if end.frontend else self.fabric.mtu)
+
+    def stop(self) -> None:
+        """Tear everything down: agents, shells, namespaces, state. Idempotent."""
+        stop_procs(self.host_procs)
+        self.host_procs.clear()
+        if self._ops is not None:
+            self._ops.close()
+        if self.nics is not None:
+            self.nics.stop()
+        if self.net is not None:
+            for sw in self.net.switches:  # agents first, before their interfaces vanish
+                if isinstance(sw, AgentSwitch):
+                    sw.stop(deleteIntfs=False)
+            try:
+                self.net.stop()
+            except Exception as exc:  # keep tearing down
+                log.warning("mininet stop: %s", exc)
+            self.net = None
+        if self.before_clean is not None:
+            try:
+                self.before_clean()
+            except Exception as exc:  # keep tearing down
+                log.warning("before clean: %s", exc)
+        nsutil.clean(self.tag, include_live=True)
+
+    # -- configuration (control plane) --------------------------------------
+    def configure(self, node: str) -> None:
+        """Sysctls, interfaces, addresses, routes, rules and neighbours of one node, as
+        the network plan says (emu.realise.netplan)."""
+        netlink.apply(plan_node(self.fabric, node), nsutil.ns_name(self.tag, node))
+
+    def agent_config(self, node: str) -> AgentConfig:
+        """The start-up configuration of one switch agent."""
+        fab = self.fabric
+        n = fab.nodes[node]
+        ports = []
+        delays = self.part.delays if self.part is not None else {}
+        for local, remote, link in fab.node_links(node):
+            lab = self.td.lab_rate(link.model_bps) if self.shaping else math.inf
+            delay = delays.get(f"{node}:{local.ifname}", self.td.lab_time(link.delay_s))
+            ports.append(PortConfig(local.ifname, local.mac, link.model_bps, lab, delay,
+                                    local.vlan,
+                                    f"{remote.node}:{remote.ifname}",
+                                    fab.nodes[remote.node].kind == HOST))
+        svi = fab.l2_tables(node)
+        return AgentConfig(name=node, tdf=fab.tdf, control=str(self.control_path(node)),
+                           ports=tuple(ports), svi=svi, ecmp_seed=n.ecmp_seed, mtu=fab.mtu,
+                           test_drop_rate=self.test_drop_rate,
+                           qos=self.qos.to_dict() if self.qos is not None else None,
+                           lldp_off=self.lldp_off.get(node, ()),
+                           lb=self.lb[node].to_dict() if node in self.lb else None,
+                           dlb_macs=lbplan.dlb_macs(self.lb),
+                           events_path=str(self.run_dir / "events" / f"{node}.jsonl")
+                           if self.run_dir is not None else None)
+
+    @property
+    def nic_sockets(self) -> dict[str, str]:
+        """GPU name -> control socket of its running NIC process (start_nics)."""
+        return self.nics.sockets if self.nics is not None else {}
+
+    def start_nics(self, dcqcn: str = "paper", mtu: int = 4096, gpus=None,
+                   timeout: float = 20.0, **options) -> dict[str, str]:
+        """One RDMA NIC process (traffic.nic.main) per GPU in its host namespace (book ch.9);
+        returns GPU -> control socket path. `options` are further NicConfig fields
+        (e.g. timeout_s in model seconds, window). Stopped with the fabric."""
+        assert self.nics is not None, "start the fabric first"
+        return self.nics.start(gpus or list(self.fabric.gpus), dcqcn, mtu, timeout,
+                               **self.nic_defaults(options))
+
+    def nic_defaults(self, options: dict) -> dict:
+        """NicConfig fields every NIC of this fabric gets unless `options` say: with QoS,
+        the NIC pauses the priority its RoCE DSCP maps to."""
+        out = dict(options)
+        if self.qos is not None:
+            out.setdefault("pfc_priority", Classifier(
+                self.qos.classification).priority_of_dscp(DSCP_ROCEV2))
+        return out
+
+    def stop_nics(self) -> None:
+        """Stop the NIC processes started by start_nics (SIGTERM, wait)."""
+        if self.nics is not None:
+            self.nics.stop()
+
+    def wait_pfc(self, timeout: float = 10.0) -> dict[str, list[str]]:
+        """Wait until LLDP/DCBX turned PFC on for every fabric port (mode auto); returns
+        ports still without PFC per switch (empty when all negotiated)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = {}
+            for sw in self.fabric.switches():
+                ports = self.counters(sw.name)["ports"]
+                off = [p for p, c in ports.items()
+                       if c["pfc"]["mode"] == "auto" and not c["pfc"]["active"]]
+                if off:
+                    missing[sw.name] = off
+            if not missing or time.monotonic() > deadline:
+                return missing
+            time.sleep(0.2)
+
+    def control_path(self, switch: str) -> Path:
+        """Control socket of a switch agent."""
+        return self.state_dir / f"{switch}.sock"
+
+    def wait_agents(self, timeout: float = 20.0) -> None:
+        """Block until every agent answers on its control socket."""
+        deadline = time.monotonic() + timeout
+        for sw in self.local_switches():
+            node = self.net[sw.name]
+            wait_ready(f"switch agent {sw.name}", node.agent,
+                       lambda p=str(self.control_path(sw.name)): control.request(
+                           p, {"cmd": "ping"}, timeout=1.0),
+                       deadline, timeout, hint=f"; see its log {node.agent_log}")
+
+    # -- queries --------------------------------------------------------------
+    def counters(self, switch: str) -> dict:
+        """Live counters of one switch agent."""
+        return control.request(str(self.control_path(switch)), {"cmd": "counters"})
+
+    def memory(self) -> dict:
+        """GPU -> a maker of its RDMA memory where it is not here (emu.cluster.net): none."""
+        return {}
+
+    def node_ops(self, node: str) -> NodeOps:
+        """The actions of a fault in `node`'s namespace (emu.realise.nodeops)."""
+        if self._ops is None:
+            self._ops = NodeOps(self.fabric, self.tag)
+        return self._ops
+
+    def agent_request(self, switch: str, payload: dict) -> dict:
+        """Any control request to one agent."""
+        return control.request(str(self.control_path(switch)), payload)
+
+    def host(self, name: str):
+        """The Mininet node of a host."""
+        return self.node(name)
+
+    def node(self, name: str):
+        """The Mininet node of any node (its `popen` runs a command in its namespace)."""
+        assert self.net is not None
+        return self.net[name]
+
+    def clock_shift(self, node: str) -> float:
+        """Seconds to subtract from timestamps taken on `node`'s machine: 0 here (emu.
+        cluster measures the other servers' clocks)."""
+        return 0.0
+

@@ -1,0 +1,114 @@
+"""Packet trimming in the switch (issue 16; ../shared/design/UET_FACTS.md "Packet
+trimming", seed 004 "Packet trimming"): a congested egress queue does not drop - or pause
+the sender - a packet of a trimmable DSCP, it cuts the payload, rewrites the DSCP to the
+trimmed code point and sends the header on in a high-priority class; the receiving FEP
+answers NACK TRIMMED (or TRIMMED_LASTHOP when the cut happened on the last switch, at the
+port facing the destination host) and the sender retransmits at once.
+
+No standard values exist. Emu's defaults: trimmable DSCP 24 (emu's UET data shares
+RoCE's class), trimmed DSCP 11 (Cumulus 5.14's default trim DSCP) and 12 at the last hop
+(emu's choice: the receiver must tell the two apart and the header carries no other
+mark), 64 bytes of UDP payload kept (uet-htsim; the UET headers are never cut), the
+header queued on the CNP strict-priority queue (7, the book's), a trimmable packet
+trimmed once its egress queue would hold more than 100 KB (model bytes: 4 us at 200 G).
+Only UET frames (UDP 4793) are trimmed; anything else of that DSCP is queued as usual.
+
+YAML (a QoS file's `trim:` or `emu run --trim`):
+
+    trim: {dscps: [24], threshold: 100KB, keep: 64, trimmed_dscp: 11,
+           lasthop_dscp: 12, queue: 7}
+
+Pure: the decision is `Trim.dscp_for(tos, depth, nbytes, last_hop)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from emucore.qos.fields import int_in, size
+
+__all__ = ["Trim"]
+
+NUM_QUEUES = 8
+
+
+@dataclass(frozen=True)
+class Trim:
+    """Where and how a switch trims."""
+
+    dscps: tuple[int, ...] = (24,)   #: trimmable DSCPs
+    threshold_bytes: int = 100_000   #: trim once the egress queue would exceed this
+    keep: int = 64                   #: UDP payload bytes kept (at least the UET headers)
+    trimmed_dscp: int = 11
+    lasthop_dscp: int = 12           #: trimmed at the port facing the destination host
+    queue: int = 7                   #: egress queue (and PFC priority) of trimmed headers
+    trimmable: tuple[bool, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Validate, naming the bad field; build the per-TOS table."""
+        if not self.dscps:
+            raise ValueError("dscps: at least one trimmable DSCP")
+        for d in self.dscps:
+            int_in("dscps", d, 0, 63)
+        int_in("threshold", self.threshold_bytes, 0, 1 << 40)
+        int_in("keep", self.keep, 0, 9216)
+        int_in("trimmed_dscp", self.trimmed_dscp, 0, 63)
+        int_in("lasthop_dscp", self.lasthop_dscp, 0, 63)
+        int_in("queue", self.queue, 0, NUM_QUEUES - 1)
+        marks = {self.trimmed_dscp, self.lasthop_dscp}
+        if len(marks) != 2 or marks & set(self.dscps):
+            raise ValueError(f"trimmed_dscp, lasthop_dscp: two DSCPs apart from the "
+                             f"trimmable ones {list(self.dscps)}, got {self.trimmed_dscp} "
+                             f"and {self.lasthop_dscp}")
+        object.__setattr__(self, "trimmable",
+                           tuple(tos >> 2 in self.dscps for tos in range(256)))
+
+    def dscp_for(self, tos: int, depth: int, nbytes: int, last_hop: bool) -> int | None:
+        """The DSCP to trim a frame of this TOS byte and size to, on an egress queue now
+        holding `depth` bytes (None: queue it whole)."""
+        if not self.trimmable[tos] or depth + nbytes <= self.threshold_bytes:
+            return None
+        return self.lasthop_dscp if last_hop else self.trimmed_dscp
+
+    def is_trimmed(self, tos: int) -> bool:
+        """Does this TOS byte carry a trimmed code point (its header goes to `queue`)?"""
+        return tos >> 2 in (self.trimmed_dscp, self.lasthop_dscp)
+
+    # -- text forms ----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """JSON-able form (what from_dict reads)."""
+        return {"dscps": list(self.dscps), "threshold": self.threshold_bytes,
+                "keep": self.keep, "trimmed_dscp": self.trimmed_dscp,
+                "lasthop_dscp": self.lasthop_dscp, "queue": self.queue}
+
+    @classmethod
+    def from_dict(cls, data: dict | bool | None, source: str = "trim") -> "Trim":
+        """From the YAML mapping (`true` or an empty mapping: the defaults); unknown keys
+        and bad values name ``source.field``."""
+        if data is True or data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{source}: expected a mapping or true, got {data!r}")
+        names = {"threshold": "threshold_bytes"}
+        known = {f.name for f in fields(cls) if f.init}
+        kw: dict = {}
+        for key, val in data.items():
+            name = names.get(key, key)
+            if name not in known:
+                raise ValueError(f"{source}.{key}: unknown field (known: dscps, threshold, "
+                                 f"keep, trimmed_dscp, lasthop_dscp, queue)")
+            if name == "threshold_bytes":
+                val = size(f"{source}.{key}", val)
+            elif name == "dscps":
+                val = tuple(val) if isinstance(val, (list, tuple)) else (val,)
+            kw[name] = val
+        try:
+            return cls(**kw)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{source}.{exc}") from None
+
+    def describe(self) -> str:
+        """One line for `show` and the summary."""
+        return (f"trim DSCP {','.join(map(str, self.dscps))} above "
+                f"{self.threshold_bytes / 1000:g} KB to {self.keep} B -> DSCP "
+                f"{self.trimmed_dscp} ({self.lasthop_dscp} at the last hop), queue {self.queue}")
