@@ -1,6 +1,6 @@
 """`emu bench transport`: the same 3:1 incast and ring AllReduce over RoCE (RC, DCQCN,
 PFC) and over UET (RUD, NSCC, entropy spraying), and the incast once more over UET with
-the switches trimming - in one run (issue 16; ../shared/design/UET_FACTS.md; book ch.11
+the switches trimming - in one run (issue 16; book ch.11
 for the RoCE side).
 
 Each case is one `emu run rail2x4` as a user would start it, at one TDF:

@@ -1,4 +1,4 @@
-"""Credit-based flow control, modelled (issue 16; ../shared/design/UET_FACTS.md "CBFC";
+"""Credit-based flow control, modelled (issue 16 "CBFC";
 seed 004 "Credit-Based Flow Control"): per virtual channel, a link's sender may only
 send what its receiver has buffer for. The receiver starts its partner with `credits`
 bytes per lossless channel and returns credits as frames leave its buffer (an update

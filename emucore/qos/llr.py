@@ -1,5 +1,5 @@
 """Link-level retry (LLR), Ultra Ethernet's hop-by-hop replay below the MAC (issue 16;
-../shared/design/UET_FACTS.md "LLR"; seed 004 "Link Level Retry").
+docs/UET.md "LLR"; seed 004 "Link Level Retry").
 
 On a real UE link the sender keeps every frame in a replay buffer until the link partner
 acknowledges it with a PCS ordered set; a frame the partner's MAC discarded (FCS error)

@@ -1,4 +1,4 @@
-"""Packet trimming in the switch (issue 16; ../shared/design/UET_FACTS.md "Packet
+"""Packet trimming in the switch (issue 16 "Packet
 trimming", seed 004 "Packet trimming"): a congested egress queue does not drop - or pause
 the sender - a packet of a trimmable DSCP, it cuts the payload, rewrites the DSCP to the
 trimmed code point and sends the header on in a high-priority class; the receiving FEP

@@ -1,4 +1,4 @@
-"""The credit update of emu's modelled CBFC (issue 16; ../shared/design/UET_FACTS.md
+"""The credit update of emu's modelled CBFC (issue 16
 "CBFC"; seed 004 "Credit-Based Flow Control"): build and parse, pure.
 
 UE's credit-based flow control returns buffer credits per virtual channel from a link's

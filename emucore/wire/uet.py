@@ -1,5 +1,5 @@
 """Ultra Ethernet Transport (UET) packet formats as Scapy layers: the source of truth for
-every UET frame emu sends (issue 16; ../shared/design/UET_FACTS.md; the seed 004 "Fabric
+every UET frame emu sends (issue 16; the seed 004 "Fabric
 Setup": FEPs, PDS, SES).
 
 Layouts: the UE 1.0.1 specification as implemented by Wireshark's upstream dissector

@@ -1,5 +1,5 @@
 """The sending side of a UET PDC: messages to packets, the window, retransmission,
-completions (issue 16; ../shared/design/UET_FACTS.md "RUD", "NSCC"; the seed 004
+completions (issue 16 "RUD", "NSCC"; the seed 004
 "Packet Delivery Sublayer"). Pure: time (`now`, the caller's clock) and randomness come
 from outside; works on the verbs objects of traffic.verbs (the QP's send queue, MRs,
 send CQ) and returns packet descriptors (`TxReq`) the NIC turns into frames.

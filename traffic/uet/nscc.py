@@ -1,5 +1,4 @@
-"""NSCC, the UET sender's window-based congestion control (issue 16; ../shared/design/
-UET_FACTS.md "NSCC", after uet-htsim's `updateCwndOnAck_NSCC`; pure: time passed in,
+"""NSCC, the UET sender's window-based congestion control (issue 16; docs/UET.md "NSCC", after uet-htsim's `updateCwndOnAck_NSCC`; pure: time passed in,
 model seconds).
 
 Signals per ACK: the ECN echo (the ACK's M flag: a CE-marked packet reached the target)

@@ -1,5 +1,5 @@
 """The receiving side of a UET PDC: placement, PSN tracking, ACKs, NACKs (issue 16;
-../shared/design/UET_FACTS.md "RUD", "Packet trimming"; the seed 004 "Packet Delivery
+docs/UET.md "RUD", "Packet trimming"; the seed 004 "Packet Delivery
 Sublayer"). Pure: works on parsed frames (`emucore.wire.uet_codec.UetFields`) and the
 verbs objects of traffic.verbs (MRs by memory key, the receive queue and CQ); returns
 ACK / NACK descriptors (`TxAck`, `TxNack`) for the NIC to send.
