@@ -1,11 +1,12 @@
 """One fabric spread over several servers (issue 17): `ClusterNet` is an emu.realise.net.FabricNet
 whose nodes are placed on the servers of a servers file (emu.cluster.servers, emu.cluster.placer);
 this machine builds its own part, every other server runs `python -m emu.cluster.part` over
-SSH (emu.cluster.part), and the links between servers are VXLAN tunnels terminated in the node
-namespaces (emu.realise.tunnel, emu.cluster.plan) - the shape of Mininet's cluster mode
-(`mininet.examples.cluster`: a controller that reaches its servers with
-`ssh -o BatchMode=yes`, `RemoteGRELink` tunnels moved into the nodes), with one
-long-lived process per server instead of one SSH shell per node.
+SSH (emu.cluster.part, driven from here by emu.cluster.partclient), and the links between
+servers are VXLAN tunnels terminated in the node namespaces (emu.realise.tunnel,
+emu.cluster.plan) - the shape of Mininet's cluster mode (`mininet.examples.cluster`: a
+controller that reaches its servers with `ssh -o BatchMode=yes`, `RemoteGRELink` tunnels
+moved into the nodes), with one long-lived process per server instead of one SSH shell
+per node.
 
 What stays as on one machine: every switch agent's control socket is forwarded by SSH
 to the path it would have here (/run/emu/<tag>/<switch>.sock: `ssh -L local:remote`,
@@ -21,324 +22,28 @@ every tunnel between them is compensated by it (emu.cluster.plan); each server's
 offset is read over its part's session, and captures there stream here and are put on
 this machine's clock (emu.observe.capture). The run's fidelity is judged per server and
 combined (emu.observe.guard.by_server). NICs of hosts elsewhere are started by their part
-(`start_nics`) and their workers spawned there (`RemoteNode.spawn`, used by
-collectives.launch); their results come back through the part, and its logs and event
-files when it stops (the events moved onto this machine's monotonic clock,
+(`start_nics`) and their workers spawned there (`RemoteNode.spawn`, emu.cluster.proxies,
+used by collectives.launch); their results come back through the part, and its logs and
+event files when it stops (the events moved onto this machine's monotonic clock,
 `keep_files`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
-import logging
 import os
-import queue
-import shlex
-import signal
 import socket
-import subprocess
-import threading
 import time
 from pathlib import Path
 
 from emu.cluster import plan as clusterplan, placer as placement, remote
+from emu.cluster.partclient import RemotePart
+from emu.cluster.proxies import RemoteNode, RemoteOps, RemoteShm
+from emu.cluster.servers import Server, Servers
 from emu.realise import nsutil
 from emu.realise.net import FabricNet
-from emu.cluster.part import MARK, encode
-from emu.cluster.servers import Server, Servers
 from emu.realise.tunnel import underlay_to
-from emucore.runmark import marked_env
-
-log = logging.getLogger("emu.cluster.net")
-
-PART_TIMEOUT_S = 180.0  #: a server's part must be up within this
-FORWARD_TIMEOUT_S = 20.0
-PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _ssh_popen(argv: list[str], tag: str, **kw) -> subprocess.Popen:
-    """An ssh client of run `tag`: marked EMU_RUN=<tag> (`emu clean --run` finds it)
-    and sent SIGTERM when this process dies (PR_SET_PDEATHSIG), so a kill -9 of emu
-    leaves no SSH session - and with it no part - on any server."""
-    parent = os.getpid()
-
-    def die_with_parent() -> None:
-        _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
-        if os.getppid() != parent:  # the parent died before the line above
-            os._exit(1)
-
-    return subprocess.Popen(argv, env=marked_env(tag), preexec_fn=die_with_parent, **kw)
-
-
-class RemoteNode:
-    """A node on another server: runs commands in its namespace there."""
-
-    def __init__(self, name: str, netns: str, part: "RemotePart") -> None:
-        self.name = name
-        self.netns = netns
-        self.part = part
-        self._ssh = part.ssh()  # ssh ... user@host (multiplexed)
-
-    def popen(self, argv, **kw) -> subprocess.Popen:
-        """Start `argv` in the node's namespace on its server (Mininet's Node.popen)."""
-        kw.setdefault("stdin", subprocess.DEVNULL)
-        return subprocess.Popen(self._ssh + ["--", shlex.join(
-            ["ip", "netns", "exec", self.netns, *argv])], **kw)
-
-    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, out) -> subprocess.Popen:
-        """Start `argv` there with exactly `env`, in `cwd`, its output (both streams)
-        into the local file `out` - a worker of a job (collectives.launch). The returned
-        process ends with the command's exit status; closing its stdin ends the command
-        (SIGTERM there, its exit status still comes back)."""
-        cmd = shlex.join(["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv])
-        # (an asynchronous list reads /dev/null: the watcher reads our stdin as fd 3)
-        script = (f"cd {shlex.quote(cwd)} || exit 125; exec 3<&0; "
-                  f"{cmd} </dev/null 3<&- 2>&1 & p=$!; "
-                  "(read _ <&3; kill -TERM $p 2>/dev/null) & w=$!; exec 3<&-; wait $p; "
-                  "rc=$?; kill $w 2>/dev/null; exit $rc")
-        return self.popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=out,
-                          stderr=subprocess.STDOUT)
-
-    def scratch(self, name: str) -> str:
-        """A directory there for a job's files (in its part's state directory, removed
-        with the part); created by `spawn`'s caller through `mkdir`."""
-        return str(nsutil.STATE_DIR / self.part.tag / name)
-
-    def files(self, directory: str, glob: str) -> dict[str, str]:
-        """The text of the files of `directory` there whose names match `glob`."""
-        return self.part.request({"cmd": "files", "dir": directory, "glob": glob})["files"]
-
-    def stream(self, argv, out) -> subprocess.Popen:
-        """Run `argv` there with its standard output into `out` (a local file) - a
-        capture's `dumpcap -w -`. Closing the returned process's stdin stops it cleanly:
-        the remote shell sends it SIGTERM and waits, so all it wrote arrives here."""
-        script = f"{shlex.join(argv)} & p=$!; read _; kill -TERM $p; wait $p"
-        return self.popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=out,
-                          stderr=subprocess.PIPE)
-
-
-class RemoteOps:
-    """emu.realise.nodeops.NodeOps of the nodes on another server: each call is a request to
-    that server's part (emu.cluster.part `ops`), which makes it in its own namespaces."""
-
-    def __init__(self, part: "RemotePart", node: str) -> None:
-        self.part = part
-        self.node = node
-
-    def _call(self, fn: str, *args) -> None:
-        self.part.request({"cmd": "ops", "fn": fn, "node": self.node, "args": args},
-                          timeout=30)
-
-    def set_link(self, node: str, ifname: str, up: bool) -> None:
-        self._call("set_link", node, ifname, up)
-
-    def restore_port(self, node: str, ifname: str) -> None:
-        self._call("restore_port", node, ifname)
-
-    def set_routes(self, switch: str, routes: list, withdraw: list[str]) -> None:
-        self._call("set_routes", switch, routes, withdraw)
-
-    def send_frame(self, gpu: str, frame: bytes) -> None:
-        self._call("send_frame", gpu, frame)
-
-
-class RemoteShm:
-    """A shared-memory block on another server, made and held by its part
-    (emu.cluster.part.Blocks): what a NIC there registers for an RDMA workload, filled and
-    checked there (traffic.nic.client.MemoryRegion)."""
-
-    def __init__(self, part: "RemotePart", size: int) -> None:
-        self.part = part
-        self.size = size
-        self.name = part.request({"cmd": "shm", "op": "create", "size": size})["name"]
-
-    def _op(self, op: str, length: int | None = None) -> dict:
-        return self.part.request({"cmd": "shm", "op": op, "name": self.name,
-                                  "length": self.size if length is None else length})
-
-    def fill_random(self, length: int) -> None:
-        self._op("fill", length)
-
-    def digest(self, length: int) -> str:
-        return self._op("digest", length)["digest"]
-
-    def is_zero(self, length: int) -> bool:
-        return self._op("zero", length)["zero"]
-
-    def close(self) -> None:
-        """(Nothing is mapped here.)"""
-
-    def unlink(self) -> None:
-        self._op("drop")
-
-
-class RemotePart:
-    """The emu.cluster.part process of one server, reached over SSH."""
-
-    def __init__(self, server: Server, tag: str, state_dir: Path, log_path: Path | None):
-        self.run = tag  #: the run's tag here (marks our ssh clients)
-        self.server = server
-        self.remote = remote.Remote(server)
-        self.control = state_dir / f"ssh-{server.name}"  # the multiplexed connection
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-        self.forwarder: subprocess.Popen | None = None
-        self.tag = ""  # the part's tag on its server
-        self.sockets: dict[str, str] = {}
-        self.files: dict[str, str] = {}  # its logs and event files, sent when it stopped
-        self._lines: queue.Queue = queue.Queue()
-        self._talk = threading.Lock()  # one request at a time over the session
-
-    def ssh(self, options: tuple[str, ...] = ()) -> list[str]:
-        """ssh through this server's master connection (once `forward` started it)."""
-        return self.remote.ssh_argv([], ("-S", str(self.control), *options))
-
-    def start(self, spec: dict) -> None:
-        """Start the part (it builds while we go on); `ready` waits for it."""
-        cmd = ["env", "-C", str(remote.REPO), str(remote.REPO / ".venv" / "bin" / "python"),
-               "-m", "emu.cluster.part"]
-        err = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = _ssh_popen(self.remote.argv(cmd), self.run, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=err)
-        if self.log_path:
-            err.close()
-        self.proc.stdin.write(encode(spec))
-        self.proc.stdin.flush()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self._lines.put(line.decode(errors="replace"))
-        self._lines.put(None)
-
-    def ready(self, timeout: float = PART_TIMEOUT_S) -> None:
-        """Wait for the part's report; RuntimeError naming the server otherwise."""
-        deadline = time.monotonic() + timeout
-        where = f"server {self.server.name} ({self.server.address})"
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise RuntimeError(f"{where}: its part of the fabric was not up in "
-                                   f"{timeout:g} s" + self._see()) from None
-            if line is None:
-                raise RuntimeError(f"{where}: its part ended before it was up "
-                                   f"(exit {self.proc.wait()})" + self._see())
-            if line.startswith(MARK):
-                msg = json.loads(line[len(MARK):])
-                if "error" in msg:
-                    raise RuntimeError(f"{where}: {msg['error']}")
-                self.tag, self.sockets = msg["tag"], msg["sockets"]
-                return
-
-    def request(self, req: dict, timeout: float = 120.0) -> dict:
-        """One request to the part (emu.cluster.part.answer); RuntimeError naming the server
-        when it fails."""
-        with self._talk:
-            self.proc.stdin.write(encode(req))
-            self.proc.stdin.flush()
-            line = self._lines.get(timeout=timeout)
-        if line is None or not line.startswith(MARK):
-            raise RuntimeError(f"server {self.server.name}: its part stopped answering"
-                               + self._see())
-        reply = json.loads(line[len(MARK):])
-        if "error" in reply:
-            raise RuntimeError(f"server {self.server.name}: {req['cmd']}: {reply['error']}")
-        return reply
-
-    def forwards(self, op: str, pairs: list[tuple[str, str]]) -> None:
-        """Add (`op` "forward") or remove ("cancel") socket forwardings local <- remote
-        on the master connection."""
-        if not pairs:
-            return
-        fwd = [x for local, far in pairs for x in ("-L", f"{local}:{far}")]
-        r = subprocess.run(self.remote.ssh_argv([], ("-S", str(self.control), "-O", op, *fwd)),
-                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-        if r.returncode != 0 and op == "forward":
-            raise RuntimeError(f"server {self.server.name}: forwarding sockets failed: "
-                               f"{r.stderr.strip()}")
-
-    def clock_offset(self, samples: int = 20) -> tuple[float, float, float]:
-        """(seconds the server's clock is ahead of ours, the uncertainty, the same for
-        CLOCK_MONOTONIC - the event logs' axis): the part's clocks asked over its
-        session `samples` times (as NTP: of the sample with the shortest round trip, the
-        middle is taken as the moment the server read its clocks; the uncertainty is
-        half that trip)."""
-        best = None
-        for _ in range(samples):
-            with self._talk:
-                t0, m0 = time.time(), time.monotonic()
-                self.proc.stdin.write(b"clock\n")
-                self.proc.stdin.flush()
-                line = self._lines.get(timeout=10)
-                t1, m1 = time.time(), time.monotonic()
-            if line is None or not line.startswith(MARK):
-                raise RuntimeError(f"server {self.server.name}: its part did not tell its "
-                                   "clock" + self._see())
-            theirs = json.loads(line[len(MARK):])
-            if best is None or t1 - t0 < best[1]:
-                best = (theirs["clock"] - (t0 + t1) / 2, t1 - t0,
-                        theirs["mono"] - (m0 + m1) / 2)
-        assert best is not None
-        return best[0], best[1] / 2, best[2]
-
-    def _see(self) -> str:
-        return f"; see {self.log_path}" if self.log_path else ""
-
-    def forward(self, local_dir: Path) -> None:
-        """The master SSH connection, forwarding each agent socket to `local_dir`."""
-        fwd = []
-        for sw, path in self.sockets.items():
-            fwd += ["-L", f"{local_dir / (sw + '.sock')}:{path}"]
-        self.forwarder = _ssh_popen(
-            self.remote.ssh_argv(["-N"], ("-M", "-S", str(self.control), "-o",
-                                          "ExitOnForwardFailure=yes", "-o",
-                                          "StreamLocalBindUnlink=yes", *fwd)),
-            self.run, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE)
-        deadline = time.monotonic() + FORWARD_TIMEOUT_S
-        want = [local_dir / f"{sw}.sock" for sw in self.sockets] + [self.control]
-        while not all(p.exists() for p in want):
-            if self.forwarder.poll() is not None or time.monotonic() > deadline:
-                why = (self.forwarder.stderr.read().decode(errors="replace").strip()
-                       if self.forwarder.poll() is not None else "timed out")
-                raise RuntimeError(f"server {self.server.name}: forwarding its agents' "
-                                   f"control sockets failed: {why}")
-            time.sleep(0.05)
-
-    def stop(self, timeout: float = 60.0) -> None:
-        """Close the part's stdin (it tears down), wait; then the master connection."""
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("server %s: its part did not stop in %g s", self.server.name,
-                            timeout)
-                self.proc.terminate()
-                self.proc.wait(10)
-            while True:  # its last words: the files it kept (emu.cluster.part)
-                try:
-                    line = self._lines.get(timeout=5)
-                except queue.Empty:
-                    break
-                if line is None:
-                    break
-                if line.startswith(MARK) and '"files"' in line[:30]:
-                    self.files = json.loads(line[len(MARK):])["files"]
-        if self.forwarder is not None and self.forwarder.poll() is None:
-            self.forwarder.terminate()
-            try:
-                self.forwarder.wait(10)
-            except subprocess.TimeoutExpired:
-                self.forwarder.kill()
-                self.forwarder.wait()
 
 
 def keep_files(run_dir: Path, files: dict[str, str], mono_ahead_s: float, tdf: float) -> None:

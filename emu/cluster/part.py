@@ -49,7 +49,7 @@ def files(d: Path, glob: str) -> dict[str, str]:
 
 class Blocks:
     """Shared-memory blocks this part made for the controller's RDMA workloads (its
-    NICs register them: traffic.workloads.rdma `memory`, emu.cluster.net.RemoteShm)."""
+    NICs register them: traffic.workloads.rdma `memory`, emu.cluster.proxies.RemoteShm)."""
 
     def __init__(self, run: str) -> None:
         self.run = run
@@ -153,7 +153,7 @@ def main() -> int:
         socks = {sw.name: str(fnet.control_path(sw.name)) for sw in fnet.local_switches()}
         print(MARK + json.dumps({"tag": fnet.tag, "sockets": socks}), flush=True)
         for line in iter(sys.stdin.buffer.readline, b""):
-            if line.strip() == b"clock":  # the controller reads our clocks (emu.cluster.net)
+            if line.strip() == b"clock":  # the controller reads our clocks (emu.cluster.partclient)
                 print(MARK + json.dumps({"clock": time.time(), "mono": time.monotonic()}),
                       flush=True)
             elif line.strip():

@@ -2,7 +2,7 @@
 a port down or up, a port's routes and permanent neighbours put back, a switch's routes
 replaced, a frame sent from a GPU NIC's port. The kernel side of emu.faults.inject, kept apart
 so that a node on another server gets the same calls through its part (emu.cluster.part's `ops`
-request, emu.cluster.net.RemoteOps) - `NodeOps(fabric, tag)` acts on the namespaces of run
+request, emu.cluster.proxies.RemoteOps) - `NodeOps(fabric, tag)` acts on the namespaces of run
 `tag` on this machine.
 
 Book ch.10 / ch.13: a port that loses carrier has its routes and neighbours flushed by

@@ -476,7 +476,7 @@ def test_rdma_memory_of_a_nic_elsewhere_is_made_filled_and_checked_there():
     import hashlib
     import os
 
-    from emu.cluster.net import RemoteShm
+    from emu.cluster.proxies import RemoteShm
     from emu.cluster.part import Blocks
     from traffic.nic.client import MemoryRegion, new_shm
 
