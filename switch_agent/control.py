@@ -9,7 +9,7 @@ the fidelity guard's lags), and the faults of issue 14: {"cmd": "admin", "state"
 "loss", "corrupt", "delay_model_s"} or {"cmd": "degrade", "port": "eth5", "restore": true}. The counters carry "fidelity": the agent's
 emucore.fidelity.LagMeter snapshot plus "cpu_s", the process's CPU seconds.
 Served from the agent's poll loop (no thread, so counters are read consistently).
-`request(path, payload)` is the client used by `emu` and the tests.
+`request(path, payload)` (emucore.ctlsock) is the client used by `emu` and the tests.
 """
 
 from __future__ import annotations
@@ -18,62 +18,31 @@ import ipaddress
 import json
 import logging
 import os
-import socket
 import time
 from typing import TYPE_CHECKING
 
+from emucore.ctlsock import LineServer, request
 from switch_agent import show
 
 if TYPE_CHECKING:  # the agent imports Scapy; clients of `request` need not
     from switch_agent.agent import Agent
 
+__all__ = ["AgentControl", "ControlServer", "request"]
+
 log = logging.getLogger("switch_agent.control")
 
 
-class ControlServer:
-    """A non-blocking Unix stream listener bound to `path`."""
+class AgentControl(LineServer):
+    """The agent's control socket at `path`: a non-blocking listener its poll loop
+    serves (`handle`, from emucore.ctlsock.LineServer)."""
 
     def __init__(self, path: str, agent: Agent) -> None:
-        self.path = path
+        super().__init__(path, backlog=16, blocking=False)
         self.agent = agent
-        if os.path.exists(path):
-            os.unlink(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path + ".tmp")
-        self.sock.listen(16)
-        self.sock.setblocking(False)
 
-    def ready(self) -> None:
-        """Publish the socket under its final name: clients may now connect."""
-        os.replace(self.path + ".tmp", self.path)
-
-    def fileno(self) -> int:
-        """For epoll."""
-        return self.sock.fileno()
-
-    def handle(self) -> None:
-        """Accept and answer pending requests."""
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except BlockingIOError:
-                return
-            with conn:
-                conn.settimeout(1.0)
-                try:
-                    data = b""
-                    while not data.endswith(b"\n"):
-                        chunk = conn.recv(65536)
-                        if not chunk:
-                            break
-                        data += chunk
-                    reply = self.dispatch(json.loads(data or b"{}"))
-                except Exception as exc:  # a bad request must not kill the data plane
-                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-                try:
-                    conn.sendall(json.dumps(reply).encode() + b"\n")
-                except OSError:
-                    pass
+    def reply(self, req: dict) -> dict:
+        """The reply to one request: `dispatch`'s."""
+        return self.dispatch(req)
 
     def dispatch(self, req: dict) -> dict:
         """Answer one request."""
@@ -142,26 +111,5 @@ class ControlServer:
             return {"ok": True}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
-    def close(self) -> None:
-        """Stop listening and remove the socket file."""
-        self.sock.close()
-        for p in (self.path, self.path + ".tmp"):
-            try:
-                os.unlink(p)
-            except FileNotFoundError:
-                pass
 
-
-def request(path: str, payload: dict, timeout: float = 5.0) -> dict:
-    """Send one request to an agent and return its reply."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
-        s.sendall(json.dumps(payload).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(1 << 20)
-            if not chunk:
-                break
-            data += chunk
-    return json.loads(data)
+ControlServer = AgentControl  #: the name switch_agent.serve and the tests use

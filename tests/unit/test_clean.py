@@ -24,7 +24,7 @@ from emu.realise.nodes import EmuNode
 from emucore.runmark import RUN_ENV, is_tag, marked_env, shm_name, shm_tag, tag_of_environ
 from traffic.nic.client import NicClient, new_shm
 from traffic.nic.nicconfig import NicConfig
-from traffic.nic.ctl import ControlServer
+from traffic.nic.ctl import NicControl
 
 TAG, OTHER = "ab12", "cd34"
 
@@ -123,7 +123,7 @@ def test_nic_config_names_its_run():
 
 
 class _FakeNic:
-    """What ControlServer needs of a NIC to answer ping and reg_mr."""
+    """What NicControl needs of a NIC to answer ping and reg_mr."""
 
     def __init__(self, control: str, run: str) -> None:
         self.cfg = SimpleNamespace(gpu="h1g1", ip="10.0.1.11", control=control, run=run)
@@ -138,7 +138,7 @@ class _FakeNic:
 @pytest.mark.parametrize("run,prefix", [(TAG, "emu-ab12-mr-"), ("", "psm_")])
 def test_memory_registered_with_a_nic_is_named_after_its_run(tmp_path, run, prefix):
     nic = _FakeNic(str(tmp_path / "n.sock"), run)
-    server = ControlServer(nic)
+    server = NicControl(nic)
     server.start()
     try:
         with NicClient(nic.cfg.control, timeout=5) as client:

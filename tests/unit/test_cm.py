@@ -97,7 +97,7 @@ def test_a_nics_cm_port_outlives_a_peer_that_reset_and_an_exchange_that_failed(t
     from types import SimpleNamespace
 
     from traffic.nic.cm import CmRep, CmReq, cm_connect
-    from traffic.nic.ctl import ControlServer
+    from traffic.nic.ctl import NicControl
 
     class Nic:
         def __init__(self):
@@ -121,7 +121,7 @@ def test_a_nics_cm_port_outlives_a_peer_that_reset_and_an_exchange_that_failed(t
             pass
 
     nic = Nic()
-    server = ControlServer(nic)
+    server = NicControl(nic)
     try:
         with socket.socket() as probe:  # a free port
             probe.bind(("127.0.0.1", 0))

@@ -270,17 +270,17 @@ def test_control_protocol_pins_qpn_and_psn():
     pd, cq = a.alloc_pd(), a.create_cq()
     req = {"cmd": "create_qp", "pd": pd, "send_cq": cq, "dscp": 0, "ecn": 0,
            "start_psn": PSN, "qpn": QA}
-    assert nic_ctl.ControlServer.dispatch(ctl, req) == {"qpn": QA}
+    assert nic_ctl.NicControl.dispatch(ctl, req) == {"qpn": QA}
     q = a.qps[QA]
     assert (q.start_psn, q.dscp, q.ecn, q.prio, q.ep.qp.qpn) == (PSN, 0, 0, 0, QA)
     with pytest.raises(VerbsError, match="qpn: 0x123456 is in use"):
-        nic_ctl.ControlServer.dispatch(ctl, req)
+        nic_ctl.NicControl.dispatch(ctl, req)
     a.destroy_qp(QA)
-    assert nic_ctl.ControlServer.dispatch(ctl, req) == {"qpn": QA}  # free again
+    assert nic_ctl.NicControl.dispatch(ctl, req) == {"qpn": QA}  # free again
     for field, bad in (("dscp", 64), ("ecn", 4), ("start_psn", 1 << 24), ("qpn", 1)):
         with pytest.raises(VerbsError, match=field):
             a.create_qp(pd, cq, cq, **{field: bad})
-    q = a.qps[nic_ctl.ControlServer.dispatch(ctl, {"cmd": "create_qp", "pd": pd,
+    q = a.qps[nic_ctl.NicControl.dispatch(ctl, {"cmd": "create_qp", "pd": pd,
                                                    "send_cq": cq})["qpn"]]
     assert (q.dscp, q.ecn, q.prio) == (24, 2, 3)
 

@@ -156,6 +156,6 @@ def test_control_fidelity_reset_starts_a_new_window(sender):
     a.transmit(at(a, a.port_next + 2 * MS))
     assert snap(a)["count"] == 2 and snap(a)["max_lag_model_s"] > 0
     ctl = SimpleNamespace(nic=a)
-    assert nic_ctl.ControlServer.dispatch(ctl, {"cmd": "fidelity_reset"}) == {}
+    assert nic_ctl.NicControl.dispatch(ctl, {"cmd": "fidelity_reset"}) == {}
     s = snap(a)
     assert s["count"] == 0 and s["max_lag_model_s"] == 0.0 and sum(s["hist"]) == 0

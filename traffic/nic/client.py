@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
 
+from emucore.ctlsock import encode, exchange
 from emucore.runmark import shm_name
 from traffic.verbs import Access, WC, WCOpcode, WCStatus
 
@@ -158,9 +159,20 @@ class RemoteBuffer:
 
 
 def request(path: str, payload: dict, timeout: float = 10.0) -> dict:
-    """One request on a fresh connection (for tools: counters, ping)."""
-    with NicClient(path, timeout) as c:
-        return c.call(payload.pop("cmd"), **payload)
+    """One request on a fresh connection (for tools: counters, ping); raises NicError
+    when ok is false. The reply may take `timeout`, at least 5 s (as `NicClient.call`)."""
+    cmd = payload["cmd"]
+    return _checked(cmd, exchange(path, {"cmd": cmd, **payload}, max(timeout, 5.0)))
+
+
+def _checked(cmd: str, line: bytes) -> dict:
+    """The reply in `line` to `cmd`; NicError when it is none or not ok."""
+    if not line:
+        raise NicError(f"{cmd}: the NIC closed the connection")
+    reply = json.loads(line)
+    if not reply.get("ok"):
+        raise NicError(f"{cmd}: {reply.get('error')}")
+    return reply
 
 
 class NicClient:
@@ -193,14 +205,9 @@ class NicClient:
         """Send one request and return the reply; raises NicError when ok is false."""
         with self._lock:
             self._sock.settimeout(max(self.timeout, (_timeout or 0) + 5))
-            self._sock.sendall(json.dumps({"cmd": cmd, **kw}).encode() + b"\n")
+            self._sock.sendall(encode({"cmd": cmd, **kw}))
             line = self._rfile.readline()
-        if not line:
-            raise NicError(f"{cmd}: the NIC closed the connection")
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            raise NicError(f"{cmd}: {reply.get('error')}")
-        return reply
+        return _checked(cmd, line)
 
     @property
     def run(self) -> str:

@@ -5,8 +5,8 @@ NICs agree on QP numbers, start PSNs, P_Key, path MTU and the exposed memory (R_
 address, length) over a management connection (Figure 9-4, REQ/REP/RTU, traffic.nic.cm),
 here TCP on the NIC's own IP address, so it crosses the fabric like the data.
 
-* `ControlServer`: JSON lines on the Unix socket of `NicConfig.control`, one thread per
-  client connection (traffic.nic.client is the client). Verbs calls take the NIC lock;
+* `NicControl`: JSON lines (emucore.ctlsock) on the Unix socket of `NicConfig.control`,
+  one thread per client connection (traffic.nic.client is the client). Verbs calls take the NIC lock;
   the blocking ones (connect, wait_connected, poll_cq with a timeout) never hold it
   while they wait on the network or for completions.
 * CM listeners are per TCP port (as rdma_cm's port space): `listen(qpn, port)` queues a
@@ -17,7 +17,6 @@ here TCP on the NIC's own IP address, so it crosses the fabric like the data.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -26,6 +25,7 @@ import time
 from collections import deque
 from typing import Any
 
+from emucore.ctlsock import LineServer
 from emucore.wire.ib import pkey_match
 from emucore.wire.roce import udp_sport
 from traffic.nic.cm import CmError, CmListener, CmRej, CmRep, CmReq, CmRtu, recv_msg, send_msg
@@ -36,60 +36,26 @@ NOT_LISTENING = "no QP listening on port"
 _QP_PINS = ("dscp", "ecn", "start_psn", "qpn")  #: create_qp's optional knobs (None: default)
 
 
-class ControlServer:
-    """Unix-socket verbs server and CM endpoint of one `traffic.nic.datapath.Nic`."""
+class NicControl(LineServer):
+    """Unix-socket verbs server and CM endpoint of one `traffic.nic.datapath.Nic`: a
+    thread per client connection (`start`, from emucore.ctlsock.LineServer)."""
 
     def __init__(self, nic: Any) -> None:
         """Bind the control socket (published under its final name by `start`)."""
+        super().__init__(nic.cfg.control, backlog=64)
         self.nic = nic
-        self.path = nic.cfg.control
-        for p in (self.path, self.path + ".tmp"):
-            if os.path.exists(p):
-                os.unlink(p)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(self.path + ".tmp")
-        self.sock.listen(64)
         self.listeners: dict[int, CmListener] = {}
         self.pending: dict[int, deque] = {}
 
-    def start(self) -> None:
-        """Serve in a background thread; clients may connect from now on."""
-        threading.Thread(target=self._accept_loop, daemon=True).start()
-        os.replace(self.path + ".tmp", self.path)
-
     def close(self) -> None:
         """Stop listening (Unix socket and CM ports) and remove the socket file."""
-        self.sock.close()
+        super().close()
         for lst in self.listeners.values():
             lst.close()
-        for p in (self.path, self.path + ".tmp"):
-            try:
-                os.unlink(p)
-            except FileNotFoundError:
-                pass
 
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            self._serve_lines(conn)
-        except OSError:  # the client went away (a worker killed mid-request): not an error
-            pass
-
-    def _serve_lines(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("rb") as rf:
-            for line in rf:
-                try:
-                    reply = {"ok": True, **(self.dispatch(json.loads(line)) or {})}
-                except Exception as exc:  # a bad request must not kill the NIC
-                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-                conn.sendall(json.dumps(reply).encode() + b"\n")
+    def reply(self, req: dict) -> dict:
+        """The reply to one request: "ok" and what `dispatch` answered."""
+        return {"ok": True, **(self.dispatch(req) or {})}
 
     # -- requests --------------------------------------------------------------------
     def dispatch(self, req: dict) -> dict | None:

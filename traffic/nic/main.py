@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from traffic.nic.nicconfig import NicConfig
-from traffic.nic.ctl import ControlServer
+from traffic.nic.ctl import NicControl
 from traffic.nic.datapath import Nic
 
 log = logging.getLogger("traffic.nic")
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = NicConfig.from_json(Path(a.config).read_text())
     nic = Nic(cfg)
-    server = ControlServer(nic)
+    server = NicControl(nic)
 
     def on_term(*_: object) -> None:
         nic.running = False
