@@ -1,6 +1,7 @@
 """LLDP/DCBX on the agent's ports: advertise our QoS, learn each neighbour, and turn PFC
 on where both ends agree (`priority-flow-control mode auto`, book ch.11 Example 11-7;
-IEEE 802.1AB LLDP, 802.1Qaz/Qbb DCBX TLVs in `emucore.wire.lldp`).
+IEEE 802.1AB LLDP, 802.1Qaz/Qbb DCBX TLVs in `emucore.wire.lldp`, what they say of
+our QoS in `emucore.qos.dcbx`).
 
 LLDPDUs never change for a port (QoS is fixed for the agent's life) and a neighbour
 repeats the same bytes every period: each is built and parsed once. (Scapy takes ~3 ms
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from emucore.qos import dcbx
 from emucore.qos.qosconfig import QosConfig
 from emucore.qos.cbfc import CreditState
 from emucore.wire import lldp
@@ -38,7 +40,7 @@ class Dcbx:
             self.chassis = port.mac  # the first port's MAC names the switch
         frame = self.tx.get(port.name)
         if frame is None:
-            frame = self.tx[port.name] = lldp.build_lldp_frame(
+            frame = self.tx[port.name] = dcbx.build_lldp_frame(
                 port.mac, self.chassis, port.name, self.system_name, self.qos)
         port.send_ctrl(frame, now)
         port.lldp_tx += 1
@@ -80,12 +82,12 @@ class Dcbx:
         port.lldp_rx += 1
         first = port.neighbor is None
         port.neighbor, port.neighbor_seen = nb, now
-        port.llr = lldp.llr_active(self.qos, nb)
-        cb = lldp.cbfc_active(self.qos, nb)
+        port.llr = dcbx.llr_active(self.qos, nb)
+        cb = dcbx.cbfc_active(self.qos, nb)
         changed = cb != (port.cbfc is not None)
         if changed:  # CBFC replaces PFC on this link (emucore.qos.cbfc)
             self._cbfc_start(port, now) if cb else self._cbfc_stop(port)
-        active = frozenset() if cb else lldp.pfc_active(self.qos, nb, port.name)
+        active = frozenset() if cb else dcbx.pfc_active(self.qos, nb, port.name)
         if active == port.pfc_active and not first and not changed:
             return None
         port.set_pfc_active(active)

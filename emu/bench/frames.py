@@ -45,7 +45,7 @@ from emucore.qos.qosconfig import QosConfig
 from emucore.wire.ether import mac_bytes
 from emucore.wire.ib import Op, psn_add
 from emucore.wire.inet import inet_checksum, udp4_checksum
-from emucore.wire.lldp import build_lldp_frame
+from emucore.qos.dcbx import build_lldp_frame
 from emucore.wire.pause import build_pfc_frame, parse_pfc
 from emucore.wire.roce import icrc_reference, udp_sport
 from emucore.wire.templates import FrameTemplate, parse

@@ -1,4 +1,4 @@
-"""LLDP with IEEE DCBX (802.1Qaz / 802.1Qbb) TLVs: build, parse, negotiate PFC (book ch.11).
+"""LLDP with IEEE DCBX (802.1Qaz / 802.1Qbb) TLVs: their formats, build and parse (book ch.11).
 
 Book ch.11 "LLDP with DCBX", Capture 11-1: PFC is negotiated by LLDP (IEEE 802.1AB)
 carrying the IEEE DCBX organisationally specific TLVs (type 127, OUI 00-80-C2;
@@ -17,8 +17,10 @@ IEEE 802.1Q-2018 Annex D.2.8-D.2.10, formerly 802.1Qaz):
 
 scapy.contrib.lldp has LLDPDU, the basic TLVs and a generic organisation-specific TLV
 but none of these, so they are added here as Scapy layers and registered in front of
-the generic one. `pfc_active` implements ``priority-flow-control mode auto|on|off``
-(Example 11-7): in auto a priority is lossless only when both ends advertise it.
+the generic one. The UE link-capabilities TLV is a generic organisation-specific TLV
+whose one value byte holds bit 0 LLR, bit 1 CBFC. What a port advertises of its QoS and
+what it turns on after hearing its partner (`pfc_active`) is policy:
+`emucore.qos.dcbx`. This module imports nothing of the QoS.
 """
 
 from __future__ import annotations
@@ -35,15 +37,11 @@ from scapy.fields import (BitEnumField, BitField, BitFieldLenField, ByteEnumFiel
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
-from emucore.qos.qosconfig import QosConfig
-from emucore.qos.llr import Llr
-from emucore.qos.fields import NUM_QUEUES
-
 OUI_IEEE_802_1 = 0x0080C2
 UE_LLR, UE_CBFC = 0x01, 0x02  #: the UE link-capabilities TLV's flags (emucore.qos.llr)
-ROCE_UDP_PORT = 4791
 TSA = {0: "strict", 1: "cbs", 2: "ets", 255: "vendor"}
 APP_SELECTORS = {1: "ethertype", 2: "tcp", 3: "udp", 4: "tcp/udp", 5: "dscp"}
+APP_SEL_UDP, APP_SEL_DSCP = 3, 5  #: the Application Priority selectors emu advertises
 PRIO_FLAGS = [f"p{i}" for i in range(8)]
 
 
@@ -160,78 +158,45 @@ def _bitmap(prios) -> int:
     return sum(1 << p for p in prios)
 
 
-def ets_tables(cfg: QosConfig) -> tuple[list[int], list[int], list[int]]:
-    """(TC of each priority, bandwidth % per TC, TSA per TC): identity map, strict queues TSA 0."""
-    bw = [0 if q.strict else q.bandwidth_percent for q in cfg.queuing.queues]
-    tsa = [0 if q.strict else 2 for q in cfg.queuing.queues]
-    return list(range(NUM_QUEUES)), bw, tsa
-
-
-def app_priorities(cfg: QosConfig) -> list[tuple[int, int, int]]:
-    """(priority, selector, protocol): UDP 4791 -> lowest no-drop priority, each classified DSCP."""
-    out = []
-    if cfg.pfc.no_drop:
-        out.append((min(cfg.pfc.no_drop), 3, ROCE_UDP_PORT))
-    for c in cfg.classification.classes:
-        for d in c.dscp:
-            out.append((c.qos_group, 5, d))
-    return out
-
-
-def dcbx_tlvs(cfg: QosConfig, ifname: str | None = None, willing: bool = False) -> Packet:
-    """The four DCBX TLVs advertising `cfg` on a port (PFC enable empty if its mode is off)."""
-    tc, bw, tsa = ets_tables(cfg)
-    tables = {**{f"tc_of_prio{i}": t for i, t in enumerate(tc)}, "tc_bandwidth": bw, "tsa": tsa}
-    mode = cfg.port(ifname).pfc_mode if ifname else cfg.default_interface.pfc_mode
-    enabled = 0 if mode == "off" else _bitmap(cfg.pfc.no_drop)
+def dcbx_layers(tc_of_prio: list[int], bandwidth: list[int], tsa: list[int],
+                pfc_enabled, apps: list[tuple[int, int, int]], willing: bool = False) -> Packet:
+    """The four DCBX TLVs: ETS Configuration and Recommendation (TC of each priority,
+    bandwidth % and TSA per TC), PFC Configuration (the `pfc_enabled` priorities, cap 8)
+    and Application Priority ((priority, selector, protocol) entries)."""
+    tables = {**{f"tc_of_prio{i}": t for i, t in enumerate(tc_of_prio)},
+              "tc_bandwidth": bandwidth, "tsa": tsa}
     return (LLDPDUDcbxEtsConfiguration(willing=int(willing), max_tcs=0, **tables)
             / LLDPDUDcbxEtsRecommendation(**tables)
-            / LLDPDUDcbxPfcConfiguration(willing=int(willing), pfc_cap=8, pfc_enable=enabled)
+            / LLDPDUDcbxPfcConfiguration(willing=int(willing), pfc_cap=8,
+                                         pfc_enable=_bitmap(pfc_enabled))
             / LLDPDUDcbxAppPriority(apps=[DcbxAppPriorityEntry(priority=p, sel=s, protocol=v)
-                                          for p, s, v in app_priorities(cfg)]))
+                                          for p, s, v in apps]))
 
 
-def build_lldp_frame(src_mac: str, chassis_mac: str, port_id: str, system_name: str,
-                     cfg: QosConfig | None = None, ttl: int = 120, willing: bool = False,
-                     cbfc_capable: bool = True) -> bytes:
-    """An LLDPDU frame (to 01:80:C2:00:00:0E, Ethertype 0x88CC) with DCBX TLVs if `cfg`,
-    and the UE link-capabilities TLV when it has LLR or (`cbfc_capable`: a switch) CBFC."""
+def ue_link_tlv(oui: int, subtype: int, flags: int) -> Packet:
+    """The UE link-capabilities TLV: organisation-specific, one byte of flags
+    (`UE_LLR` | `UE_CBFC`)."""
+    return LLDPDUGenericOrganisationSpecific(org_code=oui, subtype=subtype, data=bytes([flags]))
+
+
+def lldp_frame(src_mac: str, chassis_mac: str, port_id: str, system_name: str,
+               tlvs: Packet | None = None, ttl: int = 120) -> bytes:
+    """An LLDPDU frame (to 01:80:C2:00:00:0E, Ethertype 0x88CC): chassis ID (MAC), port
+    ID (interface name), TTL, system name, then `tlvs`, then the End TLV."""
     pkt = (Ether(dst=LLDP_NEAREST_BRIDGE_MAC, src=src_mac)
            / LLDPDUChassisID(subtype=4, id=chassis_mac)
            / LLDPDUPortID(subtype=5, id=port_id)
            / LLDPDUTimeToLive(ttl=ttl)
            / LLDPDUSystemName(system_name=system_name))
-    if cfg is not None:
-        pkt = pkt / dcbx_tlvs(cfg, port_id, willing)
-        flags = (UE_LLR if cfg.llr else 0) | (UE_CBFC if cfg.cbfc and cbfc_capable else 0)
-        if flags:  # emucore.qos.llr / emucore.qos.cbfc
-            oui, sub = ue_link_ids(cfg)
-            pkt = pkt / LLDPDUGenericOrganisationSpecific(org_code=oui, subtype=sub,
-                                                           data=bytes([flags]))
+    if tlvs is not None:
+        pkt = pkt / tlvs
     return bytes(pkt / LLDPDUEndOfLLDPDU())
 
 
-def ue_link_ids(cfg: QosConfig) -> tuple[int, int]:
-    """(OUI, subtype) of the UE link-capabilities TLV: LLR's, else its defaults."""
-    llr = cfg.llr or Llr()
-    return llr.oui, llr.subtype
-
-
-def _ue_flags(cfg: QosConfig, neighbour: Neighbor | None) -> int:
-    if neighbour is None:
-        return 0
-    oui, sub = ue_link_ids(cfg)
-    return next((v for o, s, v in neighbour.org if o == oui and s == sub and v >= 0), 0)
-
-
-def llr_active(local_cfg: QosConfig, neighbour: Neighbor | None) -> bool:
-    """LLR runs on a link when we have it and the partner advertised it (our TLV)."""
-    return local_cfg.llr is not None and bool(_ue_flags(local_cfg, neighbour) & UE_LLR)
-
-
-def cbfc_active(local_cfg: QosConfig, neighbour: Neighbor | None) -> bool:
-    """CBFC replaces PFC on a link when we have it and the partner advertised it."""
-    return local_cfg.cbfc is not None and bool(_ue_flags(local_cfg, neighbour) & UE_CBFC)
+def org_value(neighbour: Neighbor, oui: int, subtype: int) -> int:
+    """The first value byte of the neighbour's organisation-specific TLV `oui`/`subtype`
+    (0 if it sent none)."""
+    return next((v for o, s, v in neighbour.org if o == oui and s == subtype and v >= 0), 0)
 
 
 def _text(v) -> str:
@@ -317,14 +282,3 @@ def _neighbor(pkt: Packet) -> Neighbor:
             if layer.payload else None
     kw["org"] = tuple(org)
     return Neighbor(**kw)
-
-
-def pfc_active(local_cfg: QosConfig, neighbour: Neighbor | None,
-               ifname: str | None = None) -> frozenset[int]:
-    """Lossless priorities on a port: mode on = ours, off = none, auto = ours advertised by both."""
-    mode = local_cfg.port(ifname).pfc_mode if ifname else local_cfg.default_interface.pfc_mode
-    if mode == "on":
-        return frozenset(local_cfg.pfc.no_drop)
-    if mode == "off" or neighbour is None or neighbour.pfc_enabled is None:
-        return frozenset()
-    return frozenset(local_cfg.pfc.no_drop) & neighbour.pfc_enabled

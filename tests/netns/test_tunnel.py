@@ -18,7 +18,7 @@ from emu.realise import nsutil
 from emu.realise.tunnel import VXLAN_OVERHEAD, vxlan_link
 from emucore.qos.qosconfig import QosConfig
 from emucore.wire.ether import mac_bytes
-from emucore.wire.lldp import build_lldp_frame
+from emucore.qos.dcbx import build_lldp_frame
 from emucore.wire.pause import pause_frame
 from traffic.tools.rawgen import build_frame
 

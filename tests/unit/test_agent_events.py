@@ -15,7 +15,7 @@ from emu.realise.net import FabricNet
 from emucore.qos.qosconfig import QosConfig
 from emucore.qos.queuing import QueueConfig, Queuing, book_queues
 from emucore.qos.wred import Wred
-from emucore.wire.lldp import build_lldp_frame
+from emucore.qos.dcbx import build_lldp_frame
 from emucore.wire.pause import build_pfc_frame, pause_frame
 from switch_agent.agentconfig import AgentConfig, PortConfig
 from switch_agent.queues import WRED_BIN_BYTES, WRED_BINS, PortQueues

@@ -7,7 +7,7 @@ import random
 from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute
-from emucore.wire.lldp import build_lldp_frame
+from emucore.qos.dcbx import build_lldp_frame
 from emucore.wire.pause import is_pfc, parse_pfc, pause_frame
 from emucore.qos.qosconfig import QosConfig
 from emucore.qos.interface import InterfaceQos, Watchdog
@@ -217,10 +217,11 @@ def test_lldp_sent_on_every_port_by_the_timer():
 
 
 def test_lldp_frames_are_built_and_parsed_once(monkeypatch):
+    from emucore.qos import dcbx
     from emucore.wire import lldp
 
     calls = {"build": 0, "parse": 0}
-    real_build, real_parse = lldp.build_lldp_frame, lldp.parse_lldp_frame
+    real_build, real_parse = dcbx.build_lldp_frame, lldp.parse_lldp_frame
 
     def build(*a, **k):
         calls["build"] += 1
@@ -229,7 +230,7 @@ def test_lldp_frames_are_built_and_parsed_once(monkeypatch):
     def parse(f):
         calls["parse"] += 1
         return real_parse(f)
-    monkeypatch.setattr(lldp, "build_lldp_frame", build)
+    monkeypatch.setattr(dcbx, "build_lldp_frame", build)
     monkeypatch.setattr(lldp, "parse_lldp_frame", parse)
     a = make_agent(qos(mode="auto"))
     for t in (0.0, 1.0, 2.0):  # three advertisement periods: same bytes, built once per port

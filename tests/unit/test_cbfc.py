@@ -6,8 +6,8 @@ import pytest
 from scapy.layers.l2 import Ether
 
 from emucore.qos.cbfc import Cbfc, CreditState
+from emucore.qos import dcbx
 from emucore.qos.qosconfig import QosConfig
-from emucore.wire import lldp
 from emucore.wire.credit import CbfcUpdate, build_credit_frame, parse_credit
 from switch_agent.dcbx import Dcbx
 from traffic.tools.rawgen import build_frame
@@ -44,8 +44,8 @@ def test_lldp_puts_cbfc_in_place_of_pfc_between_switches_only():
     q = QosConfig(cbfc=Cbfc(credits_bytes=500_000, update_bytes=16_384))
     a = qos_agent(q)
     d = Dcbx("rail1", q, len(a.ports))
-    spine = lldp.build_lldp_frame("02:00:00:00:07:01", "02:00:00:00:07:01", "eth1", "spine1", q)
-    host = lldp.build_lldp_frame("02:00:00:00:01:01", "02:00:00:00:01:01", "nic1", "h1", q,
+    spine = dcbx.build_lldp_frame("02:00:00:00:07:01", "02:00:00:00:07:01", "eth1", "spine1", q)
+    host = dcbx.build_lldp_frame("02:00:00:00:01:01", "02:00:00:00:01:01", "nic1", "h1", q,
                                  cbfc_capable=False)
     up, down = a.ports["eth5"], a.ports["eth1"]
     assert "CBFC on priorities [3]" in d.receive(up, spine, 0.0)
@@ -66,7 +66,7 @@ def test_link_start_neither_side_spends_credits_the_other_does_not_count():
     a.on_control(up, build_credit_frame(spine_mac, 3, 300_000), 0.0)
     assert up.cbfc is None and up.counters(0.0)["drops"] == {}
     up.ingress.held[3] = 120_000   # the spine's frames we still hold, admitted under PFC
-    spine = lldp.build_lldp_frame("02:00:00:00:07:01", "02:00:00:00:07:01", "eth1", "spine1", q)
+    spine = dcbx.build_lldp_frame("02:00:00:00:07:01", "02:00:00:00:07:01", "eth1", "spine1", q)
     a.on_control(up, spine, 0.0)
     assert up.cbfc.credits[3] == 300_000 and not up.cbfc.blocked   # the early grant, applied
     grants = [parse_credit(f) for _d, f, _ in up.ctrl if f[12:14] == b"\x88\xb5"]

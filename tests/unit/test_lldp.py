@@ -9,10 +9,10 @@ import pytest
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
+from emucore.qos.dcbx import build_lldp_frame, dcbx_tlvs, pfc_active
 from emucore.wire.lldp import (DcbxAppPriorityEntry, LLDPDUDcbxAppPriority,
                                LLDPDUDcbxEtsConfiguration, LLDPDUDcbxEtsRecommendation,
-                               LLDPDUDcbxPfcConfiguration, Neighbor, build_lldp_frame,
-                               dcbx_tlvs, parse_lldp_frame, pfc_active)
+                               LLDPDUDcbxPfcConfiguration, Neighbor, parse_lldp_frame)
 from emucore.qos.qosconfig import QosConfig
 from emucore.qos.interface import InterfaceQos
 

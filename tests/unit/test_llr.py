@@ -4,6 +4,7 @@ later - or drops after max_replays in a row."""
 
 import pytest
 
+from emucore.qos import dcbx
 from emucore.qos.qosconfig import QosConfig
 from emucore.qos.llr import Llr
 from emucore.wire import lldp
@@ -16,16 +17,16 @@ from .test_trim import qos_agent
 
 def test_the_tlv_advertises_llr_and_both_partners_must_have_it():
     q = QosConfig(llr=Llr())
-    f = lldp.build_lldp_frame("02:00:00:00:00:01", "02:00:00:00:00:01", "eth1", "rail1", q)
+    f = dcbx.build_lldp_frame("02:00:00:00:00:01", "02:00:00:00:00:01", "eth1", "rail1", q)
     assert f[-9:] == bytes.fromhex("fe05" "acde48" "01" "01" "0000")  # type 127, len 5, End
     nb = lldp.parse_lldp_frame(f)
-    assert nb.org == ((0xACDE48, 1, 1),) and lldp.llr_active(q, nb)
-    assert not lldp.llr_active(QosConfig(), nb)  # we do not run it
-    plain = lldp.parse_lldp_frame(lldp.build_lldp_frame(
+    assert nb.org == ((0xACDE48, 1, 1),) and dcbx.llr_active(q, nb)
+    assert not dcbx.llr_active(QosConfig(), nb)  # we do not run it
+    plain = lldp.parse_lldp_frame(dcbx.build_lldp_frame(
         "02:00:00:00:00:01", "02:00:00:00:00:01", "eth1", "rail1", QosConfig()))
-    assert plain.org == () and not lldp.llr_active(q, plain)  # the partner does not
+    assert plain.org == () and not dcbx.llr_active(q, plain)  # the partner does not
     other = QosConfig(llr=Llr(oui=0x123456, subtype=9))
-    assert not lldp.llr_active(other, nb)  # another OUI / subtype is not ours
+    assert not dcbx.llr_active(other, nb)  # another OUI / subtype is not ours
     assert QosConfig.from_dict(q.to_dict()) == q
 
 

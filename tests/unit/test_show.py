@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from emucore.wire.lldp import build_lldp_frame, parse_lldp_frame
+from emucore.qos.dcbx import build_lldp_frame
+from emucore.wire.lldp import parse_lldp_frame
 from emucore.qos.nxos import parse_nxos
 from emucore.qos.qosconfig import QosConfig
 from switch_agent.show import (dispatch, show_lldp_neighbors, show_pfc, show_policy_map,

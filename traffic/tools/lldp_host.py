@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 
-from emucore.wire.lldp import build_lldp_frame
+from emucore.qos.dcbx import build_lldp_frame
 from emucore.qos.load import load_qos
 from traffic.tools.rawgen import iface_mac
 
