@@ -2,22 +2,27 @@
 every UET frame emu sends (issue 16; the seed 004 "Fabric
 Setup": FEPs, PDS, SES).
 
-Layouts: the UE 1.0.1 specification as implemented by Wireshark's upstream dissector
-(epan/dissectors/packet-uet.c, read for its layouts only) - UDP destination port 4793,
-then the PDS header, then (by the PDS next-header field) an SES header, then payload.
-Where that code and the field sizes of the facts disagree, emu follows the facts and says
-so here:
+Layouts: the UE 1.0.1 specification; every header here was checked field by field against
+the UEC's reference provider (uet-ref-prov, `uet_pkt_hdr.h`: `uet_pds_req`, `uet_pds_ack`,
+`uet_pds_ack_cc`, `uet_pds_nack`, `uet_pds_ctrl`, `uet_ses_req_std`, `uet_ses_req_smsg`,
+`uet_ses_req_onm`, `uet_ses_rsp`) and Wireshark's upstream `packet-uet.c`. The bytes are
+pinned by hand-written vectors (tests/unit/uet_vectors.py). Where Wireshark's dissector
+differs the reference provider agrees with emu:
 * NSCC congestion state in ACK_CC: service_time 16 | restore_cwnd 1 | rcv_cwnd_pend 7 |
   rcvd_bytes 24 | ooo_count 16 (the dissector reads restore_cwnd at the service time's
   first byte, which would overlap it);
 * SES medium request: 32 bytes, its request length in the 14 low bits of bytes 2-3 (the
   dissector steps over three bytes there, which would make it 33).
-Not sent by emu, so not defined: TSS (the two open parsers disagree, UET_FACTS.md),
-RUDI, UUD, ACK_CCX / NACK_CCX state (16 opaque bytes), the SES atomic and rendezvous
-extension headers.
+ACK_CC `mpr` (maximum PSN range) is 0 in every ACK emu sends: the reference provider
+encodes it in units of 128 PSNs (it sends 1) and reads 0 as "no range advertised"; emu's
+target advertises none. The SYN request's use_rsv bit is disputed (Wireshark: 0x8000 of
+the dpdcid slot, the reference provider: 0x1000); emu sends 0 there.
+Not sent by emu, so not defined: TSS, RUDI, UUD, ACK_CCX / NACK_CCX state (16 opaque
+bytes), the SES atomic and rendezvous extension headers.
 
-Every PDS header starts with a 16-bit prologue: type 5 bits | next header (or, for
-CTRL, the control type) 4 bits | flags 7 bits. The entropy value (EV) is the UDP source
+The code points and sizes are emucore.wire.uet_codes'. Every PDS header starts with a
+16-bit prologue: type 5 bits | next header (or, for CTRL, the control type) 4 bits | flags
+7 bits. The entropy value (EV) is the UDP source
 port: a sender that sprays changes it per packet (`udp_sport` is per packet here, unlike
 RoCE's per QP). `scapy_frame` builds the reference frames the fast codec
 (emucore.wire.uet_codec) is tested against, with the same IPv4 choices as RoCE
@@ -27,8 +32,6 @@ integrity is the link's CRC and, with TSS, its AEAD).
 
 from __future__ import annotations
 
-import enum
-
 from scapy.fields import (BitEnumField, BitField, ByteEnumField, ByteField,
                           ConditionalField, FlagsField, IntField, LongField, ShortField,
                           SignedShortField, ThreeBytesField, XByteField, XIntField,
@@ -37,132 +40,21 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
 
+# the code points live in emucore.wire.uet_codes; re-exported so callers keep one import
+from emucore.wire.uet_codes import (CC_NSCC, F_AR, F_EPSN, F_ISROD, F_M, F_NT, F_P,  # noqa: F401
+                                    F_REQ_CLEAR, F_REQ_CLOSE, F_RETX, F_SYN, NACK_RESERVED,
+                                    PDS_FLAGS, PDS_LEN, S_DC, S_EOM, S_HD, S_IE, S_REL, S_SOM,
+                                    SES_FLAGS, SES_LEN, UET_IP_ID, UET_TTL, UET_UDP_PORT,
+                                    CtrlType, NackCode, NextHdr, PdsType, RetCode,
+                                    RspOpcode, SesOpcode)
+
 __all__ = ["UET_UDP_PORT", "PdsType", "NextHdr", "CtrlType", "NackCode", "SesOpcode",
-           "RspOpcode", "RetCode", "PDS_FLAGS", "F_RETX", "F_AR", "F_SYN", "F_M", "F_P",
-           "F_NT", "SES_FLAGS", "S_SOM", "S_EOM", "S_HD", "S_REL", "S_IE", "S_DC",
-           "CC_NSCC", "PDS_LEN", "SES_LEN", "UETPds", "PDSRequest", "PDSAck", "PDSNack",
-           "PDSControl", "SESStandard", "SESMedium", "SESSmall", "SESResponse",
-           "SESResponseData", "scapy_frame", "UET_IP_ID", "UET_TTL"]
-
-UET_UDP_PORT = 4793  #: UET over IPv4/UDP, destination port (IANA)
-UET_IP_ID = 0
-UET_TTL = 64
-
-
-class PdsType(enum.IntEnum):
-    """PDS header types (the prologue's 5-bit type)."""
-
-    TSS = 1
-    RUD_REQ = 2
-    ROD_REQ = 3
-    RUDI_REQ = 4
-    RUDI_RESP = 5
-    UUD_REQ = 6
-    ACK = 7
-    ACK_CC = 8
-    ACK_CCX = 9
-    NACK = 10
-    CTRL = 11
-    NACK_CCX = 12
-    RUD_CC_REQ = 13
-    ROD_CC_REQ = 14
-
-
-class NextHdr(enum.IntEnum):
-    """What follows the PDS header (the prologue's 4-bit next-header field)."""
-
-    NONE = 0
-    REQ_SMALL = 1
-    REQ_MEDIUM = 2
-    REQ_STD = 3
-    RSP = 4
-    RSP_DATA = 5
-    RSP_DATA_SMALL = 6
-
-
-class CtrlType(enum.IntEnum):
-    """PDS control packet types (in the next-header position of a CTRL)."""
-
-    NOOP = 0
-    REQ_ACK = 1
-    CLEAR = 2
-    REQ_CLEAR = 3
-    CLOSE = 4
-    REQ_CLOSE = 5
-    PROBE = 6
-    CREDIT = 7
-    CREDIT_REQ = 8
-
-
-class NackCode(enum.IntEnum):
-    """PDS NACK codes (the ones emu sends, and their neighbours)."""
-
-    TRIMMED = 0x01
-    TRIMMED_LASTHOP = 0x02
-    TRIMMED_ACK = 0x03
-    NO_PDC_AVAIL = 0x04
-    NO_RESOURCE = 0x0A
-    PSN_OOR_WINDOW = 0x0B
-    ROD_OOO = 0x0D
-    INV_DPDCID = 0x0E
-    PDC_MODE_MISMATCH = 0x16
-    RCVR_INFER_LOSS = 0x1A
-
-
-class SesOpcode(enum.IntEnum):
-    """SES request opcodes (6 bits)."""
-
-    NO_OP = 0x00
-    WRITE = 0x01
-    READ = 0x02
-    ATOMIC = 0x03
-    FETCHING_ATOMIC = 0x04
-    SEND = 0x05
-    RENDEZVOUS_SEND = 0x06
-    DATAGRAM_SEND = 0x07
-    DEFERRABLE_SEND = 0x08
-    TAGGED_SEND = 0x09
-
-
-class RspOpcode(enum.IntEnum):
-    """SES response opcodes (6 bits)."""
-
-    DEFAULT_RESPONSE = 0x00
-    RESPONSE = 0x01
-    RESPONSE_W_DATA = 0x02
-    NO_RESPONSE = 0x03
-
-
-class RetCode(enum.IntEnum):
-    """SES response return codes (the ones emu uses)."""
-
-    NULL = 0x00
-    OK = 0x01
-    NO_MATCH = 0x05
-    BAD_MKEY = 0x1C
-    BAD_ADDR = 0x1D
-
-
-# PDS flags (7 bits); which apply depends on the type
-F_M = 0x20      #: ACK/NACK: a CE-marked packet was received (ECN echo)
-F_RETX = 0x10   #: a retransmission
-F_AR = 0x08     #: request: ACK requested
-F_P = 0x08      #: ACK: answers a probe
-F_NT = 0x08     #: NACK: NACK type
-F_SYN = 0x04    #: request: the PDC is being set up (dpdcid not known yet)
-PDS_FLAGS = {"m": F_M, "retx": F_RETX, "ar": F_AR, "syn": F_SYN}
-
-# SES request flags (the low 6 bits of the flags byte; the top 2 are the version)
-S_DC, S_IE, S_REL, S_HD, S_EOM, S_SOM = 0x20, 0x10, 0x08, 0x04, 0x02, 0x01
-SES_FLAGS = ["som", "eom", "hd", "rel", "ie", "dc"]
-CC_NSCC = 0  #: ACK_CC congestion-control type of NSCC (1 = credit)
-
-#: header bytes by PDS type (with prologue) and by next header
-PDS_LEN = {PdsType.RUD_REQ: 12, PdsType.ROD_REQ: 12, PdsType.RUD_CC_REQ: 16,
-           PdsType.ROD_CC_REQ: 16, PdsType.ACK: 12, PdsType.ACK_CC: 32, PdsType.NACK: 16,
-           PdsType.CTRL: 16}
-SES_LEN = {NextHdr.NONE: 0, NextHdr.REQ_SMALL: 20, NextHdr.REQ_MEDIUM: 32,
-           NextHdr.REQ_STD: 44, NextHdr.RSP: 12, NextHdr.RSP_DATA: 20}
+           "RspOpcode", "RetCode", "NACK_RESERVED", "PDS_FLAGS", "F_RETX", "F_AR", "F_SYN",
+           "F_M", "F_P", "F_NT", "F_EPSN", "F_REQ_CLEAR", "F_REQ_CLOSE", "F_ISROD",
+           "SES_FLAGS", "S_SOM", "S_EOM", "S_HD", "S_REL", "S_IE", "S_DC", "CC_NSCC",
+           "PDS_LEN", "SES_LEN", "UETPds", "PDSRequest", "PDSAck", "PDSNack", "PDSControl",
+           "SESStandard", "SESMedium", "SESSmall", "SESResponse", "SESResponseData",
+           "scapy_frame", "UET_IP_ID", "UET_TTL"]
 
 _REQ_TYPES = (PdsType.RUD_REQ, PdsType.ROD_REQ, PdsType.RUD_CC_REQ, PdsType.ROD_CC_REQ)
 _ACK_TYPES = (PdsType.ACK, PdsType.ACK_CC)
@@ -172,7 +64,7 @@ _NACK_TYPES = (PdsType.NACK,)
 def _prologue() -> list:
     return [BitEnumField("type", PdsType.RUD_REQ, 5, {t.value: t.name for t in PdsType}),
             BitEnumField("nh", NextHdr.NONE, 4, {n.value: n.name for n in NextHdr}),
-            FlagsField("flags", 0, 7, ["b0", "b1", "syn", "ar", "retx", "m", "b6"])]
+            FlagsField("flags", 0, 7, ["b0", "b1", "syn", "ar", "retx", "m", "epsn"])]
 
 
 class UETPds(Packet):
@@ -231,8 +123,10 @@ class PDSRequest(_Pds):
 
 class PDSAck(_Pds):
     """ACK (12 B) and ACK_CC (32 B): the ACK PSN as an offset from the cumulative ACK PSN,
-    the PDCs; ACK_CC adds the CC type, the SACK offset and 64-bit bitmap and the NSCC
-    state (service time, restore cwnd, cwnd penalty, received bytes, out-of-order count)."""
+    the PDCs; ACK_CC adds the CC type, the maximum PSN range (mpr), the SACK offset and
+    64-bit bitmap and the NSCC state (service time, restore cwnd, cwnd penalty, received
+    bytes, out-of-order count). A plain ACK with EPSN carries 4 more bytes (16 B, the
+    reference provider's `uet_pds_ack_epsn`)."""
 
     name = "UET PDS ACK"
     fields_desc = _prologue() + [
@@ -250,6 +144,8 @@ class PDSAck(_Pds):
         ConditionalField(BitField("rcv_cwnd_pend", 0, 7), lambda p: p.type == PdsType.ACK_CC),
         ConditionalField(ThreeBytesField("rcvd_bytes", 0), lambda p: p.type == PdsType.ACK_CC),
         ConditionalField(ShortField("ooo_count", 0), lambda p: p.type == PdsType.ACK_CC),
+        ConditionalField(XIntField("epsn_payload", 0),
+                         lambda p: p.type == PdsType.ACK and bool(p.flags & F_EPSN)),
     ]
 
 

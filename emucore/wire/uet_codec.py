@@ -1,6 +1,7 @@
 """Fast UET frames for the NIC's data path and the switch's trimming, and a fast parser
 (issue 16; the layouts are emucore.wire.uet's Scapy layers, which every frame built here
-matches byte for byte: tests/unit/test_uet_wire.py).
+matches byte for byte: tests/unit/test_uet_wire.py; both are held against hand-written
+byte vectors from the UE spec and the UEC's reference provider: tests/unit/uet_vectors.py).
 
 `UetTemplate` holds the Ethernet + IPv4 + UDP bytes of one direction between two FEPs
 (fabric addresses); each frame packs the entropy value (UDP source port), the lengths,
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 
 from emucore.wire.ether import mac_bytes
 from emucore.wire.inet import ipv4_header_sum0, ones_sum, set_ipv4_tos_len
-from emucore.wire.uet import (PDS_LEN, S_HD, S_SOM, SES_LEN, UET_IP_ID, UET_TTL, UET_UDP_PORT,
-                             F_SYN, NextHdr, PdsType)
+from emucore.wire.uet_codes import (F_EPSN, F_SYN, PDS_LEN, S_HD, S_SOM, SES_LEN, UET_IP_ID,
+                                    UET_TTL, UET_UDP_PORT, NextHdr, PdsType)
 
 __all__ = ["UetTemplate", "UetFields", "SesReq", "parse", "malformed", "trim_frame",
            "headers_len", "HDR_LEN"]
@@ -138,13 +139,15 @@ class UetTemplate:
     def ack(self, sport: int, cack_psn: int, ack_psn_offset: int, spdcid: int, dpdcid: int,
             flags: int = 0, sack_offset: int = 0, sack_bitmap: int = 0, service_time: int = 0,
             rcvd_bytes: int = 0, ooo_count: int = 0, rsp: tuple[int, int, int, int, int]
-            | None = None) -> bytes:
+            | None = None, mpr: int = 0) -> bytes:
         """An ACK_CC with the NSCC state (cc type 0); `rsp` = (rsp opcode, return code,
-        message id, job id, mod length) adds an SES response header."""
+        message id, job id, mod length) adds an SES response header. `mpr` (maximum PSN
+        range, units of 128 PSNs in the reference provider) is 0 from emu's target: no
+        range advertised (docs/UET.md)."""
         nh = NextHdr.RSP if rsp is not None else NextHdr.NONE
         body = _ACK.pack(_prologue(PdsType.ACK_CC, nh, flags), ack_psn_offset,
                          cack_psn & 0xFFFFFFFF, spdcid & 0xFFFF, dpdcid & 0xFFFF)
-        body += _ACK_EXT.pack(0, 0, sack_offset & 0xFFFF, sack_bitmap & 0xFFFFFFFFFFFFFFFF,
+        body += _ACK_EXT.pack(0, mpr & 0xFF, sack_offset & 0xFFFF, sack_bitmap & 0xFFFFFFFFFFFFFFFF,
                               service_time & 0xFFFF, rcvd_bytes & 0xFFFFFF, ooo_count & 0xFFFF)
         if rsp is not None:
             op, rc, mid, job, mod = rsp
@@ -181,6 +184,8 @@ class UetFields:
     clear_psn_offset: int = 0
     cack_psn: int = 0               # ACK
     ack_psn_offset: int = 0
+    mpr: int = 0                    # ACK_CC: maximum PSN range
+    epsn_payload: int = 0           # plain ACK with EPSN
     sack_offset: int = 0
     sack_bitmap: int = 0
     service_time: int = 0
@@ -199,12 +204,14 @@ class UetFields:
         return (self.cack_psn + self.ack_psn_offset) & 0xFFFFFFFF
 
 
-def headers_len(pds_type: int, nh: int) -> int | None:
-    """UET header bytes (PDS + SES) of a packet of this type and next header; None if
-    emu does not know them."""
+def headers_len(pds_type: int, nh: int, flags: int = 0) -> int | None:
+    """UET header bytes (PDS + SES) of a packet of this type, next header and PDS flags
+    (a plain ACK with EPSN carries 4 more); None if emu does not know them."""
     p = PDS_LEN.get(pds_type)
     s = SES_LEN.get(nh) if pds_type != PdsType.CTRL else 0
-    return None if p is None or s is None else p + s
+    if p is None or s is None:
+        return None
+    return p + s + (4 if pds_type == PdsType.ACK and flags & F_EPSN else 0)
 
 
 def _ip_of(mv: memoryview) -> tuple[int, int] | str:
@@ -242,8 +249,9 @@ def malformed(frame: bytes | bytearray | memoryview) -> str | None:
     end = 14 + (mv[16] << 8 | mv[17])
     if end - (u + 8) < 2:
         return "no PDS prologue"
-    t, nh = mv[u + 8] >> 3, (mv[u + 8] << 8 | mv[u + 9]) >> 7 & 0xF
-    need = headers_len(t, nh)
+    w = mv[u + 8] << 8 | mv[u + 9]
+    t, nh = w >> 11, w >> 7 & 0xF
+    need = headers_len(t, nh, w & 0x7F)
     if need is None:
         return f"PDS type {t} / next header {nh} unknown to emu"
     if end - (u + 8) < need:
@@ -300,8 +308,11 @@ def parse(frame: bytes | bytearray | memoryview, verify_csum: bool = False) -> U
     elif t in (PdsType.ACK, PdsType.ACK_CC):
         _w, f.ack_psn_offset, f.cack_psn, f.spdcid, f.dpdcid = _ACK.unpack_from(mv, p)
         s = p + 12
+        if t == PdsType.ACK and flags & F_EPSN:
+            (f.epsn_payload,) = struct.unpack_from("!I", mv, s)
+            s += 4
         if t == PdsType.ACK_CC:
-            (_cc, _mpr, f.sack_offset, f.sack_bitmap, f.service_time, rb,
+            (_cc, f.mpr, f.sack_offset, f.sack_bitmap, f.service_time, rb,
              f.ooo_count) = _ACK_EXT.unpack_from(mv, s)
             f.rcvd_bytes = rb & 0xFFFFFF
             s += 20
@@ -329,7 +340,7 @@ def trim_frame(frame: bytes | bytearray | memoryview, keep: int, dscp: int) -> b
     ihl = (mv[14] & 0xF) * 4
     u = 14 + ihl
     w = mv[u + 8] << 8 | mv[u + 9]
-    hdrs = headers_len(w >> 11, w >> 7 & 0xF) or 0
+    hdrs = headers_len(w >> 11, w >> 7 & 0xF, w & 0x7F) or 0
     cut = u + 8 + max(keep, hdrs)
     if cut >= len(mv):
         return None
