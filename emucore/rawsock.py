@@ -28,12 +28,17 @@ RTMGRP_IPV4_ROUTE = 0x40
 SOCKET_BUFFER = 8 * 1024 * 1024
 
 
-def open_port(ifname: str) -> socket.socket:
-    """A non-blocking raw socket bound to one interface, ignoring our own output."""
+def open_port(ifname: str, bypass_qdisc: bool = True, drain_first: bool = True) -> socket.socket:
+    """A non-blocking raw socket bound to one interface, ignoring our own output.
+
+    bypass_qdisc: skip the kernel qdisc layer on send (the agent does its own queueing
+    and shaping); the NIC keeps it, which would otherwise hide its frames from captures
+    of its interface. drain_first: discard the frames of other interfaces that arrived
+    before bind() (the agent's ports)."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-    # the agent does its own queueing and shaping: skip the kernel qdisc layer on send
-    s.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+    if bypass_qdisc:
+        s.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
     for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
         try:
             s.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
@@ -41,7 +46,8 @@ def open_port(ifname: str) -> socket.socket:
             pass
     s.bind((ifname, ETH_P_ALL))
     s.setblocking(False)
-    drain(s)  # frames of other interfaces that arrived before bind()
+    if drain_first:
+        drain(s)
     return s
 
 

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from emucore.qos.fields import int_in, size
+from emucore.qos.fields import NUM_QUEUES, int_in, size
 
 __all__ = ["Trim"]
-
-NUM_QUEUES = 8
 
 
 @dataclass(frozen=True)

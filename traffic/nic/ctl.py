@@ -6,9 +6,9 @@ address, length) over a management connection (Figure 9-4, REQ/REP/RTU, traffic.
 here TCP on the NIC's own IP address, so it crosses the fabric like the data.
 
 * `NicControl`: JSON lines (emucore.ctlsock) on the Unix socket of `NicConfig.control`,
-  one thread per client connection (traffic.nic.client is the client). Verbs calls take the NIC lock;
-  the blocking ones (connect, wait_connected, poll_cq with a timeout) never hold it
-  while they wait on the network or for completions.
+  one thread per client connection (traffic.nic.client is the client). Verbs calls take
+  the NIC lock; the blocking ones (connect, wait_connected, poll_cq with a timeout)
+  never hold it while they wait on the network or for completions.
 * CM listeners are per TCP port (as rdma_cm's port space): `listen(qpn, port)` queues a
   QP for the next REQ on that port (first in, first out); an REQ with nobody queued is
   rejected with a reason the connecting side retries on. The passive QP goes to RTR

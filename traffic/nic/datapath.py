@@ -43,7 +43,7 @@ import threading
 import time
 
 from emucore.qos.pfc import EgressPause
-from emucore.rawsock import PACKET_IGNORE_OUTGOING, SOL_PACKET, tighten_timer_slack
+from emucore.rawsock import open_port, tighten_timer_slack
 from emucore.wire.ib import AckKind, Op, RocePkt
 from emucore.wire.dscp import ECN_CE
 from emucore.wire.pause import OPCODE_PFC, parse_pfc
@@ -54,9 +54,8 @@ from traffic.nic.nicconfig import NicConfig
 from traffic.nic.uetrx import UetRx, is_uet
 from traffic.nic.nicverbs import NicVerbs
 
-__all__ = ["Nic", "frame_of", "pkt_of", "pace", "ETH_P_ALL"]
+__all__ = ["Nic", "frame_of", "pkt_of", "pace"]
 
-ETH_P_ALL = 0x0003
 _NAK = AckKind.NAK.value  #: bits 6:5 of a NAK's AETH syndrome (emucore.wire.ib)
 
 
@@ -113,14 +112,8 @@ class Nic(NicVerbs, UetRx):
             self._open()
 
     def _open(self) -> None:
-        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        # no PACKET_QDISC_BYPASS: it would hide our frames from captures of this interface
-        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-            s.setsockopt(socket.SOL_SOCKET, opt, 8 << 20)
-        s.bind((self.cfg.ifname, ETH_P_ALL))
-        s.setblocking(False)
-        self.raw = s
+        # through the qdisc: PACKET_QDISC_BYPASS would hide our frames from captures
+        self.raw = open_port(self.cfg.ifname, bypass_qdisc=False, drain_first=False)
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # kernel minimum: copies dropped
         u.bind((self.cfg.ip, ROCE_UDP_PORT))
