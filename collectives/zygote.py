@@ -6,7 +6,7 @@ itself: on rail8x4 32 imports of 2-3 CPU-seconds and ~250 MB resident each, on t
 cores. Forked children share the imported pages copy-on-write (gc.freeze keeps the
 collector from writing to them) and start in milliseconds.
 
-    python -m collectives.zygote --fd N     (N: its end of a socketpair; launch.Zygote)
+    python -m collectives.zygote --fd N     (N: its end of a socketpair; runners.Zygote)
 
 Protocol, one JSON line each way. {"op": "spawn", "netns": path | null, "cwd", "env",
 "argv" (collectives.worker's arguments), "log"} -> {"pid"}; {"op": "status"} ->

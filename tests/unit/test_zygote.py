@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 
 from collectives import launch, zygote
-from collectives.launch import WORKER_THREADS_ENV, Zygote, ZygoteError
+from collectives.launch import WORKER_THREADS_ENV
+from collectives.runners import Zygote, ZygoteError
 
 ROOT = Path(__file__).resolve().parents[2]
 
