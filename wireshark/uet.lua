@@ -1,17 +1,25 @@
--- Ultra Ethernet Transport (UET) dissector for Wireshark 4.0 (Lua 5.2), as emu sends it.
+-- Ultra Ethernet Transport (UET) dissector for Wireshark 4.0 and later (Lua 5.2+), as emu
+-- sends it.
 --
---   tshark -X lua_script:wireshark/uet.lua -r run/pcaps/h1-nic1.pcap -Y uet
+--   tshark -X lua_script:wireshark/uet.lua -r run/pcaps/h1-nic1.pcap -Y emu_uet
 --   Wireshark GUI: copy this file into the personal Lua plugins folder
 --   (Help > About Wireshark > Folders > Personal Lua Plugins), restart.
 --
--- Layouts: emu's emucore/wire/uet.py (the UE 1.0.1 specification as the upstream C
--- dissector implements it; docs/UET.md says where emu differs). UDP port 4793; the PDS
--- prologue (type 5 bits, next header or control type 4, flags 7), then the PDS header of
--- that type (RUD/ROD requests, ACK, ACK_CC with the NSCC state, NACK, CTRL), then, by the
--- next header, an SES header (standard, medium, small, response, response with data), then
--- the payload. A short header is an expert error on the packet, never a Lua error.
+-- It registers a protocol of its own, "emu_uet" / "Ultra Ethernet Transport (emu)", with
+-- fields emu_uet.*: newer Wireshark ships a built-in dissector named "uet" / "Ultra
+-- Ethernet Transport", and Wireshark refuses a second protocol of the same name or
+-- description. Loaded, this script takes UDP 4793 (Lua scripts run after the built-in
+-- handoffs); the built-in one stays reachable with Decode As (tshark -d udp.port==4793,uet).
+--
+-- Layouts: the UE 1.0.1 specification as the UEC's reference provider (uet-ref-prov,
+-- uet_pkt_hdr.h) defines it (docs/UET.md says where Wireshark's built-in dissector
+-- differs). UDP port 4793; the PDS prologue (type 5 bits, next header or control type 4,
+-- flags 7), then the PDS header of that type (RUD/ROD requests, ACK, ACK_CC with the NSCC
+-- state, NACK, CTRL), then, by the next header, an SES header (standard, medium, small,
+-- response, response with data), then the payload. A short header is an expert error on
+-- the packet, never a Lua error.
 
-local uet = Proto("uet", "Ultra Ethernet Transport")
+local uet = Proto("emu_uet", "Ultra Ethernet Transport (emu)")
 
 local pds_types = { [1]="TSS", [2]="RUD_REQ", [3]="ROD_REQ", [4]="RUDI_REQ", [5]="RUDI_RESP",
   [6]="UUD_REQ", [7]="ACK", [8]="ACK_CC", [9]="ACK_CCX", [10]="NACK", [11]="CTRL",
@@ -19,8 +27,9 @@ local pds_types = { [1]="TSS", [2]="RUD_REQ", [3]="ROD_REQ", [4]="RUDI_REQ", [5]
 local next_hdrs = { [0]="NONE", [1]="REQ_SMALL", [2]="REQ_MEDIUM", [3]="REQ_STD", [4]="RSP",
   [5]="RSP_DATA", [6]="RSP_DATA_SMALL" }
 local ctl_types = { [0]="NOOP", [1]="REQ_ACK", [2]="CLEAR", [3]="REQ_CLEAR", [4]="CLOSE",
-  [5]="REQ_CLOSE", [6]="PROBE", [7]="CREDIT", [8]="CREDIT_REQ" }
-local nack_codes = { [0x01]="TRIMMED", [0x02]="TRIMMED_LASTHOP", [0x03]="TRIMMED_ACK",
+  [5]="REQ_CLOSE", [6]="PROBE", [7]="CREDIT", [8]="CREDIT_REQ", [9]="NEGOTIATION" }
+local nack_codes = { [0x01]="TRIMMED", [0x02]="TRIMMED_LASTHOP",
+  [0x03]="TRIMMED_ACK (reserved from 1.0.3)",
   [0x04]="NO_PDC_AVAIL", [0x0A]="NO_RESOURCE", [0x0B]="PSN_OOR_WINDOW", [0x0D]="ROD_OOO",
   [0x0E]="INV_DPDCID", [0x16]="PDC_MODE_MISMATCH", [0x1A]="RCVR_INFER_LOSS" }
 local ses_opcodes = { [0]="NO_OP", [1]="WRITE", [2]="READ", [3]="ATOMIC",
@@ -31,86 +40,109 @@ local rsp_opcodes = { [0]="DEFAULT_RESPONSE", [1]="RESPONSE", [2]="RESPONSE_W_DA
 local ret_codes = { [0]="NULL", [1]="OK", [5]="NO_MATCH", [0x1C]="BAD_MKEY", [0x1D]="BAD_ADDR" }
 
 local f = uet.fields
-f.pds = ProtoField.bytes("uet.pds", "PDS")
-f.pds_type = ProtoField.uint16("uet.pds.type", "Type", base.DEC, pds_types, 0xF800)
-f.pds_nh = ProtoField.uint16("uet.pds.nh", "Next header", base.DEC, next_hdrs, 0x0780)
-f.pds_ctl_type = ProtoField.uint16("uet.pds.ctl_type", "Control type", base.DEC, ctl_types,
+f.pds = ProtoField.bytes("emu_uet.pds", "PDS")
+f.pds_type = ProtoField.uint16("emu_uet.pds.type", "Type", base.DEC, pds_types, 0xF800)
+f.pds_nh = ProtoField.uint16("emu_uet.pds.nh", "Next header", base.DEC, next_hdrs, 0x0780)
+f.pds_ctl_type = ProtoField.uint16("emu_uet.pds.ctl_type", "Control type", base.DEC, ctl_types,
   0x0780)
-f.pds_flags = ProtoField.uint16("uet.pds.flags", "Flags", base.HEX, nil, 0x007F)
-f.pds_flag_m = ProtoField.bool("uet.pds.flags.m", "ECN marked (M)", 16, nil, 0x0020)
-f.pds_flag_retx = ProtoField.bool("uet.pds.flags.retx", "Retransmission (RETX)", 16, nil, 0x0010)
-f.pds_flag_ar = ProtoField.bool("uet.pds.flags.ar", "ACK request (AR)", 16, nil, 0x0008)
-f.pds_flag_syn = ProtoField.bool("uet.pds.flags.syn", "New PDC (SYN)", 16, nil, 0x0004)
-f.pds_clear_psn_offset = ProtoField.int16("uet.pds.clear_psn_offset", "Clear PSN offset")
-f.pds_psn = ProtoField.uint32("uet.pds.psn", "PSN")
-f.pds_spdcid = ProtoField.uint16("uet.pds.spdcid", "Source PDC ID")
-f.pds_dpdcid = ProtoField.uint16("uet.pds.dpdcid", "Destination PDC ID")
-f.pds_use_rsv = ProtoField.bool("uet.pds.use_rsv", "Use reserved PDC", 16, nil, 0x8000)
-f.pds_psn_offset = ProtoField.uint16("uet.pds.psn_offset", "PSN offset", base.DEC, nil, 0x0FFF)
-f.pds_start_psn = ProtoField.uint32("uet.pds.start_psn", "Start PSN")
-f.pds_ccc_id = ProtoField.uint8("uet.pds.ccc_id", "CCC ID")
-f.pds_credit_target = ProtoField.uint24("uet.pds.credit_target", "Credit target")
-f.pds_ack_psn_offset = ProtoField.int16("uet.pds.ack_psn_offset", "ACK PSN offset")
-f.pds_cack_psn = ProtoField.uint32("uet.pds.cack_psn", "Cumulative ACK PSN")
-f.pds_ack_psn = ProtoField.uint32("uet.pds.ack_psn", "ACK PSN")
-f.pds_cc_type = ProtoField.uint8("uet.pds.cc_type", "CC type", base.DEC,
+f.pds_flags = ProtoField.uint16("emu_uet.pds.flags", "Flags", base.HEX, nil, 0x007F)
+f.pds_flag_epsn = ProtoField.bool("emu_uet.pds.flags.epsn", "0-RTT closing ACK (EPSN)", 16, nil,
+  0x0040)
+f.pds_flag_m = ProtoField.bool("emu_uet.pds.flags.m", "ECN marked (M)", 16, nil, 0x0020)
+f.pds_flag_isrod = ProtoField.bool("emu_uet.pds.flags.isrod", "ROD PDC (ISROD)", 16, nil, 0x0020)
+f.pds_flag_p = ProtoField.bool("emu_uet.pds.flags.p", "Answers a probe (P)", 16, nil, 0x0008)
+f.pds_flag_nt = ProtoField.bool("emu_uet.pds.flags.nt", "RUDI NACK (NT)", 16, nil, 0x0008)
+f.pds_flag_req = ProtoField.uint16("emu_uet.pds.flags.req", "Target requests (REQ)", base.DEC,
+  { [0]="none", [1]="clear", [2]="close" }, 0x0006)
+f.pds_flag_retx = ProtoField.bool("emu_uet.pds.flags.retx", "Retransmission (RETX)", 16, nil,
+  0x0010)
+f.pds_flag_ar = ProtoField.bool("emu_uet.pds.flags.ar", "ACK request (AR)", 16, nil, 0x0008)
+f.pds_flag_syn = ProtoField.bool("emu_uet.pds.flags.syn", "New PDC (SYN)", 16, nil, 0x0004)
+f.pds_clear_psn_offset = ProtoField.int16("emu_uet.pds.clear_psn_offset", "Clear PSN offset")
+f.pds_psn = ProtoField.uint32("emu_uet.pds.psn", "PSN")
+f.pds_spdcid = ProtoField.uint16("emu_uet.pds.spdcid", "Source PDC ID")
+f.pds_dpdcid = ProtoField.uint16("emu_uet.pds.dpdcid", "Destination PDC ID")
+f.pds_use_rsv = ProtoField.bool("emu_uet.pds.use_rsv", "Use reserved PDC", 16, nil, 0x8000)
+f.pds_psn_offset = ProtoField.uint16("emu_uet.pds.psn_offset", "PSN offset", base.DEC, nil, 0x0FFF)
+f.pds_start_psn = ProtoField.uint32("emu_uet.pds.start_psn", "Start PSN")
+f.pds_ccc_id = ProtoField.uint8("emu_uet.pds.ccc_id", "CCC ID")
+f.pds_credit_target = ProtoField.uint24("emu_uet.pds.credit_target", "Credit target")
+f.pds_ack_psn_offset = ProtoField.int16("emu_uet.pds.ack_psn_offset", "ACK PSN offset")
+f.pds_cack_psn = ProtoField.uint32("emu_uet.pds.cack_psn", "Cumulative ACK PSN")
+f.pds_ack_psn = ProtoField.uint32("emu_uet.pds.ack_psn", "ACK PSN")
+f.pds_cc_type = ProtoField.uint8("emu_uet.pds.cc_type", "CC type", base.DEC,
   { [0]="NSCC", [1]="CREDIT" }, 0xF0)
-f.pds_mpr = ProtoField.uint8("uet.pds.mpr", "Maximum PSN range")
-f.pds_sack_offset = ProtoField.uint16("uet.pds.sack_offset", "SACK offset")
-f.pds_sack_bitmap = ProtoField.uint64("uet.pds.sack_bitmap", "SACK bitmap", base.HEX)
-f.pds_service_time = ProtoField.uint16("uet.pds.nscc.service_time", "Service time")
-f.pds_restore_cwnd = ProtoField.bool("uet.pds.nscc.restore_cwnd", "Restore cwnd", 8, nil, 0x80)
-f.pds_rcv_cwnd_pend = ProtoField.uint8("uet.pds.nscc.rcv_cwnd_pend", "Cwnd penalty",
+f.pds_mpr = ProtoField.uint8("emu_uet.pds.mpr", "Maximum PSN range (x128 PSNs, 0: none)")
+f.pds_epsn_payload = ProtoField.uint32("emu_uet.pds.epsn_payload", "Expected PSN payload",
+  base.HEX)
+f.pds_sack_offset = ProtoField.uint16("emu_uet.pds.sack_offset", "SACK offset")
+f.pds_sack_bitmap = ProtoField.uint64("emu_uet.pds.sack_bitmap", "SACK bitmap", base.HEX)
+f.pds_service_time = ProtoField.uint16("emu_uet.pds.nscc.service_time", "Service time")
+f.pds_restore_cwnd = ProtoField.bool("emu_uet.pds.nscc.restore_cwnd", "Restore cwnd", 8, nil, 0x80)
+f.pds_rcv_cwnd_pend = ProtoField.uint8("emu_uet.pds.nscc.rcv_cwnd_pend", "Cwnd penalty",
   base.DEC, nil, 0x7F)
-f.pds_rcvd_bytes = ProtoField.uint24("uet.pds.nscc.rcvd_bytes", "Received bytes")
-f.pds_ooo_count = ProtoField.uint16("uet.pds.nscc.ooo_count", "Out-of-order count")
-f.pds_nack_code = ProtoField.uint8("uet.pds.nack_code", "NACK code", base.HEX, nack_codes)
-f.pds_nack_vendor = ProtoField.uint8("uet.pds.nack_vendor_code", "Vendor code", base.HEX)
-f.pds_nack_payload = ProtoField.uint32("uet.pds.nack_payload", "Highest PSN received + 1")
-f.pds_probe_opaque = ProtoField.uint16("uet.pds.probe_opaque", "Probe opaque", base.HEX)
-f.pds_ctrl_payload = ProtoField.uint32("uet.pds.ctrl_payload", "Payload", base.HEX)
-f.ses = ProtoField.bytes("uet.ses", "SES")
-f.ses_opcode = ProtoField.uint8("uet.ses.opcode", "Opcode", base.DEC, ses_opcodes, 0x3F)
-f.ses_ver = ProtoField.uint8("uet.ses.ver", "Version", base.DEC, nil, 0xC0)
-f.ses_flags = ProtoField.uint8("uet.ses.flags", "Flags", base.HEX, nil, 0x3F)
-f.ses_dc = ProtoField.bool("uet.ses.dc", "Delivery complete (DC)", 8, nil, 0x20)
-f.ses_ie = ProtoField.bool("uet.ses.ie", "Initiator error (IE)", 8, nil, 0x10)
-f.ses_rel = ProtoField.bool("uet.ses.rel", "Relative addressing", 8, nil, 0x08)
-f.ses_hd = ProtoField.bool("uet.ses.hd", "Header data (HD)", 8, nil, 0x04)
-f.ses_eom = ProtoField.bool("uet.ses.eom", "End of message (EOM)", 8, nil, 0x02)
-f.ses_som = ProtoField.bool("uet.ses.som", "Start of message (SOM)", 8, nil, 0x01)
-f.ses_message_id = ProtoField.uint16("uet.ses.message_id", "Message ID")
-f.ses_index_generation = ProtoField.uint8("uet.ses.index_generation", "Index generation")
-f.ses_job_id = ProtoField.uint24("uet.ses.job_id", "Job ID")
-f.ses_pid_on_fep = ProtoField.uint16("uet.ses.pid_on_fep", "PID on FEP", base.DEC, nil, 0x0FFF)
-f.ses_resource_index = ProtoField.uint16("uet.ses.resource_index", "Resource index", base.DEC,
+f.pds_rcvd_bytes = ProtoField.uint24("emu_uet.pds.nscc.rcvd_bytes", "Received bytes")
+f.pds_ooo_count = ProtoField.uint16("emu_uet.pds.nscc.ooo_count", "Out-of-order count")
+f.pds_nack_code = ProtoField.uint8("emu_uet.pds.nack_code", "NACK code", base.HEX, nack_codes)
+f.pds_nack_vendor = ProtoField.uint8("emu_uet.pds.nack_vendor_code", "Vendor code", base.HEX)
+f.pds_nack_payload = ProtoField.uint32("emu_uet.pds.nack_payload", "Highest PSN received + 1")
+f.pds_probe_opaque = ProtoField.uint16("emu_uet.pds.probe_opaque", "Probe opaque", base.HEX)
+f.pds_ctrl_payload = ProtoField.uint32("emu_uet.pds.ctrl_payload", "Payload", base.HEX)
+f.ses = ProtoField.bytes("emu_uet.ses", "SES")
+f.ses_opcode = ProtoField.uint8("emu_uet.ses.opcode", "Opcode", base.DEC, ses_opcodes, 0x3F)
+f.ses_ver = ProtoField.uint8("emu_uet.ses.ver", "Version", base.DEC, nil, 0xC0)
+f.ses_flags = ProtoField.uint8("emu_uet.ses.flags", "Flags", base.HEX, nil, 0x3F)
+f.ses_dc = ProtoField.bool("emu_uet.ses.dc", "Delivery complete (DC)", 8, nil, 0x20)
+f.ses_ie = ProtoField.bool("emu_uet.ses.ie", "Initiator error (IE)", 8, nil, 0x10)
+f.ses_rel = ProtoField.bool("emu_uet.ses.rel", "Relative addressing", 8, nil, 0x08)
+f.ses_hd = ProtoField.bool("emu_uet.ses.hd", "Header data (HD)", 8, nil, 0x04)
+f.ses_eom = ProtoField.bool("emu_uet.ses.eom", "End of message (EOM)", 8, nil, 0x02)
+f.ses_som = ProtoField.bool("emu_uet.ses.som", "Start of message (SOM)", 8, nil, 0x01)
+f.ses_message_id = ProtoField.uint16("emu_uet.ses.message_id", "Message ID")
+f.ses_index_generation = ProtoField.uint8("emu_uet.ses.index_generation", "Index generation")
+f.ses_job_id = ProtoField.uint24("emu_uet.ses.job_id", "Job ID")
+f.ses_pid_on_fep = ProtoField.uint16("emu_uet.ses.pid_on_fep", "PID on FEP", base.DEC, nil, 0x0FFF)
+f.ses_resource_index = ProtoField.uint16("emu_uet.ses.resource_index", "Resource index", base.DEC,
   nil, 0x0FFF)
-f.ses_buffer_offset = ProtoField.uint64("uet.ses.buffer_offset", "Buffer offset", base.HEX)
-f.ses_initiator = ProtoField.uint32("uet.ses.initiator", "Initiator", base.HEX)
-f.ses_mem_key = ProtoField.uint64("uet.ses.mem_key", "Memory key / match bits", base.HEX)
-f.ses_header_data = ProtoField.uint64("uet.ses.header_data", "Header data", base.HEX)
-f.ses_payload_length = ProtoField.uint16("uet.ses.payload_length", "Payload length", base.DEC,
+f.ses_buffer_offset = ProtoField.uint64("emu_uet.ses.buffer_offset", "Buffer offset", base.HEX)
+f.ses_initiator = ProtoField.uint32("emu_uet.ses.initiator", "Initiator", base.HEX)
+f.ses_mem_key = ProtoField.uint64("emu_uet.ses.mem_key", "Memory key / match bits", base.HEX)
+f.ses_header_data = ProtoField.uint64("emu_uet.ses.header_data", "Header data", base.HEX)
+f.ses_payload_length = ProtoField.uint16("emu_uet.ses.payload_length", "Payload length", base.DEC,
   nil, 0x3FFF)
-f.ses_message_offset = ProtoField.uint32("uet.ses.message_offset", "Message offset")
-f.ses_request_length = ProtoField.uint32("uet.ses.request_length", "Request length")
-f.ses_small_length = ProtoField.uint16("uet.ses.request_length_small", "Request length",
+f.ses_message_offset = ProtoField.uint32("emu_uet.ses.message_offset", "Message offset")
+f.ses_request_length = ProtoField.uint32("emu_uet.ses.request_length", "Request length")
+f.ses_small_length = ProtoField.uint16("emu_uet.ses.request_length_small", "Request length",
   base.DEC, nil, 0x3FFF)
-f.ses_rsp_list = ProtoField.uint8("uet.ses.rsp_list", "List", base.DEC, nil, 0xC0)
-f.ses_rsp_opcode = ProtoField.uint8("uet.ses.rsp_opcode", "Response opcode", base.DEC,
+f.ses_rsp_list = ProtoField.uint8("emu_uet.ses.rsp_list", "List", base.DEC, nil, 0xC0)
+f.ses_rsp_opcode = ProtoField.uint8("emu_uet.ses.rsp_opcode", "Response opcode", base.DEC,
   rsp_opcodes, 0x3F)
-f.ses_return_code = ProtoField.uint8("uet.ses.return_code", "Return code", base.HEX, ret_codes,
+f.ses_return_code = ProtoField.uint8("emu_uet.ses.return_code", "Return code", base.HEX, ret_codes,
   0x3F)
-f.ses_mod_length = ProtoField.uint32("uet.ses.mod_length", "Modified length")
-f.ses_read_message_id = ProtoField.uint16("uet.ses.read_message_id", "Read request message ID")
-f.payload = ProtoField.bytes("uet.payload", "Payload")
+f.ses_mod_length = ProtoField.uint32("emu_uet.ses.mod_length", "Modified length")
+f.ses_read_message_id = ProtoField.uint16("emu_uet.ses.read_message_id", "Read request message ID")
+f.payload = ProtoField.bytes("emu_uet.payload", "Payload")
 
-local ef_short = ProtoExpert.new("uet.short", "UET header cut short", expert.group.MALFORMED,
+local ef_short = ProtoExpert.new("emu_uet.short", "UET header cut short", expert.group.MALFORMED,
   expert.severity.ERROR)
-local ef_type = ProtoExpert.new("uet.unknown_type", "PDS type this dissector does not decode",
+local ef_type = ProtoExpert.new("emu_uet.unknown_type", "PDS type this dissector does not decode",
   expert.group.UNDECODED, expert.severity.WARN)
 uet.experts = { ef_short, ef_type }
 
 local PDS_LEN = { [2]=12, [3]=12, [13]=16, [14]=16, [7]=12, [8]=32, [10]=16, [11]=16 }
+local REQ_FLAGS = { f.pds_flag_retx, f.pds_flag_ar, f.pds_flag_syn }
+local FLAGS_BY_TYPE = {
+  [7] = { f.pds_flag_epsn, f.pds_flag_m, f.pds_flag_retx, f.pds_flag_p, f.pds_flag_req },
+  [8] = { f.pds_flag_m, f.pds_flag_retx, f.pds_flag_p, f.pds_flag_req },
+  [10] = { f.pds_flag_m, f.pds_flag_retx, f.pds_flag_nt },
+  [11] = { f.pds_flag_isrod, f.pds_flag_retx, f.pds_flag_ar, f.pds_flag_syn } }
+local REQ_NAMES = { {"SYN", 0x04}, {"AR", 0x08}, {"RETX", 0x10} }
+local NAMES_BY_TYPE = {
+  [7] = { {"REQ_CLEAR", 0x02}, {"REQ_CLOSE", 0x04}, {"P", 0x08}, {"RETX", 0x10}, {"M", 0x20},
+          {"EPSN", 0x40} },
+  [8] = { {"REQ_CLEAR", 0x02}, {"REQ_CLOSE", 0x04}, {"P", 0x08}, {"RETX", 0x10}, {"M", 0x20} },
+  [10] = { {"NT", 0x08}, {"RETX", 0x10}, {"M", 0x20} },
+  [11] = { {"SYN", 0x04}, {"AR", 0x08}, {"RETX", 0x10}, {"ISROD", 0x20} } }
 local SES_LEN = { [0]=0, [1]=20, [2]=32, [3]=44, [4]=12, [5]=20 }
 
 local function flag_names(v, names)
@@ -211,14 +243,13 @@ function uet.dissector(buf, pinfo, tree)
   local nh = bit32.band(bit32.rshift(w, 7), 0xF)
   local flags = bit32.band(w, 0x7F)
   local plen = PDS_LEN[typ]
+  if typ == 7 and bit32.band(flags, 0x40) ~= 0 then plen = 16 end  -- ACK + EPSN payload
   local pds = root:add(f.pds, buf(0, math.min(plen or 2, n)))
   pds:set_text("PDS " .. (pds_types[typ] or ("type " .. typ)))
   pds:add(f.pds_type, buf(0, 2))
   if typ == 11 then pds:add(f.pds_ctl_type, buf(0, 2)) else pds:add(f.pds_nh, buf(0, 2)) end
   local ft = pds:add(f.pds_flags, buf(0, 2))
-  local per_type = { f.pds_flag_retx, f.pds_flag_ar, f.pds_flag_syn }  -- requests, CTRL
-  if typ == 7 or typ == 8 or typ == 10 then per_type = { f.pds_flag_m, f.pds_flag_retx } end
-  for _, fld in ipairs(per_type) do ft:add(fld, buf(0, 2)) end
+  for _, fld in ipairs(FLAGS_BY_TYPE[typ] or REQ_FLAGS) do ft:add(fld, buf(0, 2)) end
   if plen == nil then
     pds:add_proto_expert_info(ef_type)
     pinfo.cols.info = "UET " .. (pds_types[typ] or ("type " .. typ))
@@ -257,6 +288,7 @@ function uet.dissector(buf, pinfo, tree)
     pds:add(f.pds_ack_psn, buf(2, 6), buf(4, 4):uint() + off):set_generated()
     pds:add(f.pds_spdcid, buf(8, 2))
     pds:add(f.pds_dpdcid, buf(10, 2))
+    if plen == 16 then pds:add(f.pds_epsn_payload, buf(12, 4)) end
     if typ == 8 then
       pds:add(f.pds_cc_type, buf(12, 1))
       pds:add(f.pds_mpr, buf(13, 1))
@@ -287,9 +319,7 @@ function uet.dissector(buf, pinfo, tree)
     pds:add(f.pds_ctrl_payload, buf(12, 4))
     head = head .. " " .. (ctl_types[nh] or "?")
   end
-  local names = { {"SYN", 0x04}, {"AR", 0x08}, {"RETX", 0x10} }
-  if typ == 7 or typ == 8 or typ == 10 then names = { {"RETX", 0x10}, {"M", 0x20} } end
-  local fl = flag_names(flags, names)
+  local fl = flag_names(flags, NAMES_BY_TYPE[typ] or REQ_NAMES)
   if fl ~= "" then head = head .. " " .. fl end
   info[1] = head
   local at = plen

@@ -20,22 +20,20 @@ LUA = Path(__file__).resolve().parents[2] / "wireshark" / "uet.lua"
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None,
                                 reason="needs tshark (Debian package tshark; setup.sh installs it)")
 
-FIELDS = ["uet.pds.type", "uet.pds.nh", "uet.pds.flags", "uet.pds.flags.syn",
-          "uet.pds.flags.m", "uet.pds.flags.retx", "uet.pds.psn", "uet.pds.spdcid",
-          "uet.pds.dpdcid", "uet.pds.psn_offset", "uet.pds.start_psn", "uet.pds.cack_psn",
-          "uet.pds.ack_psn", "uet.pds.sack_offset", "uet.pds.sack_bitmap",
-          "uet.pds.nscc.service_time", "uet.pds.nscc.rcvd_bytes", "uet.pds.nscc.ooo_count",
-          "uet.pds.nack_code", "uet.pds.nack_payload", "uet.ses.opcode", "uet.ses.som",
-          "uet.ses.eom", "uet.ses.hd", "uet.ses.message_id", "uet.ses.job_id",
-          "uet.ses.pid_on_fep", "uet.ses.resource_index", "uet.ses.buffer_offset",
-          "uet.ses.mem_key", "uet.ses.header_data", "uet.ses.payload_length",
-          "uet.ses.message_offset", "uet.ses.request_length", "uet.ses.rsp_opcode",
-          "uet.ses.return_code", "uet.ses.mod_length", "uet.payload",
-          "uet.ses.request_length_small", "uet.ses.initiator", "uet.pds.nh"]
+FIELDS = ["emu_uet." + n for n in (
+    "pds.type", "pds.nh", "pds.flags", "pds.flags.syn", "pds.flags.m", "pds.flags.retx",
+    "pds.psn", "pds.spdcid", "pds.dpdcid", "pds.psn_offset", "pds.start_psn",
+    "pds.cack_psn", "pds.ack_psn", "pds.sack_offset", "pds.sack_bitmap",
+    "pds.nscc.service_time", "pds.nscc.rcvd_bytes", "pds.nscc.ooo_count", "pds.nack_code",
+    "pds.nack_payload", "ses.opcode", "ses.som", "ses.eom", "ses.hd", "ses.message_id",
+    "ses.job_id", "ses.pid_on_fep", "ses.resource_index", "ses.buffer_offset",
+    "ses.mem_key", "ses.header_data", "ses.payload_length", "ses.message_offset",
+    "ses.request_length", "ses.rsp_opcode", "ses.return_code", "ses.mod_length", "payload",
+    "ses.request_length_small", "ses.initiator", "pds.nh")]
 
 
 def decode(tmp_path, frames):
-    pcap = tmp_path / "uet.pcap"
+    pcap = tmp_path / "emu_uet.pcap"
     wrpcap(str(pcap), [Ether(f) for f in frames])
     cmd = ["tshark", "-X", f"lua_script:{LUA}", "-r", str(pcap), "-T", "fields",
            "-E", "occurrence=f"] + [x for f in FIELDS for x in ("-e", f)]
@@ -58,21 +56,21 @@ def test_request_fields(tmp_path):
     syn, mid = decode(tmp_path, [T.request(50000, 100, 3, None, F_AR, SOM, b"\x01" * 64,
                                            psn_offset=4),
                                  T.request(50001, 101, 3, 9, F_RETX, MID, b"\x02" * 64)])
-    assert (syn["uet.pds.type"], syn["uet.pds.psn"], syn["uet.pds.spdcid"]) == (
+    assert (syn["emu_uet.pds.type"], syn["emu_uet.pds.psn"], syn["emu_uet.pds.spdcid"]) == (
         str(int(PdsType.RUD_REQ)), "100", "3")
-    assert syn["uet.pds.flags.syn"] == "1" and syn["uet.pds.dpdcid"] == ""
-    assert (syn["uet.pds.psn_offset"], syn["uet.pds.start_psn"]) == ("4", "96")
-    assert (syn["uet.ses.opcode"], syn["uet.ses.som"], syn["uet.ses.hd"]) == (
+    assert syn["emu_uet.pds.flags.syn"] == "1" and syn["emu_uet.pds.dpdcid"] == ""
+    assert (syn["emu_uet.pds.psn_offset"], syn["emu_uet.pds.start_psn"]) == ("4", "96")
+    assert (syn["emu_uet.ses.opcode"], syn["emu_uet.ses.som"], syn["emu_uet.ses.hd"]) == (
         str(int(SesOpcode.WRITE)), "1", "1")
-    assert int(syn["uet.ses.header_data"], 16) == SOM.header_data
-    assert (syn["uet.ses.message_id"], syn["uet.ses.job_id"], syn["uet.ses.pid_on_fep"],
-            syn["uet.ses.resource_index"]) == ("7", str(0xABCDE), str(0x123), str(0x456))
-    assert int(syn["uet.ses.buffer_offset"], 16) == SOM.buffer_offset
-    assert int(syn["uet.ses.mem_key"], 16) == SOM.mem_key
-    assert syn["uet.ses.request_length"] == "12288" and len(syn["uet.payload"]) == 2 * 64
-    assert mid["uet.pds.dpdcid"] == "9" and mid["uet.pds.flags.retx"] == "1"
-    assert (mid["uet.ses.som"], mid["uet.ses.eom"], mid["uet.ses.payload_length"],
-            mid["uet.ses.message_offset"]) == ("0", "1", "4096", "8192")
+    assert int(syn["emu_uet.ses.header_data"], 16) == SOM.header_data
+    assert (syn["emu_uet.ses.message_id"], syn["emu_uet.ses.job_id"], syn["emu_uet.ses.pid_on_fep"],
+            syn["emu_uet.ses.resource_index"]) == ("7", str(0xABCDE), str(0x123), str(0x456))
+    assert int(syn["emu_uet.ses.buffer_offset"], 16) == SOM.buffer_offset
+    assert int(syn["emu_uet.ses.mem_key"], 16) == SOM.mem_key
+    assert syn["emu_uet.ses.request_length"] == "12288" and len(syn["emu_uet.payload"]) == 2 * 64
+    assert mid["emu_uet.pds.dpdcid"] == "9" and mid["emu_uet.pds.flags.retx"] == "1"
+    assert (mid["emu_uet.ses.som"], mid["emu_uet.ses.eom"], mid["emu_uet.ses.payload_length"],
+            mid["emu_uet.ses.message_offset"]) == ("0", "1", "4096", "8192")
 
 
 def test_ack_and_nack_fields(tmp_path):
@@ -81,23 +79,24 @@ def test_ack_and_nack_fields(tmp_path):
               service_time=12, rcvd_bytes=0x123456, ooo_count=2,
               rsp=(RspOpcode.RESPONSE, RetCode.OK, 7, 0xABCDE, 12288)),
         T.nack(61000, NackCode.TRIMMED_LASTHOP, 102, 9, 3, payload=103)])
-    assert (ack["uet.pds.type"], ack["uet.pds.cack_psn"], ack["uet.pds.ack_psn"]) == (
+    assert (ack["emu_uet.pds.type"], ack["emu_uet.pds.cack_psn"], ack["emu_uet.pds.ack_psn"]) == (
         str(int(PdsType.ACK_CC)), "1000", "1003")
-    assert ack["uet.pds.flags.m"] == "1" and ack["uet.pds.sack_offset"] == "1"
-    assert int(ack["uet.pds.sack_bitmap"], 16) == 0x8000_0000_0000_0005
-    assert (ack["uet.pds.nscc.service_time"], ack["uet.pds.nscc.rcvd_bytes"],
-            ack["uet.pds.nscc.ooo_count"]) == ("12", str(0x123456), "2")
-    assert (ack["uet.ses.rsp_opcode"], ack["uet.ses.return_code"], ack["uet.ses.message_id"],
-            ack["uet.ses.mod_length"]) == ("1", "0x01", "7", "12288")
-    assert (nack["uet.pds.type"], nack["uet.pds.nack_code"], nack["uet.pds.psn"],
-            nack["uet.pds.nack_payload"]) == (str(int(PdsType.NACK)), "0x02", "102", "103")
+    assert ack["emu_uet.pds.flags.m"] == "1" and ack["emu_uet.pds.sack_offset"] == "1"
+    assert int(ack["emu_uet.pds.sack_bitmap"], 16) == 0x8000_0000_0000_0005
+    assert (ack["emu_uet.pds.nscc.service_time"], ack["emu_uet.pds.nscc.rcvd_bytes"],
+            ack["emu_uet.pds.nscc.ooo_count"]) == ("12", str(0x123456), "2")
+    assert (ack["emu_uet.ses.rsp_opcode"], ack["emu_uet.ses.return_code"],
+            ack["emu_uet.ses.message_id"],
+            ack["emu_uet.ses.mod_length"]) == ("1", "0x01", "7", "12288")
+    assert (nack["emu_uet.pds.type"], nack["emu_uet.pds.nack_code"], nack["emu_uet.pds.psn"],
+            nack["emu_uet.pds.nack_payload"]) == (str(int(PdsType.NACK)), "0x02", "102", "103")
 
 
 def test_trimmed_frame_keeps_its_headers_for_the_dissector(tmp_path):
     (cut,) = decode(tmp_path, [trim_frame(T.request(50000, 102, 3, 9, 0, MID, b"\x03" * 4096),
                                           64, dscp=11)])
-    assert cut["uet.pds.psn"] == "102" and cut["uet.ses.payload_length"] == "4096"
-    assert len(cut["uet.payload"]) == 2 * 8
+    assert cut["emu_uet.pds.psn"] == "102" and cut["emu_uet.ses.payload_length"] == "4096"
+    assert len(cut["emu_uet.payload"]) == 2 * 8
 
 
 def test_info_column_and_a_cut_frame_is_an_expert_error(tmp_path):
@@ -113,17 +112,18 @@ def test_small_and_medium_request_fields(tmp_path):
     small, med_hd, med = decode(tmp_path, [T.request(50000, 5, 3, 4, F_AR, s, b"\x03" * 8)
                                            for s in (SMALL, MED_HD, MED_OFF)])
     for row, ses in ((small, SMALL), (med_hd, MED_HD), (med, MED_OFF)):
-        assert row["uet.pds.nh"] == str(int(ses.hdr))
-        assert (row["uet.ses.opcode"], row["uet.ses.som"], row["uet.ses.eom"]) == (
+        assert row["emu_uet.pds.nh"] == str(int(ses.hdr))
+        assert (row["emu_uet.ses.opcode"], row["emu_uet.ses.som"], row["emu_uet.ses.eom"]) == (
             str(int(ses.opcode)), "1", "1")
-        assert row["uet.ses.request_length_small"] == str(ses.request_length)
-        assert (row["uet.ses.job_id"], row["uet.ses.pid_on_fep"],
-                row["uet.ses.resource_index"]) == (str(0xABCDE), str(0x123), str(0x456))
-        assert row["uet.ses.message_id"] == "" and len(row["uet.payload"]) == 2 * 8
-    assert int(small["uet.ses.buffer_offset"], 16) == 0 and small["uet.ses.mem_key"] == ""
-    assert int(med_hd["uet.ses.header_data"], 16) == 0xDEADBEEF
-    assert med_hd["uet.ses.buffer_offset"] == "" and med_hd["uet.ses.hd"] == "1"
-    assert int(med["uet.ses.buffer_offset"], 16) == 0x7000
-    assert int(med["uet.ses.mem_key"], 16) == 0xFEEDF00D and med["uet.ses.initiator"] in ("5", "0x00000005")
+        assert row["emu_uet.ses.request_length_small"] == str(ses.request_length)
+        assert (row["emu_uet.ses.job_id"], row["emu_uet.ses.pid_on_fep"],
+                row["emu_uet.ses.resource_index"]) == (str(0xABCDE), str(0x123), str(0x456))
+        assert row["emu_uet.ses.message_id"] == "" and len(row["emu_uet.payload"]) == 2 * 8
+    assert int(small["emu_uet.ses.buffer_offset"], 16) == 0 and small["emu_uet.ses.mem_key"] == ""
+    assert int(med_hd["emu_uet.ses.header_data"], 16) == 0xDEADBEEF
+    assert med_hd["emu_uet.ses.buffer_offset"] == "" and med_hd["emu_uet.ses.hd"] == "1"
+    assert int(med["emu_uet.ses.buffer_offset"], 16) == 0x7000
+    assert int(med["emu_uet.ses.mem_key"], 16) == 0xFEEDF00D
+    assert med["emu_uet.ses.initiator"] in ("5", "0x00000005")
     assert any("SEND" in line and "len=1000" in line
                for line in info(tmp_path, [T.request(50000, 5, 3, 4, 0, SMALL, b"")]))
