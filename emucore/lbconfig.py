@@ -38,10 +38,11 @@ Durations are model seconds; sizes model bytes. Pure data; the agent's logic is
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 
 from emucore.timedil import parse_duration, parse_size
 from emucore.wire.ether import mac_bytes
+from emucore.yamlform import Form, parsed
 
 MODES = ("ecmp", "flowlet", "spray")
 HASH_FIELDS = ("5-tuple", "no-sport", "3-tuple", "dst-ip")
@@ -106,34 +107,14 @@ class LoadBalance:
     # -- text forms ----------------------------------------------------------------------
     def to_dict(self) -> dict:
         """JSON-able form (the agent's start-up config; what from_dict reads)."""
-        d = asdict(self)
-        d["interfaces"] = list(self.interfaces)
-        d["pins"] = [asdict(p) for p in self.pins]
-        return d
+        return LB.dict_of(self)
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "lb") -> "LoadBalance":
         """Build from a mapping. Accepts the YAML spellings (`flowlet_gap: 256us`,
-        `ewma_tau: 100us`, `queue_threshold: 150KB`) as well as to_dict's; unknown keys
+        `ewma_tau: 100us`, `queue_threshold: 150KB`) and the field names; unknown keys
         and bad values raise ValueError naming ``source.field``."""
-        if not isinstance(data, dict):
-            raise ValueError(f"{source}: expected a mapping, got {data!r}")
-        known = {f.name for f in fields(cls)}
-        kw: dict = {}
-        for key, val in data.items():
-            name = {"flowlet_gap": "flowlet_gap_s", "ewma_tau": "ewma_tau_s"}.get(key, key)
-            if name not in known:
-                raise ValueError(f"{source}.{key}: unknown field (known: mode, hash, order, "
-                                 f"flowlet_gap, estimator, ewma_tau, util_threshold, "
-                                 f"queue_threshold, spray, interfaces, dlb_mac, pins)")
-            try:
-                kw[name] = _value(name, val)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{source}.{key}: {exc}") from None
-        try:
-            return cls(**kw)
-        except ValueError as exc:
-            raise ValueError(f"{source}.{exc}") from None
+        return LB.build(source, cls, data)
 
     def describe(self) -> str:
         """One line for `show` and the summary."""
@@ -153,35 +134,52 @@ class LoadBalance:
         return text
 
 
-def _value(name: str, val):
-    if name in ("flowlet_gap_s", "ewma_tau_s"):
-        return parse_duration(val)
-    if name == "queue_threshold":
-        return int(parse_size(val))
-    if name == "util_threshold":
-        if isinstance(val, bool) or not isinstance(val, (int, float)):
-            raise ValueError(f"a number, got {val!r}")
-        return float(val)
-    if name == "interfaces":
-        if isinstance(val, str):
-            val = [v.strip() for v in val.split(",") if v.strip()]
-        if not isinstance(val, (list, tuple)) or not all(isinstance(v, str) for v in val):
-            raise ValueError(f"a list of port names, got {val!r}")
-        return tuple(val)
-    if name == "pins":
-        if not isinstance(val, (list, tuple)):
-            raise ValueError(f"a list of {{src, dst, port}}, got {val!r}")
-        out = []
-        for i, p in enumerate(val):
-            if not isinstance(p, dict) or set(p) != {"src", "dst", "port"}:
-                raise ValueError(f"[{i}]: needs exactly src, dst, port, got {p!r}")
-            out.append(Pin(str(p["src"]), str(p["dst"]), str(p["port"])))
-        return tuple(out)
-    if name == "dlb_mac" and val is None:
-        return None
+def _number(val) -> float:
+    if isinstance(val, bool) or not isinstance(val, (int, float)):
+        raise ValueError(f"a number, got {val!r}")
+    return float(val)
+
+
+def _ports(val) -> tuple[str, ...]:
+    if isinstance(val, str):
+        val = [v.strip() for v in val.split(",") if v.strip()]
+    if not isinstance(val, (list, tuple)) or not all(isinstance(v, str) for v in val):
+        raise ValueError(f"a list of port names, got {val!r}")
+    return tuple(val)
+
+
+def _pins(val) -> tuple[Pin, ...]:
+    if not isinstance(val, (list, tuple)):
+        raise ValueError(f"a list of {{src, dst, port}}, got {val!r}")
+    out = []
+    for i, p in enumerate(val):
+        if not isinstance(p, dict) or set(p) != {"src", "dst", "port"}:
+            raise ValueError(f"[{i}]: needs exactly src, dst, port, got {p!r}")
+        out.append(Pin(str(p["src"]), str(p["dst"]), str(p["port"])))
+    return tuple(out)
+
+
+def _text(val) -> str:
     if not isinstance(val, str):
         raise ValueError(f"a string, got {val!r}")
     return val
+
+
+_TEXT = parsed(_text)
+#: the YAML form (`emucore.yamlform`); the field names flowlet_gap_s, ewma_tau_s are
+#: accepted too (what to_dict wrote before)
+LB = Form({"mode": "mode", "hash": "hash", "order": "order", "flowlet_gap": "flowlet_gap_s",
+           "estimator": "estimator", "ewma_tau": "ewma_tau_s",
+           "util_threshold": "util_threshold", "queue_threshold": "queue_threshold",
+           "spray": "spray", "interfaces": "interfaces", "dlb_mac": "dlb_mac", "pins": "pins"},
+          read={"mode": _TEXT, "hash": _TEXT, "order": _TEXT, "estimator": _TEXT,
+                "spray": _TEXT, "flowlet_gap": parsed(parse_duration),
+                "ewma_tau": parsed(parse_duration),
+                "queue_threshold": parsed(lambda v: int(parse_size(v))),
+                "util_threshold": parsed(_number), "interfaces": parsed(_ports),
+                "pins": parsed(_pins), "dlb_mac": parsed(lambda v: v if v is None else _text(v))},
+          write={"interfaces": list, "pins": lambda pins: [asdict(p) for p in pins]},
+          aliases={"flowlet_gap_s": "flowlet_gap", "ewma_tau_s": "ewma_tau"})
 
 
 def parse_lb(text: str, base: LoadBalance | None = None, source: str = "--lb") -> LoadBalance:
@@ -209,5 +207,4 @@ def parse_lb(text: str, base: LoadBalance | None = None, source: str = "--lb") -
     over = LoadBalance.from_dict(d, source)
     if base is None:
         return over
-    alias = {"flowlet_gap": "flowlet_gap_s", "ewma_tau": "ewma_tau_s"}
-    return replace(base, **{alias.get(k, k): getattr(over, alias.get(k, k)) for k in d})
+    return replace(base, **{LB.field_of(k): getattr(over, LB.field_of(k)) for k in d})

@@ -21,9 +21,10 @@ YAML (a QoS file's `cbfc:` or `emu run --cbfc`): `cbfc: {credits: 3200KB, update
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from emucore.qos.fields import int_in, size
+from emucore.yamlform import Form, optional
 
 __all__ = ["Cbfc", "CreditState"]
 
@@ -43,27 +44,18 @@ class Cbfc:
 
     def to_dict(self) -> dict:
         """JSON-able form (what from_dict reads)."""
-        return {"credits": self.credits_bytes, "update": self.update_bytes}
+        return CBFC.dict_of(self)
 
     @classmethod
     def from_dict(cls, data: dict | bool | None, source: str = "cbfc") -> "Cbfc":
         """From the YAML mapping (`true`: the defaults); errors name ``source.field``."""
-        if data is True or data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{source}: expected a mapping or true, got {data!r}")
-        names = {"credits": "credits_bytes", "update": "update_bytes"}
-        known = {f.name for f in fields(cls)}
-        kw: dict = {}
-        for key, val in data.items():
-            name = names.get(key, key)
-            if name not in known:
-                raise ValueError(f"{source}.{key}: unknown field (known: credits, update)")
-            kw[name] = None if val is None else size(f"{source}.{key}", val)
-        try:
-            return cls(**kw)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{source}.{exc}") from None
+        return CBFC.build(source, cls, data)
+
+
+#: the YAML form (`emucore.yamlform`); the field names are accepted too
+CBFC = Form({"credits": "credits_bytes", "update": "update_bytes"},
+            read={"credits": optional(size), "update": optional(size)},
+            aliases={"credits_bytes": "credits", "update_bytes": "update"}, switch=True)
 
 
 class CreditState:

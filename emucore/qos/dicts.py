@@ -1,6 +1,8 @@
-"""The YAML/JSON form of the QoS configuration, part by part (presets/*.yaml; the
-agent's start-up JSON): sizes in bytes or with units ("150KB"), durations in seconds or
-with units ("200ms"). Unknown keys and bad values raise ValueError naming the field as
+"""The YAML/JSON form of the QoS configuration's stages (presets/*.yaml; the agent's
+start-up JSON): sizes in bytes or with units ("150KB"), durations in seconds or with
+units ("200ms"). Each stage is read and written by its `emucore.yamlform.Form` - the one
+reader of every configuration part (trim, LLR, CBFC and load balancing declare theirs
+beside their types). Unknown keys and bad values raise ValueError naming the field as
 the YAML spells it (``qos.queuing.queues[3].wred.min``).
 
 `emucore.qos.qosconfig.QosConfig.from_dict` / `to_dict` assemble the parts.
@@ -17,66 +19,38 @@ from emucore.qos.interface import InterfaceQos, Watchdog
 from emucore.qos.pfc import Pfc
 from emucore.qos.queuing import QueueConfig, Queuing
 from emucore.qos.wred import Wred
+from emucore.yamlform import Form, mapping
 
 #: top-level keys of the schema
 TOP_KEYS = ("kind", "name", "description", "classification", "queuing", "pfc", "watchdog",
             "mtu", "cnp", "interfaces", "load_balance", "trim", "llr", "cbfc")
 # YAML key -> dataclass field, per part
-WRED_KEYS = {"min": "min_bytes", "max": "max_bytes", "max_prob": "max_prob_pct",
-             "weight": "weight", "ecn": "ecn"}
-QUEUE_KEYS = {"strict": "strict", "bandwidth_percent": "bandwidth_percent", "wred": "wred",
-              "limit": "limit_bytes"}
-PFC_KEYS = {"policy": "policy", "no_drop": "no_drop", "xoff": "xoff_bytes", "xon": "xon_bytes",
-            "headroom": "headroom_bytes", "pause_quanta": "pause_quanta"}
-WATCHDOG_KEYS = {"enabled": "enabled", "detect": "detect_s", "restore": "restore_s",
-                 "action": "action"}
-INTERFACE_KEYS = {"pfc_mode": "pfc_mode", "watchdog": "watchdog", "classify": "classify"}
-CLASS_KEYS = {"name": "name", "dscp": "dscp", "qos_group": "qos_group"}
-CNP_KEYS = {"dscp": "cnp_dscp", "priority": "cnp_priority"}
-
-
-def mapping(path: str, value: Any, known: tuple[str, ...]) -> dict:
-    """`value` as a dict with only `known` keys (None -> {})."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{path}: expected a mapping, got {value!r}")
-    for k in value:
-        if k not in known:
-            raise ValueError(f"{path}.{k}: unknown field (known: {', '.join(known)})")
-    return value
-
-
-def build(path: str, cls: Any, raw: Any, keys: dict[str, str], required: tuple[str, ...] = (),
-          **fixed: Any) -> Any:
-    """cls(**raw) with YAML keys renamed to fields; errors prefixed with `path`."""
-    d = mapping(path, raw, tuple(keys))
-    for k in required:
-        if k not in d:
-            raise ValueError(f"{path}.{k}: required")
-    try:
-        return cls(**{keys[k]: v for k, v in d.items() if keys[k] not in fixed}, **fixed)
-    except ValueError as exc:  # name the field as the YAML spells it
-        name, sep, rest = str(exc).partition(":")
-        inv = {f: k for k, f in keys.items()}
-        raise ValueError(f"{path}.{inv.get(name, name)}{sep}{rest}") from None
-
-
-def _fields(obj: Any, keys: dict[str, str]) -> dict:
-    return {k: getattr(obj, f) for k, f in keys.items()}
+WRED = Form({"min": "min_bytes", "max": "max_bytes", "max_prob": "max_prob_pct",
+             "weight": "weight", "ecn": "ecn"}, required=("min", "max", "max_prob"))
+QUEUE = Form({"strict": "strict", "bandwidth_percent": "bandwidth_percent", "wred": "wred",
+              "limit": "limit_bytes"})
+PFC = Form({"policy": "policy", "no_drop": "no_drop", "xoff": "xoff_bytes",
+            "xon": "xon_bytes", "headroom": "headroom_bytes", "pause_quanta": "pause_quanta"},
+           write={"no_drop": sorted})
+WATCHDOG = Form({"enabled": "enabled", "detect": "detect_s", "restore": "restore_s",
+                 "action": "action"})
+INTERFACE = Form({"pfc_mode": "pfc_mode", "watchdog": "watchdog", "classify": "classify"})
+CLASS = Form({"name": "name", "dscp": "dscp", "qos_group": "qos_group"},
+             required=("name", "dscp", "qos_group"), write={"dscp": list})
+CLASSIFICATION = Form({k: k for k in ("policy", "classes", "default_group")})
+CNP = Form({"dscp": "cnp_dscp", "priority": "cnp_priority"})
 
 
 # -- from the YAML form ----------------------------------------------------------------
 def classification_from(path: str, raw: Any) -> Classification:
     """`classification: {policy, classes: [{name, dscp, qos_group}], default_group}`."""
-    c = mapping(path, raw, ("policy", "classes", "default_group"))
+    c = mapping(path, raw, tuple(CLASSIFICATION.keys))
     if not isinstance(c.get("classes", []), list):
         raise ValueError(f"{path}.classes: expected a list, got {c['classes']!r}")
-    classes = tuple(build(f"{path}.classes[{i}]", TrafficClass, tc, CLASS_KEYS,
-                          tuple(CLASS_KEYS)) for i, tc in enumerate(c.get("classes", [])))
-    c_keys = {k: k for k in ("policy", "classes", "default_group")}
-    return build(path, Classification, c, c_keys,
-                 **({"classes": classes} if "classes" in c else {}))
+    classes = tuple(CLASS.build(f"{path}.classes[{i}]", TrafficClass, tc)
+                    for i, tc in enumerate(c.get("classes", [])))
+    return CLASSIFICATION.build(path, Classification, c,
+                                **({"classes": classes} if "classes" in c else {}))
 
 
 def queuing_from(path: str, raw: Any) -> Queuing:
@@ -96,42 +70,38 @@ def queuing_from(path: str, raw: Any) -> Queuing:
         except (TypeError, ValueError):
             raise ValueError(f"{path}.queues: queue must be 0..7, got {key!r}") from None
         qp = f"{path}.queues[{i}]"
-        qv = dict(mapping(qp, qv, tuple(QUEUE_KEYS)))
+        qv = dict(mapping(qp, qv, tuple(QUEUE.keys)))
         if qv.get("wred") is not None:
-            qv["wred"] = build(f"{qp}.wred", Wred, qv["wred"], WRED_KEYS,
-                               ("min", "max", "max_prob"))
-        queues[i] = build(qp, QueueConfig, {"limit": limit, **qv}, QUEUE_KEYS)
+            qv["wred"] = WRED.build(f"{qp}.wred", Wred, qv["wred"])
+        queues[i] = QUEUE.build(qp, QueueConfig, {"limit": limit, **qv})
     return prefixed(path, Queuing, str(qd.get("policy", Queuing.policy)), tuple(queues))
 
 
 def pfc_from(path: str, raw: Any) -> Pfc:
     """`pfc: {policy, no_drop, xoff, xon, headroom, pause_quanta}`."""
-    return build(path, Pfc, raw, PFC_KEYS)
+    return PFC.build(path, Pfc, raw)
 
 
 def watchdog_from(path: str, raw: Any) -> Watchdog:
     """`watchdog: {enabled, detect, restore, action}`."""
-    return build(path, Watchdog, raw, WATCHDOG_KEYS)
+    return WATCHDOG.build(path, Watchdog, raw)
 
 
 def cnp_from(path: str, raw: Any) -> dict[str, int]:
     """`cnp: {dscp, priority}` -> QosConfig keyword arguments."""
-    return build(path, dict, raw, CNP_KEYS)
+    return CNP.build(path, dict, raw)
 
 
 def interfaces_from(path: str, raw: Any) -> dict[str, InterfaceQos]:
     """`interfaces: {default: {...}, eth1: {pfc_mode, watchdog, classify}}`."""
     ifs = mapping(path, raw, tuple(raw) if isinstance(raw, dict) else ())
-    return {str(n): build(f"{path}.{n}", InterfaceQos, v, INTERFACE_KEYS) for n, v in ifs.items()}
+    return {str(n): INTERFACE.build(f"{path}.{n}", InterfaceQos, v) for n, v in ifs.items()}
 
 
 # -- to the YAML form ------------------------------------------------------------------
 def classification_dict(c: Classification) -> dict:
     """Inverse of classification_from."""
-    return {"policy": c.policy,
-            "classes": [{"name": tc.name, "dscp": list(tc.dscp), "qos_group": tc.qos_group}
-                        for tc in c.classes],
-            "default_group": c.default_group}
+    return {**CLASSIFICATION.dict_of(c), "classes": [CLASS.dict_of(tc) for tc in c.classes]}
 
 
 def queuing_dict(q: Queuing) -> dict:
@@ -141,21 +111,21 @@ def queuing_dict(q: Queuing) -> dict:
         d: dict[str, Any] = {"strict": qc.strict, "bandwidth_percent": qc.bandwidth_percent,
                              "limit": qc.limit_bytes}
         if qc.wred is not None:
-            d["wred"] = _fields(qc.wred, WRED_KEYS)
+            d["wred"] = WRED.dict_of(qc.wred)
         queues[i] = d
     return {"policy": q.policy, "queues": queues}
 
 
 def pfc_dict(p: Pfc) -> dict:
     """Inverse of pfc_from."""
-    return {**_fields(p, PFC_KEYS), "no_drop": sorted(p.no_drop)}
+    return PFC.dict_of(p)
 
 
 def watchdog_dict(w: Watchdog) -> dict:
     """Inverse of watchdog_from."""
-    return _fields(w, WATCHDOG_KEYS)
+    return WATCHDOG.dict_of(w)
 
 
 def interface_dict(iq: InterfaceQos) -> dict:
     """One entry of `interfaces`."""
-    return _fields(iq, INTERFACE_KEYS)
+    return INTERFACE.dict_of(iq)

@@ -17,9 +17,10 @@ oui: 0xACDE48, subtype: 1}`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from emucore.qos.fields import duration, int_in
+from emucore.yamlform import Form
 
 __all__ = ["Llr"]
 
@@ -46,25 +47,15 @@ class Llr:
 
     def to_dict(self) -> dict:
         """JSON-able form (what from_dict reads)."""
-        return {"timeout": self.timeout_s, "max_replays": self.max_replays, "oui": self.oui,
-                "subtype": self.subtype}
+        return LLR.dict_of(self)
 
     @classmethod
     def from_dict(cls, data: dict | bool | None, source: str = "llr") -> "Llr":
         """From the YAML mapping (`true`: the defaults); errors name ``source.field``."""
-        if data is True or data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{source}: expected a mapping or true, got {data!r}")
-        known = {f.name for f in fields(cls)}
-        kw: dict = {}
-        for key, val in data.items():
-            name = {"timeout": "timeout_s"}.get(key, key)
-            if name not in known:
-                raise ValueError(f"{source}.{key}: unknown field (known: timeout, max_replays, "
-                                 f"oui, subtype)")
-            kw[name] = duration(f"{source}.{key}", val) if name == "timeout_s" else val
-        try:
-            return cls(**kw)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{source}.{exc}") from None
+        return LLR.build(source, cls, data)
+
+
+#: the YAML form (`emucore.yamlform`); the field name timeout_s is accepted too
+LLR = Form({"timeout": "timeout_s", "max_replays": "max_replays", "oui": "oui",
+            "subtype": "subtype"},
+           read={"timeout": duration}, aliases={"timeout_s": "timeout"}, switch=True)

@@ -35,6 +35,7 @@ from emucore.qos.queuing import Queuing
 from emucore.qos.cbfc import Cbfc
 from emucore.qos.llr import Llr
 from emucore.qos.trim import Trim
+from emucore.yamlform import mapping
 
 MTU_RANGE = (1500, 9216)  # NX-OS network-qos mtu range
 
@@ -125,7 +126,7 @@ class QosConfig:
     @classmethod
     def from_dict(cls, data: dict, source: str = "qos") -> "QosConfig":
         """Build from the YAML schema; unknown keys and bad values name the field."""
-        d = dicts.mapping(source, data, dicts.TOP_KEYS)
+        d = mapping(source, data, dicts.TOP_KEYS)
         kw: dict = {k: d[k] for k in ("name", "mtu") if k in d}
         parts = {"classification": dicts.classification_from, "queuing": dicts.queuing_from,
                  "pfc": dicts.pfc_from, "watchdog": dicts.watchdog_from}
@@ -139,12 +140,8 @@ class QosConfig:
             if "default" in built:
                 kw["default_interface"] = built.pop("default")
             kw["interfaces"] = tuple(built.items())
-        if "load_balance" in d:
-            kw["load_balance"] = LoadBalance.from_dict(d["load_balance"], f"{source}.load_balance")
-        if d.get("trim") not in (None, False):
-            kw["trim"] = Trim.from_dict(d["trim"], f"{source}.trim")
-        if d.get("llr") not in (None, False):
-            kw["llr"] = Llr.from_dict(d["llr"], f"{source}.llr")
-        if d.get("cbfc") not in (None, False):
-            kw["cbfc"] = Cbfc.from_dict(d["cbfc"], f"{source}.cbfc")
+        for key, part in (("load_balance", LoadBalance), ("trim", Trim), ("llr", Llr),
+                          ("cbfc", Cbfc)):
+            if d.get(key) not in (None, False):
+                kw[key] = part.from_dict(d[key], f"{source}.{key}")
         return prefixed(source, cls, **kw)

@@ -23,9 +23,10 @@ Pure: the decision is `Trim.dscp_for(tos, depth, nbytes, last_hop)`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from emucore.qos.fields import NUM_QUEUES, int_in, size
+from emucore.yamlform import Form
 
 __all__ = ["Trim"]
 
@@ -75,38 +76,28 @@ class Trim:
     # -- text forms ----------------------------------------------------------------------
     def to_dict(self) -> dict:
         """JSON-able form (what from_dict reads)."""
-        return {"dscps": list(self.dscps), "threshold": self.threshold_bytes,
-                "keep": self.keep, "trimmed_dscp": self.trimmed_dscp,
-                "lasthop_dscp": self.lasthop_dscp, "queue": self.queue}
+        return TRIM.dict_of(self)
 
     @classmethod
     def from_dict(cls, data: dict | bool | None, source: str = "trim") -> "Trim":
         """From the YAML mapping (`true` or an empty mapping: the defaults); unknown keys
         and bad values name ``source.field``."""
-        if data is True or data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{source}: expected a mapping or true, got {data!r}")
-        names = {"threshold": "threshold_bytes"}
-        known = {f.name for f in fields(cls) if f.init}
-        kw: dict = {}
-        for key, val in data.items():
-            name = names.get(key, key)
-            if name not in known:
-                raise ValueError(f"{source}.{key}: unknown field (known: dscps, threshold, "
-                                 f"keep, trimmed_dscp, lasthop_dscp, queue)")
-            if name == "threshold_bytes":
-                val = size(f"{source}.{key}", val)
-            elif name == "dscps":
-                val = tuple(val) if isinstance(val, (list, tuple)) else (val,)
-            kw[name] = val
-        try:
-            return cls(**kw)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{source}.{exc}") from None
+        return TRIM.build(source, cls, data)
 
     def describe(self) -> str:
         """One line for `show` and the summary."""
         return (f"trim DSCP {','.join(map(str, self.dscps))} above "
                 f"{self.threshold_bytes / 1000:g} KB to {self.keep} B -> DSCP "
                 f"{self.trimmed_dscp} ({self.lasthop_dscp} at the last hop), queue {self.queue}")
+
+
+def _dscps(path: str, value) -> tuple:
+    """One DSCP or a list of them."""
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+#: the YAML form (`emucore.yamlform`); the field name threshold_bytes is accepted too
+TRIM = Form({"dscps": "dscps", "threshold": "threshold_bytes", "keep": "keep",
+             "trimmed_dscp": "trimmed_dscp", "lasthop_dscp": "lasthop_dscp", "queue": "queue"},
+            read={"dscps": _dscps, "threshold": size}, write={"dscps": list},
+            aliases={"threshold_bytes": "threshold"}, switch=True)
