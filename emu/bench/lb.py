@@ -7,7 +7,8 @@ Each rail switch has 4 x 200G down and 2 x 400G up, non-blocking only if its fou
 split two and two over its uplinks. The same traffic (WRITE ONLY, messages of S/8 with a
 gap so flowlets exist) runs three times: `ecmp` (per-switch seeds, 5-tuple), `flowlet`
 (gap 10 us, bytes estimator) and `spray` (round-robin). Printed per mode: the completion
-of the slowest flow against the ideal S / 200G, the max/min of the rail switches' uplink
+of the slowest flow against the ideal S / host link rate (read from the topology,
+`emu.bench.ideal`), the max/min of the rail switches' uplink
 bytes, retransmissions, and whether the fidelity guard says the lab kept up (a figure
 counts only then).
 """
@@ -17,11 +18,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from emu.bench.ideal import bottleneck_bps
 from emu.lab import runner
 from emu.lab import schema
 from emu.run.terminal import Terminal
 from emucore.timedil import format_rate, parse_size
 
+PRESET = "rail2x4"
 MODES = {"ecmp": [], "flowlet": ["rail=flowlet,flowlet_gap=10us"], "spray": ["rail=spray"]}
 UPLINKS = (("rail1", "spine1"), ("rail1", "spine2"), ("rail2", "spine1"), ("rail2", "spine2"))
 
@@ -42,17 +45,23 @@ def lab_of(size: str, tdf: float) -> schema.Lab:
     """The benchmark as a lab with one variant per mode (no checks)."""
     return schema.parse({
         "id": "bench-lb", "title": "load balancing on a permutation", "figure": "ch.12",
-        "story": "bench", "topology": {"preset": "rail2x4"}, "tdf": tdf, "qos": "book",
+        "story": "bench", "topology": {"preset": PRESET}, "tdf": tdf, "qos": "book",
         "dcqcn": "paper", "flows": permutation(size),
         "variants": {m: {"title": m, "lb": specs} for m, specs in MODES.items()},
         "checks": [{"name": "flows", "flows": {}, "expect": "all"}]})
 
 
-def summarise(run: dict, size_bytes: int) -> dict:
-    """Completion, ideal, max/min uplink bytes, retransmissions of one mode's run."""
+def ideal_bps(size: str = "8MB") -> float:
+    """The rate a flow of the permutation cannot beat: its slowest host link."""
+    return bottleneck_bps(PRESET, {g for f in permutation(size) for g in (f["src"], f["dst"])})
+
+
+def summarise(run: dict, size_bytes: int, rate_bps: float | None = None) -> dict:
+    """Completion, ideal (S / `rate_bps`, by default `ideal_bps()`), max/min uplink bytes,
+    retransmissions of one mode's run."""
     flows = run["result"]["flows"].values()
     done = max(f["done_us"] for f in flows) - min(f["start_us"] for f in flows)
-    ideal = size_bytes * 8 / 200e9 * 1e6
+    ideal = size_bytes * 8 / (rate_bps or ideal_bps()) * 1e6
     up = []
     for node, peer in UPLINKS:
         ports = run["counters"][node]["ports"]
@@ -70,13 +79,14 @@ def lb(size: str = "8MB", tdf: float = 10000.0, out: str | None = None) -> int:
     lab = lab_of(size, tdf)
     base = Path(out) if out else Path(tempfile.mkdtemp(prefix="emu-bench-lb-"))
     term = Terminal(quiet=True)
-    rows = {}
+    rows, rate = {}, ideal_bps(size)
     for v in lab.variants:
         print(f"bench lb: {v.name} ({len(v.flows)} flows of {size}, TDF {tdf:g})...", flush=True)
         run = runner.run_variant(lab, v, base / v.name, term)
-        rows[v.name] = summarise(run, parse_size(size))
-    print(f"\nbench lb: rail2x4 permutation, 8 flows of {size} (WRITE ONLY, messages of "
-          f"{size}/8, 12 us gaps), ideal = S / 200G = {rows['ecmp']['ideal_us']:.1f} us model")
+        rows[v.name] = summarise(run, parse_size(size), rate)
+    print(f"\nbench lb: {PRESET} permutation, 8 flows of {size} (WRITE ONLY, messages of "
+          f"{size}/8, 12 us gaps), ideal = S / {format_rate(rate)} = "
+          f"{rows['ecmp']['ideal_us']:.1f} us model")
     print(f"{'mode':<8} {'completion us':>14} {'x ideal':>8} {'uplink max/min':>15} "
           f"{'retransmits':>12} {'exact':>6} {'kept up (p99 lag)':>20}")
     for m, r in rows.items():
@@ -86,5 +96,5 @@ def lb(size: str = "8MB", tdf: float = 10000.0, out: str | None = None) -> int:
     e = rows["ecmp"]["completion_us"]
     print("ratios to ecmp (completion): " + ", ".join(
         f"{m} {r['completion_us'] / e:.2f}" for m, r in rows.items() if m != "ecmp"))
-    print(f"run directories: {base}  (link rate {format_rate(200e9)} model)")
+    print(f"run directories: {base}  (host link rate {format_rate(rate)} model)")
     return 0 if all(r["exact"] for r in rows.values()) else 1

@@ -6,8 +6,9 @@ for the RoCE side).
 Each case is one `emu run rail2x4` as a user would start it, at one TDF:
 * incast: h1g1, h2g1, h3g1 each WRITE `--size` into h4g1 (three 200 G senders, one 200 G
   port on Rail-1): completion of the slowest sender in model µs against the ideal
-  3 x S / 200 G, the deepest queue of Rail-1's port to h4, PFC pause frames the switches
-  sent, frames trimmed, retransmissions, CNPs, byte-exactness;
+  3 x S / the target's host link rate (read from the topology, `emu.bench.ideal`), the
+  deepest queue of Rail-1's port to h4, PFC pause frames the switches sent, frames
+  trimmed, retransmissions, CNPs, byte-exactness;
 * allreduce: 8 ranks, int64 (checked exactly), `--allreduce-size` per rank, the
   book's ring order (`--ring rank`: its inter-host hops cross the spines, where UET
   sprays and RoCE hashes one path per QP): time and busbw in model units.
@@ -24,8 +25,10 @@ from pathlib import Path
 
 from emu.observe import guard
 from emu.bench.benchrun import emu_run
-from emucore.timedil import parse_size
+from emu.bench.ideal import bottleneck_bps
+from emucore.timedil import format_rate, parse_size
 
+PRESET = "rail2x4"
 SENDERS = ("h1g1", "h2g1", "h3g1")
 TARGET = "h4g1"
 CASES = {  # name -> (workload, extra emu run arguments)
@@ -37,8 +40,10 @@ CASES = {  # name -> (workload, extra emu run arguments)
 }
 
 
-def incast_row(run_dir: Path, s: dict, size: int) -> dict:
-    """The incast figures of one run directory."""
+def incast_row(run_dir: Path, s: dict, size: int, rate_bps: float | None = None) -> dict:
+    """The incast figures of one run directory; the ideal is 3 x S / `rate_bps` (by
+    default the target's host link rate)."""
+    rate = rate_bps or bottleneck_bps(PRESET, [TARGET])
     w = s.get("workload") or {}
     counters = json.loads((run_dir / "last_counters.json").read_text()) \
         if (run_dir / "last_counters.json").is_file() else {}
@@ -49,7 +54,7 @@ def incast_row(run_dir: Path, s: dict, size: int) -> dict:
     done_us = (max(lab.values()) if lab else float("nan")) / tdf * 1e6
     pauses = sum(c.get("pause_tx", 0) for sw in (s.get("classes") or {}).values()
                  for c in sw.values())
-    return {"completion_us": done_us, "ideal_us": len(SENDERS) * size * 8 / 200e9 * 1e6,
+    return {"completion_us": done_us, "ideal_us": len(SENDERS) * size * 8 / rate * 1e6,
             "max_queue_kb": port.get("max_queue_bytes", 0) / 1000, "pauses": pauses,
             "trimmed": sum(sw.get("trimmed", 0) for sw in (s.get("switches") or {}).values()),
             "retransmits": sum((w.get("retransmits") or {}).values()),
@@ -73,8 +78,8 @@ def allreduce_row(s: dict) -> dict:
 def transport(size: str = "4MB", allreduce_size: str = "8MB", tdf: float = 10000.0,
               out: str | None = None) -> int:
     """Run every case and print the tables; 0 when every case passed and kept up."""
-    nbytes = parse_size(size)
-    print(f"bench transport: rail2x4, TDF {tdf:g}: incast 3:1 of {size} per sender, ring "
+    nbytes, rate = parse_size(size), bottleneck_bps(PRESET, [TARGET])
+    print(f"bench transport: {PRESET}, TDF {tdf:g}: incast 3:1 of {size} per sender, ring "
           f"AllReduce of {allreduce_size} int64 per rank; roce vs uet", flush=True)
     rows: dict[str, tuple[int, dict, dict]] = {}
     with tempfile.TemporaryDirectory(prefix="emu-bench-transport-") as tmp:
@@ -82,7 +87,7 @@ def transport(size: str = "4MB", allreduce_size: str = "8MB", tdf: float = 10000
         for name, (wl, extra) in CASES.items():
             d = base / name.replace(" ", "-").replace("+", "-")
             print(f"  {name}: emu run ... (results in {d}) ...", flush=True)
-            argv = ["rail2x4", "--workload", wl, "--pcap", "none", "--quiet", "--out", str(d),
+            argv = [PRESET, "--workload", wl, "--pcap", "none", "--quiet", "--out", str(d),
                     "--tdf", f"{tdf:g}", *extra]
             if wl == "incast":
                 argv += ["--to", TARGET, "--from", ",".join(SENDERS), "--size", size]
@@ -92,10 +97,10 @@ def transport(size: str = "4MB", allreduce_size: str = "8MB", tdf: float = 10000
             code = emu_run(argv)
             path = d / "summary.json"
             s = json.loads(path.read_text()) if path.is_file() else {}
-            fig = incast_row(d, s, nbytes) if wl == "incast" else allreduce_row(s)
+            fig = incast_row(d, s, nbytes, rate) if wl == "incast" else allreduce_row(s)
             rows[name] = (code, s, fig)
-        print(f"\nincast 3:1 into {TARGET} ({size} per sender; ideal 3 x S / 200G = "
-              f"{len(SENDERS) * nbytes * 8 / 200e9 * 1e6:.1f} us model)")
+        print(f"\nincast 3:1 into {TARGET} ({size} per sender; ideal 3 x S / "
+              f"{format_rate(rate)} = {len(SENDERS) * nbytes * 8 / rate * 1e6:.1f} us model)")
         print(f"{'case':<17}{'completion us':>14}{'x ideal':>8}{'max queue KB':>13}"
               f"{'PFC pauses':>11}{'trimmed':>8}{'retx':>7}{'CNPs':>6}{'exact':>6}  fidelity")
         for name, (code, s, f) in rows.items():
