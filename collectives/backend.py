@@ -62,7 +62,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from collectives.comm import DEFAULT_SLOT, Communicator, raw_bytes
+from collectives.comm import Communicator, raw_bytes
+from collectives.endpoint import DEFAULT_SLOT
 from collectives.rendezvous import PeerInfo, bootstrap, group_slots
 from collectives.ring import split_bounds
 from emucore.runmark import RUN_ENV

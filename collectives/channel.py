@@ -20,8 +20,8 @@ the receiver still reads, with no barrier and no extra round trip in steady stat
   OPEN, which tells the peer that the landing memory exists (so a sender that came
   first waits for it instead of polling for the file).
 
-Completions and notifications are collected by the communicator's pollers
-(`collectives.comm`) into an `Events` board the channels wait on. Nothing polls: every
+Completions and notifications are collected by the endpoint's pollers
+(`collectives.endpoint`) into an `Events` board the channels wait on. Nothing polls: every
 wait blocks (a Condition, a socket receive, or a blocking `sendto` that the kernel holds
 while the peer's datagram queue is full).
 """

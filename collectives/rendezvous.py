@@ -134,7 +134,7 @@ def group_slots(store: Any, rank: int, lanes: int = 2, timeout: float = 300.0) -
     """A job-unique number for one group, the first of `lanes` consecutive ones (its
     collective lane and its point-to-point lane): the group's rank 0 draws it from a
     counter in the job's store and hands it to the group's other ranks. It numbers the
-    group's CM ports (collectives.comm.cm_port), so that no two groups of a job ever
+    group's CM ports (collectives.endpoint.cm_port), so that no two groups of a job ever
     listen on the same port - a hash of the group name could collide."""
     if rank == 0:
         first = _base_store(store).add(_key("group-slots"), lanes) - lanes

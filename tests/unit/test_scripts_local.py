@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from collectives import aliases
-from collectives.comm import CM_BASE, cm_port
+from collectives.endpoint import CM_BASE, cm_port
 from collectives.rendezvous import group_slots
 from collectives.ring import alltoall_steps, split_bounds
 from tests.unit.localjob import ROOT, run_ranks
