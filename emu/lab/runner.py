@@ -12,7 +12,6 @@ verdict counts only when the fidelity guard says the lab kept up.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import subprocess
@@ -28,6 +27,7 @@ from emu.lab.schema import Lab, Variant
 from emu.observe.metrics import read_rows
 from emu.run import build, collect
 from emu.run.autotdf import machine_cores
+from emu.run.options import RunOptions
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
 from emucore.eventlog import EventLog, model_us, read_events
@@ -54,9 +54,8 @@ def plan_of(v: Variant, run_dir: Path, pcap_limit_mb: float) -> RunPlan:
     """The RunPlan `emu run` would make for this variant (no workload: the flows)."""
     names, _ = links_of(v.fabric)
     targets = [tuple(c.split(":", 1)) if c not in names else names[c] for c in v.captures]
-    args = argparse.Namespace(no_shaping=False, pcap_limit=pcap_limit_mb, quiet=True,
-                              workload=None, cli=False)
-    plan = RunPlan(args, v.fabric, v.qos, targets, None, INTERVAL_MODEL_S, run_dir,
+    opts = RunOptions(v.fabric.name, pcap_limit=pcap_limit_mb, quiet=True)
+    plan = RunPlan(opts, v.fabric, v.qos, targets, None, INTERVAL_MODEL_S, run_dir,
                    run_dir.resolve(), {"mode": "given", "tdf": v.fabric.tdf}, lb=v.lb)
     if v.lldp_off:
         plan.lldp_off = {}
@@ -176,15 +175,14 @@ def run_workload(lab: Lab, v: Variant, fnet, socks: dict, term: Terminal, log) -
     """The lab's torch job (collectives.jobresult, as `emu run --workload`), its result
     where flows put theirs: {"t0_model_us", "flows": {}, "workload": result + ok}."""
     w = v.workload
-    args = argparse.Namespace(workload=w["name"], backend="emu", size=w["size"],
-                              dtype=w["dtype"], iters=w["iters"], ring=w["ring"],
-                              master_port=w["master_port"], script=None)
+    opts = RunOptions(v.fabric.name, workload=w["name"], size=w["size"], dtype=w["dtype"],
+                      iters=w["iters"], ring=w["ring"], master_port=w["master_port"])
     td = TimeDilation(v.fabric.tdf)
     t0 = model_us(time.monotonic(), td)
     log.emit("job_start", time.monotonic(), workload=w["name"])
     term.say(f"  {w['name']} on {len(socks)} GPUs (TDF {v.fabric.tdf:g})...", flush=True)
     with term.phase(f"{lab.id} {v.name}: {w['name']} running"):
-        out = run_torch_workload(fnet, args, {"gpus": sorted(socks)}, socks)
+        out = run_torch_workload(fnet, opts, {"gpus": sorted(socks)}, socks)
     log.emit("job_done", time.monotonic(), ok=out["ok"])
     print(out["text"], flush=True)
     return {"t0_model_us": t0, "flows": {}, "workload": {**out["result"], "ok": out["ok"]}}

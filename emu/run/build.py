@@ -68,7 +68,7 @@ def announce(plan: RunPlan, term: Terminal) -> None:
 @contextlib.contextmanager
 def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
     """Build the fabric, start captures and sampling; tear all down on exit."""
-    fab, qos, args = plan.fabric, plan.qos, plan.args
+    fab, qos, opts = plan.fabric, plan.qos, plan.options
     t0 = time.monotonic()
     term.say(f"\nBuilding {fab.name} ({len(fab.nodes)} namespaces, {len(fab.links)} links)...",
              flush=True)
@@ -86,11 +86,11 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
             term.say(f"Load balancing: {line}")
     if plan.servers is not None:
         fnet_cm = ClusterNet(fab, plan.servers, run_dir=plan.run_dir,
-                             shaping=not args.no_shaping, qos=qos, **extra)
+                             shaping=not opts.no_shaping, qos=qos, **extra)
         term.say(f"Spread over {len(plan.servers.servers)} servers (emu.cluster.net):\n"
                  + fnet_cm.placement.describe())
     else:
-        fnet_cm = FabricNet(fab, run_dir=plan.run_dir, shaping=not args.no_shaping, qos=qos,
+        fnet_cm = FabricNet(fab, run_dir=plan.run_dir, shaping=not opts.no_shaping, qos=qos,
                             **extra)
     with fnet_cm as fnet:
         build_s = time.monotonic() - t0
@@ -100,7 +100,7 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
             missing = fnet.wait_pfc()
             term.say("  LLDP/DCBX: PFC " + ("active on every fabric port" if not missing else
                                             f"NOT negotiated on {missing}"), flush=True)
-        caps = Captures(plan.run_dir / "pcaps", bound_kb=int(args.pcap_limit * 1000))
+        caps = Captures(plan.run_dir / "pcaps", bound_kb=int(opts.pcap_limit * 1000))
         caps.start(fnet, plan.targets)
         sampler = Sampler(plan.run_dir / "metrics.csv", plan.td, plan.interval,
                           {s.name: (lambda n=s.name: fnet.counters(n)) for s in fab.switches()},

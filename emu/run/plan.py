@@ -8,7 +8,6 @@ it.
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from emu.realise import lbplan
 from emu.cluster import placer as placement, servers
 from emu.realise.nics import uet_nic_options
 from emu.run import options
+from emu.run.options import RunOptions
 from emu.faults.schedule import parse_schedule
 from emucore.qos.qosconfig import QosConfig
 from emucore.qos.load import load_qos
@@ -33,7 +33,7 @@ from topologies.model import Fabric
 class RunPlan:
     """What one `emu run` will do, validated."""
 
-    args: argparse.Namespace
+    options: RunOptions  # resolved (emu.run.options.resolve, absolute_cwd)
     fabric: Fabric
     qos: QosConfig | None  # None = plain forwarding
     targets: list[tuple[str, str]]  # (node, ifname) to capture
@@ -92,13 +92,13 @@ def with_part(qos: QosConfig | None, option: str, part, text: str | None) -> Qos
         {} if text == "on" else kv_arg(f"--{option}", text), f"--{option}")})
 
 
-def uet_options(args: argparse.Namespace, qos: QosConfig | None) -> dict:
+def uet_options(opts: RunOptions, qos: QosConfig | None) -> dict:
     """The NicConfig fields of `--transport` and `--uet`; {} for RoCE."""
-    if getattr(args, "transport", "roce") != "uet":
-        if getattr(args, "uet", None):
+    if opts.transport != "uet":
+        if opts.uet:
             raise ValueError("--uet: UET knobs need --transport uet")
         return {}
-    return uet_nic_options(kv_arg("--uet", args.uet or ""), qos, "--uet")
+    return uet_nic_options(kv_arg("--uet", opts.uet or ""), qos, "--uet")
 
 
 def run_dir_arg(out: str | None, fabric: Fabric) -> Path:
@@ -108,42 +108,43 @@ def run_dir_arg(out: str | None, fabric: Fabric) -> Path:
     return Path("runs") / f"{fabric.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def make_plan(args: argparse.Namespace, fabric: Fabric) -> RunPlan:
+def make_plan(opts: RunOptions, fabric: Fabric) -> RunPlan:
     """Check every `emu run` option against the fabric; ValueError names the bad one."""
-    targets = capture.select(fabric, args.pcap)
-    qos = load_qos_arg(args.qos)
-    for opt, part in (("trim", Trim), ("llr", Llr), ("cbfc", Cbfc)):
-        qos = with_part(qos, opt, part, getattr(args, opt, None))
-    wl = options.validate(args, fabric)
-    nic = uet_options(args, qos)
+    targets = capture.select(fabric, opts.pcap)
+    qos = load_qos_arg(opts.qos)
+    for name, part in (("trim", Trim), ("llr", Llr), ("cbfc", Cbfc)):
+        qos = with_part(qos, name, part, getattr(opts, name))
+    wl = options.validate(opts, fabric)
+    opts = options.absolute_cwd(options.resolve(opts))
+    nic = uet_options(opts, qos)
     if wl is not None:
         wl["nic"] = nic  # further NicConfig fields of every NIC the workload starts
-    if wl is not None and args.workload in options.TORCH_WORKLOADS and targets:
+    if wl is not None and opts.workload in options.TORCH_WORKLOADS and targets:
         for h in sorted({g.host for g in fabric.gpus.values()})[:2]:  # the rendezvous
             if (h, "fe0") not in targets:
                 targets.append((h, "fe0"))
-    interval = parse_duration(args.interval)
+    interval = parse_duration(opts.interval)
     if not interval > 0:
-        raise ValueError(f"--interval: must be > 0, got {args.interval!r}")
-    shown = run_dir_arg(args.out, fabric)
-    lb = lbplan.resolve(fabric, qos, getattr(args, "lb", None) or ())
-    faults = faultplan.resolve(fabric, parse_schedule(getattr(args, "fault", None) or ()))
+        raise ValueError(f"--interval: must be > 0, got {opts.interval!r}")
+    shown = run_dir_arg(opts.out, fabric)
+    lb = lbplan.resolve(fabric, qos, opts.lb)
+    faults = faultplan.resolve(fabric, parse_schedule(opts.fault))
     if faults and wl is None:
         raise ValueError("--fault: faults happen during a workload; add --workload or --script")
-    sv = servers_arg(args, fabric)
-    return RunPlan(args, fabric, qos, targets, wl, interval, shown, shown.resolve(),
+    sv = servers_arg(opts.servers, fabric)
+    return RunPlan(opts, fabric, qos, targets, wl, interval, shown, shown.resolve(),
                    {"mode": "given", "tdf": fabric.tdf}, lb=lb, faults=faults, servers=sv)
 
 
-def servers_arg(args: argparse.Namespace, fabric: Fabric) -> object:
+def servers_arg(path: str | None, fabric: Fabric) -> object:
     """`--servers FILE`: the servers file read and the fabric placed (a bad file or pin
     fails here)."""
-    if not getattr(args, "servers", None):
+    if not path:
         return None
-    sv = servers.load(args.servers)
+    sv = servers.load(path)
     local = [s.name for s in sv.servers if s.local]
     if not local:
-        raise ValueError(f"--servers: {args.servers}: one server must be this machine "
+        raise ValueError(f"--servers: {path}: one server must be this machine "
                          "(address localhost)")
     placement.place(fabric, sv.names(), sv.placement)  # (a bad pin fails here)
     return sv

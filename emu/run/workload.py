@@ -7,7 +7,6 @@ workload module owns its check. The options were checked by emu.run.options.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -18,7 +17,7 @@ from emu.observe import reach
 from emu.faults.inject import FaultRunner
 from emu.observe.reach import Verdicts
 from emu.run.build import Live
-from emu.run.options import TORCH_WORKLOADS
+from emu.run.options import TORCH_WORKLOADS, RunOptions
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
 from traffic.nic import client as nic_client
@@ -26,31 +25,31 @@ from traffic.dcqcn import DcqcnProfile
 from traffic.workloads import bookexample, rdma
 
 
-def run(fnet, args: argparse.Namespace, w: dict, sampler=None, faults=None) -> dict:
+def run(fnet, opts: RunOptions, w: dict, sampler=None, faults=None) -> dict:
     """Start the NICs of the GPUs involved and run the workload; result and verdict.
     A fault schedule (emu.faults.inject.FaultRunner) starts its clock at the first data frame
     any of these NICs sends."""
-    if args.workload == "bookexample":
+    if opts.workload == "bookexample":
         r = bookexample.run()
         return {"result": r, "ok": bookexample.check(r), "text": bookexample.describe(r)}
-    socks = fnet.start_nics(dcqcn=args.dcqcn, gpus=sorted(set(w["gpus"])), **w.get("nic", {}))
+    socks = fnet.start_nics(dcqcn=opts.dcqcn, gpus=sorted(set(w["gpus"])), **w.get("nic", {}))
     if faults is not None:
         faults.start(trigger=lambda: any(
             nic_client.request(p, {"cmd": "counters"}).get("tx_frames", 0)
             for p in socks.values()))
     if fnet.run_dir is not None:  # the effective congestion-control configuration
-        prof = (dataclasses.asdict(DcqcnProfile.by_name(args.dcqcn)) if args.dcqcn != "off"
+        prof = (dataclasses.asdict(DcqcnProfile.by_name(opts.dcqcn)) if opts.dcqcn != "off"
                 else {"name": "off"})
         (fnet.run_dir / "dcqcn.json").write_text(json.dumps(prof, indent=1))
     if sampler is not None:  # sample the NICs' QPs too (rate, CNPs)
         for gpu, sock in socks.items():
             sampler.kinds[gpu] = "nic"
             sampler.sources[gpu] = (lambda p=sock: nic_client.request(p, {"cmd": "counters"}))
-    if args.workload in TORCH_WORKLOADS:
-        return run_torch_workload(fnet, args, w, socks)
-    if args.workload == "write":
-        r = rdma.write(fnet.fabric, socks, args.src, args.dst, w["size"],
-                       write_only=args.write_only, send=getattr(args, "send", False),
+    if opts.workload in TORCH_WORKLOADS:
+        return run_torch_workload(fnet, opts, w, socks)
+    if opts.workload == "write":
+        r = rdma.write(fnet.fabric, socks, opts.src, opts.dst, w["size"],
+                       write_only=opts.write_only, send=opts.send,
                        memory=fnet.memory())
         ok = r["status"] == "SUCCESS" and r["byte_exact"]
     else:
@@ -73,7 +72,7 @@ class Outcome:
 
 def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
     """Ping every GPU NIC pair, then run the workload (if any) over the fabric."""
-    args, fab = plan.args, plan.fabric
+    opts, fab = plan.options, plan.fabric
     n = len(fab.gpus)
     term.say(f"Checking reachability of all {n * (n - 1)} ordered GPU NIC pairs...", flush=True)
     with term.phase("pinging every GPU pair through the fabric"):
@@ -82,16 +81,16 @@ def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
     t_work = time.monotonic()
     faults = FaultRunner(live.fnet, plan.faults) if plan.faults else None
     if plan.workload is not None:
-        term.say(f"Running workload {args.workload} ...", flush=True)
+        term.say(f"Running workload {opts.workload} ...", flush=True)
         if faults is not None:
             term.say(f"  {len(plan.faults)} faults scheduled, in model time from the first "
                      f"data frame (x TDF {fab.tdf:g} in the lab)", flush=True)
         try:
-            with term.phase(f"{args.workload}: running over the fabric (TDF {fab.tdf:g})"):
-                wl = run(live.fnet, args, plan.workload, live.sampler, faults)
+            with term.phase(f"{opts.workload}: running over the fabric (TDF {fab.tdf:g})"):
+                wl = run(live.fnet, opts, plan.workload, live.sampler, faults)
         except Exception as exc:  # the job failed: a verdict, and the fabric torn down
             wl = {"result": {"error": f"{type(exc).__name__}: {exc}"}, "ok": False,
-                  "text": f"{args.workload} FAILED: {exc}"}
+                  "text": f"{opts.workload} FAILED: {exc}"}
         finally:
             if faults is not None:
                 faults.stop()

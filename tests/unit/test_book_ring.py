@@ -13,7 +13,8 @@ from collectives.jobresult import chunk_letters, rank_table, ring_steps, ring_tr
 from collectives.launch import LOOPBACK, MASTER_PORT, frontend_ip, plan, run_job, worker_env
 from collectives.ring import RING_KINDS, Member, ring_by, ring_positions, schedule
 from emu.cli import build_parser
-from emu.run.options import validate
+from emu.commands.run import run_options
+from emu.run.options import RunOptions, validate
 from tests.unit.localjob import run_ranks
 
 #: LABS.md L14.3, the book's table (L3548-3756): chunk sent by rank 0, 1, 2, 3 per step
@@ -193,9 +194,9 @@ def test_emu_run_ring_and_master_port_defaults_and_values():
     fab = topologies.load("rail2x2")
     a = run_args()
     assert (a.ring, a.master_port) == ("rail", 29500)
-    assert validate(a, fab)["ring"] == "rail"
+    assert validate(run_options(a), fab)["ring"] == "rail"
     b = run_args("--ring", "rank", "--master-port", "12345")
-    opts = validate(b, fab)
+    opts = validate(run_options(b), fab)
     assert (opts["ring"], opts["master_port"]) == ("rank", 12345)
     with pytest.raises(SystemExit):
         run_args("--ring", "book")
@@ -204,12 +205,11 @@ def test_emu_run_ring_and_master_port_defaults_and_values():
 @pytest.mark.parametrize("port", [0, -1, 65536])
 def test_a_master_port_outside_1_65535_is_refused_naming_the_option(port):
     with pytest.raises(ValueError, match=f"--master-port: must be 1..65535, got {port}"):
-        validate(run_args("--master-port", str(port)), topologies.load("rail2x2"))
+        validate(run_options(run_args("--master-port", str(port))), topologies.load("rail2x2"))
 
 
 def test_options_built_without_ring_or_port_take_the_defaults():
-    a = run_args()
-    del a.ring, a.master_port  # a caller's own Namespace (labs) may lack them
+    a = RunOptions("rail2x2", workload="allreduce")  # a caller's own (labs) may leave them out
     opts = validate(a, topologies.load("rail2x2"))
     assert (opts["ring"], opts["master_port"]) == ("rail", MASTER_PORT)
 

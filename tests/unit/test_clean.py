@@ -18,7 +18,8 @@ from collectives.comm import Communicator
 from collectives.launch import plan, worker_env
 from collectives.rendezvous import PeerInfo
 from emu.realise import leftovers, nsutil
-from emu.cli import build_parser, clean_counts
+from emu.cli import build_parser
+from emu.commands.clean import clean_counts
 from emu.realise.leftovers import Places
 from emu.realise.nodes import EmuNode
 from emucore.runmark import RUN_ENV, is_tag, marked_env, shm_name, shm_tag, tag_of_environ

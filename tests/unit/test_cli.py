@@ -88,10 +88,11 @@ def test_pcap_selection():
 
 def plan_of(*argv):
     import topologies
+    from emu.commands.run import run_options
     from emu.run.plan import make_plan
 
     args = build_parser().parse_args(["run", "rail2x4", *argv])
-    return make_plan(args, topologies.load("rail2x4"))
+    return make_plan(run_options(args), topologies.load("rail2x4"))
 
 
 def test_run_dir_is_absolute_relative_to_the_callers_cwd(tmp_path, monkeypatch):
@@ -146,7 +147,7 @@ def test_run_servers_is_checked_before_anything_is_built(tmp_path):
     assert plan.targets == [("rail1", "eth1"), ("h1", "nic1")]  # captured where they run
     for wl in ("write", "incast"):
         assert plan_of("--servers", str(f), "--workload", wl).servers is not None
-    assert plan_of("--servers", str(f), "--cli").args.cli
+    assert plan_of("--servers", str(f), "--cli").options.cli
     assert plan_of("--servers", str(f), "--workload", "allreduce").servers is not None
     assert len(plan_of("--servers", str(f), "--workload", "allreduce", "--fault",
                        "10us nic h1g1 down; 20us storm h1g1").faults) == 2

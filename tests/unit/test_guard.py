@@ -12,6 +12,7 @@ import pytest
 import topologies
 from emu.observe import guard
 from emu.cli import build_parser
+from emu.commands.run import run_options
 from emu.observe.metrics import fidelity_rows
 from emu.observe.procstat import CpuTracker, parse_hwm_kb, parse_pss_kb, parse_stat
 from emu.observe.reach import PairResult, judge as reach_judge
@@ -188,7 +189,7 @@ WRITE = {"ok": True, "text": "write: 1 MB", "result": {"workload": "write", "byt
 
 def fake_run(tmp_path, rail1_lags, checks_ok=True, workload=WRITE):
     args = build_parser().parse_args(["run", "rail2x4", "--out", str(tmp_path / "run")])
-    plan = make_plan(args, FAB)
+    plan = make_plan(run_options(args), FAB)
     plan.run_dir.mkdir(parents=True)
     plan.tdf_choice = {"mode": "auto", "tdf": 5000.0, "need": 3597.0, "reason": "..."}
     results = [PairResult("h1g1", "h2g1", 1, 1, 64, 1.0)] if checks_ok else [

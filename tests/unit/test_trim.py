@@ -121,10 +121,11 @@ def test_other_traffic_of_the_dscp_and_trimmed_headers_are_never_cut():
 def plan_of(*argv):
     import topologies
     from emu.cli import build_parser
+    from emu.commands.run import run_options
     from emu.run.plan import make_plan
 
     args = build_parser().parse_args(["run", "rail2x4", "--workload", "write", *argv])
-    return make_plan(args, topologies.load("rail2x4"))
+    return make_plan(run_options(args), topologies.load("rail2x4"))
 
 
 def test_emu_run_transport_uet_and_trim_reach_the_nics_and_switches():
