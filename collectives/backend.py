@@ -49,7 +49,6 @@ operations with model-time durations and per-step chunks, bytes per channel), EM
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import socket
 import threading
@@ -66,6 +65,7 @@ from collectives.comm import Communicator, raw_bytes
 from collectives.endpoint import DEFAULT_SLOT
 from collectives.rendezvous import PeerInfo, bootstrap, group_slots
 from collectives.ring import split_bounds
+from emucore.atomic import write_json_atomic
 from emucore.runmark import RUN_ENV
 from collectives.work import (EmuWork, all_of, contig, merged, nbytes, reduce_op,
                               row_bytes)
@@ -129,16 +129,14 @@ class EmuProcessGroup(dist.ProcessGroup):
         world_rank = int(os.environ.get("RANK", self.rank()))
         path = os.path.join(out, f"emu-rank{world_rank}-g{self._gname}.json")
         p2p = self._p2p
-        with open(path + ".tmp", "w") as f:
-            json.dump({"group": self._gname, "group_name": self._group_name,
-                       "rank": self.rank(), "world_rank": world_rank, "slot": self.slot,
-                       "unique_id": self.uid.hex(), "peers": [asdict(p) for p in self.peers],
-                       "ring": self.comm.ring, "ring_kind": self.comm.ring_kind,
-                       "issued": self.issued,
-                       "history": self.comm.history + (p2p.history if p2p else []),
-                       "channels": merged(self.comm.stats(), p2p.stats() if p2p else {})},
-                      f)
-        os.replace(path + ".tmp", path)
+        write_json_atomic(path, {
+            "group": self._gname, "group_name": self._group_name,
+            "rank": self.rank(), "world_rank": world_rank, "slot": self.slot,
+            "unique_id": self.uid.hex(), "peers": [asdict(p) for p in self.peers],
+            "ring": self.comm.ring, "ring_kind": self.comm.ring_kind,
+            "issued": self.issued,
+            "history": self.comm.history + (p2p.history if p2p else []),
+            "channels": merged(self.comm.stats(), p2p.stats() if p2p else {})})
 
     def _finish(self) -> None:
         try:

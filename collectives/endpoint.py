@@ -24,7 +24,7 @@ from collectives.ring import Member, ring_by
 from emucore.runmark import shm_name
 from emucore.timedil import TimeDilation
 from traffic.nic.client import NicClient
-from traffic.verbs import WCOpcode, WCStatus
+from traffic.workreq import WCOpcode, WCStatus
 
 log = logging.getLogger("collectives.endpoint")
 

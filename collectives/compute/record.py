@@ -5,10 +5,10 @@ communication and overlap (`collectives.compute.split`) for any script."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from collectives.compute.clock import ComputeClock
+from emucore.atomic import write_json_atomic
 
 
 def write_record(clock: ComputeClock, info: dict, env: dict | None = None) -> str | None:
@@ -18,9 +18,7 @@ def write_record(clock: ComputeClock, info: dict, env: dict | None = None) -> st
     if not out:
         return None
     path = os.path.join(out, f"compute-rank{env.get('RANK', '0')}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump({**info, "tdf": clock.td.tdf, "totals": clock.totals(),
-                   "fidelity": clock.meter.snapshot(),
-                   "regions": [r.to_dict(clock.td) for r in clock.regions]}, f)
-    os.replace(path + ".tmp", path)
+    write_json_atomic(path, {**info, "tdf": clock.td.tdf, "totals": clock.totals(),
+                             "fidelity": clock.meter.snapshot(),
+                             "regions": [r.to_dict(clock.td) for r in clock.regions]})
     return path

@@ -7,13 +7,13 @@ its result as JSON to $EMU_RESULT_DIR/rank<RANK>.json for `emu run` to collect.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import torch.distributed as dist
 
 import collectives.backend  # noqa: F401  (registers the "emu" backend with torch)
+from emucore.atomic import write_json_atomic
 
 
 def init(backend: str | None = None) -> tuple[int, int]:
@@ -33,10 +33,7 @@ def write_result(rank: int, result: dict) -> None:
     """rank<RANK>.json in $EMU_RESULT_DIR (nothing when unset)."""
     out = os.environ.get("EMU_RESULT_DIR")
     if out:
-        path = os.path.join(out, f"rank{rank}.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump({"rank": rank, **result}, f)
-        os.replace(path + ".tmp", path)
+        write_json_atomic(os.path.join(out, f"rank{rank}.json"), {"rank": rank, **result})
 
 
 def say(rank: int, *args: Any) -> None:

@@ -17,7 +17,8 @@ from emucore.wire.pause import pause_frame, parse_pfc
 from emucore.wire.roce import icrc_of, icrc_reference
 from emucore.wire.templates import malformed, parse
 from switch_agent.forward import FibRoute
-from traffic.verbs import QPState, WCStatus
+from traffic.verbs import QPState
+from traffic.workreq import WCStatus
 
 from .fakes import mac
 from .test_agent_qos import H, ROUTER, frame as data_frame, make_agent, qos

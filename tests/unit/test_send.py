@@ -17,8 +17,8 @@ from emucore.wire.uet import NextHdr, SesOpcode
 from emucore.wire.uet_codec import parse
 from traffic.rc.segment import segments
 from traffic.uet.uetconfig import UetConfig
-from traffic.verbs import (MIN_RNR_TIMER_S, WR, QPState, VerbsError, WCOpcode, WCStatus,
-                           WROpcode)
+from traffic.verbs import MIN_RNR_TIMER_S, QPState, VerbsError
+from traffic.workreq import WR, WCOpcode, WCStatus, WROpcode
 from emucore.wire.roce import BTH
 from tests.unit.test_nic import connected
 from tests.unit.test_nic_uet import TRIM, pump

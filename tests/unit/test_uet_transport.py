@@ -17,7 +17,8 @@ from traffic.uet.ev import Entropy
 from traffic.uet.frames import frame_of
 from traffic.uet.initiator import TxReq
 from traffic.uet.nscc import Nscc, NsccConfig
-from traffic.verbs import WR, Access, Context, QPState, WCOpcode, WCStatus, WROpcode
+from traffic.verbs import Access, Context, QPState
+from traffic.workreq import WR, WCOpcode, WCStatus, WROpcode
 
 TRIM, LASTHOP = 11, 12
 LINK = 200e9

@@ -40,7 +40,8 @@ from typing import Any
 
 from emucore.ctlsock import encode, exchange
 from emucore.runmark import shm_name
-from traffic.verbs import Access, WC, WCOpcode, WCStatus
+from traffic.verbs import Access
+from traffic.workreq import WC, WCOpcode, WCStatus
 
 __all__ = ["CM_PORT", "NicError", "MemoryRegion", "RemoteBuffer", "NicClient", "request",
            "wc_to_json", "wc_from_json", "access_from_json", "attach_untracked", "new_shm",

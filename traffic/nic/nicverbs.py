@@ -51,7 +51,8 @@ from traffic.rc.rcconfig import RcConfig
 from traffic.uet.endpoint import UetEndpoint
 from traffic.uet.frames import frame_of as uet_frame_of
 from traffic.uet.initiator import TxReq
-from traffic.verbs import MIN_RNR_TIMER_S, WR, Context, VerbsError, WROpcode
+from traffic.verbs import MIN_RNR_TIMER_S, Context, VerbsError
+from traffic.workreq import WR, WROpcode
 
 __all__ = ["NicQp", "NicVerbs"]
 

@@ -23,8 +23,8 @@ from emucore.wire.ib import (IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, 
                             Op, RocePkt, decode_syndrome, psn_add, psn_diff, psn_lt)
 from traffic.rc.rcconfig import RcConfig
 from traffic.rc.segment import packet_count, segment_at
-from traffic.verbs import (IMM_WR_OPS, MR, QP, SEND_WR_OPS, WC, WR, Access, QPState, WCStatus,
-                           wc_opcode_of)
+from traffic.verbs import MR, QP, Access, QPState
+from traffic.workreq import IMM_WR_OPS, SEND_WR_OPS, WC, WR, WCStatus, wc_opcode_of
 
 __all__ = ["Requester", "RequesterCounters"]
 

@@ -24,7 +24,8 @@ from emucore.wire.ib import (END_OPS, IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM
                             SEND_OPS, WRITE_OPS, Op, RocePkt, encode_ack, pkey_match, psn_add,
                             psn_diff, psn_lt)
 from traffic.rc.rcconfig import RcConfig
-from traffic.verbs import MR, QP, WC, Access, QPState, RecvWR, WCOpcode, WCStatus
+from traffic.verbs import MR, QP, Access, QPState
+from traffic.workreq import WC, RecvWR, WCOpcode, WCStatus
 
 #: the RNR NAK syndrome emu's responder sends: kind 01, timer code 12 = 0.64 ms (IBA
 #: Table 45); the requester waits its QP's rnr_delay_s (by default that same 0.64 ms)

@@ -45,8 +45,8 @@ from emucore.wire.uet_codec import SesReq
 from traffic.uet.uetconfig import UetConfig
 from traffic.uet.ev import Entropy
 from traffic.uet.nscc import Nscc
-from traffic.verbs import (IMM_WR_OPS, MR, QP, SEND_WR_OPS, WC, WR, Access, QPState, WCStatus,
-                           wc_opcode_of)
+from traffic.verbs import MR, QP, Access, QPState
+from traffic.workreq import IMM_WR_OPS, SEND_WR_OPS, WC, WR, WCStatus, wc_opcode_of
 
 MASK32 = 0xFFFFFFFF
 

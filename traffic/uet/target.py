@@ -45,7 +45,8 @@ from emucore.wire.uet import (F_AR, F_SYN, S_EOM, S_HD, S_SOM, NackCode, RetCode
 from emucore.wire.uet_codec import UetFields
 from traffic.uet.uetconfig import UetConfig
 from traffic.uet.initiator import psn_add, psn_diff
-from traffic.verbs import MR, QP, WC, Access, QPState, RecvWR, WCOpcode, WCStatus
+from traffic.verbs import MR, QP, Access, QPState
+from traffic.workreq import WC, RecvWR, WCOpcode, WCStatus
 
 SACK_BITS = 64
 

@@ -25,7 +25,7 @@ from typing import Any
 from emucore.eventlog import EventLog, model_us
 from emucore.timedil import TimeDilation
 from traffic.nic.client import CM_PORT, MemoryRegion, NicClient, RemoteBuffer
-from traffic.verbs import WCStatus
+from traffic.workreq import WCStatus
 
 LEAD_S = 0.3  #: lab seconds between the last connect and t0 (the threads get ready)
 

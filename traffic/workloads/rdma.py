@@ -25,7 +25,7 @@ from typing import Any, Callable
 from emucore.timedil import TimeDilation, format_rate
 from traffic.nic.client import CM_PORT, MemoryRegion, NicClient
 from traffic.nic.nicconfig import NicConfig
-from traffic.verbs import WCStatus
+from traffic.workreq import WCStatus
 
 IMM = 0x1234
 #: GPU -> a maker of its memory blocks, for GPUs whose NIC runs on another server

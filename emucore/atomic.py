@@ -1,0 +1,17 @@
+"""Atomic JSON files: written to ``<path>.tmp`` and renamed over ``<path>``, so a reader
+(`emu run` collecting the workers' results) sees the whole file or none of it."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+__all__ = ["write_json_atomic"]
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write `obj` as JSON to `path` in one rename (os.replace is atomic on POSIX)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f)
+    os.replace(path + ".tmp", path)
