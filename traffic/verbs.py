@@ -1,4 +1,4 @@
-"""Verbs-like RDMA objects: device context, PD, MR, CQ, RC QP, work requests and completions.
+"""Verbs-like RDMA objects: device context, PD, MR, CQ and RC QP.
 
 Book ch.9 "RDMA Basics" (Figures 9-2 "Memory Allocation and Registration", 9-3 "Create
 Queue Pairs", 9-5/9-6 "Work Request Message"): allocate a Protection Domain, register a
@@ -7,6 +7,9 @@ the QP through RESET -> INIT (P_Key, access) -> RTR (remote QPN/PSN, path MTU) -
 (start PSN, timeout, retry count), then post Work Requests and poll Completions.
 Names follow libibverbs (ibv_alloc_pd, ibv_reg_mr, ibv_modify_qp, ibv_post_send,
 ibv_poll_cq) and the InfiniBand Architecture Specification Vol. 1 (IBA) ch.10-11.
+
+The work requests posted to a QP and the completions polled from a CQ are
+`traffic.workreq`.
 
 Memory regions sit over a memoryview (normally of a multiprocessing.shared_memory
 block, so the worker process and the RNIC process share it: the worker registers the
@@ -27,6 +30,7 @@ from multiprocessing import shared_memory
 from typing import Any
 
 from emucore.wire.ib import PATH_MTUS
+from traffic.workreq import IMM_WR_OPS, WC, WR, RecvWR
 
 
 class VerbsError(Exception):
@@ -52,49 +56,6 @@ class QPState(enum.Enum):
     ERROR = "ERR"
 
 
-class WROpcode(enum.Enum):
-    """Send work request opcodes supported by the emulated RNIC."""
-
-    WRITE = "RDMA_WRITE"
-    WRITE_WITH_IMM = "RDMA_WRITE_WITH_IMM"
-    SEND = "SEND"                      #: into the peer's next posted receive buffer
-    SEND_WITH_IMM = "SEND_WITH_IMM"
-
-
-#: opcodes that carry an immediate / that consume a receive WR at the peer
-IMM_WR_OPS = frozenset({WROpcode.WRITE_WITH_IMM, WROpcode.SEND_WITH_IMM})
-SEND_WR_OPS = frozenset({WROpcode.SEND, WROpcode.SEND_WITH_IMM})
-
-
-class WCStatus(enum.Enum):
-    """Work completion status (subset of enum ibv_wc_status)."""
-
-    SUCCESS = "SUCCESS"
-    LOC_PROT_ERR = "LOC_PROT_ERR"
-    REM_ACCESS_ERR = "REM_ACCESS_ERR"
-    REM_INV_REQ_ERR = "REM_INV_REQ_ERR"
-    REM_OP_ERR = "REM_OP_ERR"
-    RETRY_EXC_ERR = "RETRY_EXC_ERR"
-    RNR_RETRY_EXC_ERR = "RNR_RETRY_EXC_ERR"  #: the peer had no receive posted, too long
-    LOC_LEN_ERR = "LOC_LEN_ERR"          #: a SEND longer than the posted receive buffer
-    WR_FLUSH_ERR = "WR_FLUSH_ERR"
-
-
-class WCOpcode(enum.Enum):
-    """Work completion opcode: a send-side RDMA write or SEND, a received SEND, or the
-    receive WR an RDMA WRITE with immediate consumed."""
-
-    RDMA_WRITE = "RDMA_WRITE"
-    SEND = "SEND"
-    RECV = "RECV"
-    RECV_RDMA_WITH_IMM = "RECV_RDMA_WITH_IMM"
-
-
-def wc_opcode_of(op: WROpcode) -> WCOpcode:
-    """The send-side completion opcode of a work request."""
-    return WCOpcode.SEND if op in SEND_WR_OPS else WCOpcode.RDMA_WRITE
-
-
 MIN_RNR_TIMER_S = 0.64e-3  #: IBA Table 45, min_rnr_timer 12: the RNR delay emu uses
 
 
@@ -103,45 +64,6 @@ def ib_timeout_s(exponent: int) -> float:
     if not 0 <= exponent <= 31:
         raise VerbsError(f"timeout: exponent must be 0..31, got {exponent}")
     return 4.096e-6 * (1 << exponent)
-
-
-@dataclass(slots=True)
-class WR:
-    """A send work request (ibv_send_wr with one SGE), posted to a QP's send queue."""
-
-    wr_id: int
-    opcode: WROpcode
-    local_addr: int
-    length: int
-    lkey: int
-    remote_addr: int
-    rkey: int
-    signaled: bool = True
-    imm: int | None = None
-
-
-@dataclass(slots=True, frozen=True)
-class RecvWR:
-    """A receive work request (ibv_recv_wr with at most one SGE): a SEND lands in
-    [addr, addr + length) of the MR of `lkey`; length 0 takes only WRITEs with immediate
-    and zero-byte SENDs."""
-
-    wr_id: int
-    addr: int = 0
-    length: int = 0
-    lkey: int = 0
-
-
-@dataclass(slots=True, frozen=True)
-class WC:
-    """A work completion (ibv_wc): what the application polls from a CQ."""
-
-    wr_id: int
-    status: WCStatus
-    opcode: WCOpcode
-    byte_len: int = 0
-    qp_num: int = 0
-    imm: int | None = None
 
 
 def create_shared_buffer(size: int, name: str | None = None) -> shared_memory.SharedMemory:

@@ -17,7 +17,8 @@ from emucore.wire.templates import FrameTemplate, parse
 from traffic.nic.client import access_from_json, wc_from_json, wc_to_json
 from traffic.nic.nicconfig import NicConfig
 from traffic.nic.datapath import Nic, frame_of, pace, pkt_of
-from traffic.verbs import Access, WC, WCOpcode, WCStatus
+from traffic.verbs import Access
+from traffic.workreq import WC, WCOpcode, WCStatus
 
 BASE = dict(gpu="h1g1", ifname="nic1", ip="10.0.1.11", mac="02:00:00:00:01:01",
             gateway_mac="02:00:00:00:05:00", control="/tmp/x.sock")

@@ -16,7 +16,7 @@ from emucore.wire.uet_codec import trim_frame
 from traffic.nic.nicconfig import NicConfig
 from traffic.uet.uetconfig import UetConfig
 from traffic.uet.nscc import Nscc, NsccConfig
-from traffic.verbs import WCStatus
+from traffic.workreq import WCStatus
 from tests.unit.test_nic import BASE, connected
 
 TRIM = (11, 12)  #: trimmed / trimmed-at-last-hop DSCPs of these tests

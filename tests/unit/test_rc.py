@@ -16,7 +16,8 @@ from traffic.nic.nicconfig import NicConfig
 from traffic.rc.endpoint import RcEndpoint
 from traffic.rc.rcconfig import RcConfig
 from traffic.rc.segment import packet_count, segment_at, segments
-from traffic.verbs import WR, Access, Context, QPState, WCOpcode, WCStatus, WROpcode
+from traffic.verbs import Access, Context, QPState
+from traffic.workreq import WR, WCOpcode, WCStatus, WROpcode
 
 MTU = 4096
 PKEY = 0x8012

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from traffic.verbs import (WC, WR, Access, Context, QPState, VerbsError, WCOpcode, WCStatus,
-                           WROpcode, attach_shared_buffer, create_shared_buffer, ib_timeout_s)
+from traffic.verbs import (Access, Context, QPState, VerbsError, attach_shared_buffer,
+                           create_shared_buffer, ib_timeout_s)
+from traffic.workreq import WC, WR, WCOpcode, WCStatus, WROpcode
 
 
 def _ctx(seed: int = 1) -> Context:
