@@ -2,10 +2,15 @@
 
 emucore  <-  topologies, switch_agent, traffic  <-  collectives  <-  emu
 
+and inside a package its rooms (sub-packages) point one way too (ROOMS): emucore.wire
+below emucore's top-level modules below emucore.qos; traffic's transports below its NIC
+below its tools and workloads; emu's wings from realise/observe up to the CLI.
+
 Every import statement is read from the source (module level, inside functions, inside
 `if`/`try`), so no edge can hide; project imports belong at the top of the module (an
 `if TYPE_CHECKING:` block at module level counts as the top). The one deferred import is
-listed in DEFERRED with its reason.
+listed in DEFERRED with its reason. No module is over MAX_LINES lines (docs/CONVENTIONS.md)
+but those of OVER_MAX_LINES, a list that only shrinks.
 """
 
 from __future__ import annotations
@@ -27,6 +32,31 @@ ALLOWED = {
     "emu": {"emucore", "topologies", "switch_agent", "traffic", "collectives"},
 }
 PACKAGES = set(ALLOWED)
+
+#: package -> its rooms in tiers, lowest first. A room is a sub-package ("emu.run") or a
+#: top-level module named here ("emu.cli"); "pkg.*" is the package's other top-level
+#: modules and its __init__. A module may import its own room and the rooms of lower
+#: tiers; rooms of one tier never import each other. Written down from the imports of
+#: issue 29 (the wire formats know nothing of the QoS; emu's wings from the bottom:
+#: realise and observe, then what uses them, the run, the lab on runs, benches and
+#: commands, the CLI). A new room gets a place here and in ARCHITECTURE.md.
+ROOMS: dict[str, list[set[str]]] = {
+    "emucore": [{"emucore.wire"},                   # packet formats
+                {"emucore.*"},                      # timedil, rawsock, lbconfig, yamlform ...
+                {"emucore.qos"}],                   # QoS stages, their YAML, DCBX policy
+    "traffic": [{"traffic.*"},                      # verbs, dcqcn
+                {"traffic.rc", "traffic.uet"},      # the transports
+                {"traffic.nic"},                    # the RNIC over them
+                {"traffic.tools", "traffic.workloads"}],
+    "collectives": [{"collectives.compute"}, {"collectives.*"}, {"collectives.workloads"}],
+    "emu": [{"emu.*", "emu.realise", "emu.observe", "emu.mncli"},   # emu.*: the __init__
+            {"emu.cluster", "emu.faults", "emu.peers"},
+            {"emu.run"},
+            {"emu.lab"},
+            {"emu.bench", "emu.commands"},
+            {"emu.cli"},
+            {"emu.__main__"}],
+}
 
 #: (module, imported module) -> why the import waits until it is needed.
 DEFERRED = {
@@ -51,6 +81,14 @@ def _product_modules() -> dict[str, Path]:
 
 
 MODULES = _product_modules()
+
+#: docs/CONVENTIONS.md "Modules stay small"
+MAX_LINES = 400
+#: module -> why it is longer than MAX_LINES for now. Only shrinks: an entry that is no
+#: longer over the limit must go.
+OVER_MAX_LINES = {
+    "switch_agent.agent": "being split in issue 29",
+}
 
 
 def _imports(name: str, path: Path) -> list[tuple[str, int, bool]]:
@@ -82,6 +120,32 @@ def _imports(name: str, path: Path) -> list[tuple[str, int, bool]]:
     return out
 
 
+def _room(name: str) -> str:
+    """The room of a module: its sub-package, a top-level module ROOMS names, or pkg.*."""
+    pkg, *rest = name.split(".")
+    room = f"{pkg}.{rest[0]}" if rest else pkg
+    if rest and ((ROOT / pkg / rest[0]).is_dir()
+                 or any(room in tier for tier in ROOMS.get(pkg, []))):
+        return room
+    return f"{pkg}.*"
+
+
+def _tier(room: str) -> int | None:
+    """The tier of a room in its package's ROOMS (None: not placed)."""
+    tiers = ROOMS.get(room.split(".")[0], [])
+    return next((i for i, tier in enumerate(tiers) if room in tier), None)
+
+
+def _beside_or_above(name: str, path: Path) -> list[str]:
+    """The imports of `name` into a room of its package that is not below its own."""
+    pkg, here = name.split(".")[0], _room(name)
+    if pkg not in ROOMS:
+        return []
+    return [f"line {line}: {t} ({_room(t)})" for t, line, _ in _imports(name, path)
+            if t.split(".")[0] == pkg and _room(t) != here
+            and _tier(_room(t)) >= _tier(here)]
+
+
 def test_the_layout_has_the_packages():
     for pkg in PACKAGES:
         assert (ROOT / pkg / "__init__.py").is_file(), pkg
@@ -94,6 +158,27 @@ def test_imports_point_down(name):
     bad = [f"line {line}: {t}" for t, line, _ in _imports(name, MODULES[name])
            if t.split(".")[0] not in ALLOWED[pkg] | {pkg}]
     assert not bad, f"{name} imports above or beside its layer: {bad}"
+
+
+def test_every_room_has_a_place():
+    rooms = {_room(n) for n in MODULES if n.split(".")[0] in ROOMS}
+    assert not [r for r in sorted(rooms) if _tier(r) is None], "give each room a tier in ROOMS"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.split(".")[0] in ROOMS))
+def test_imports_point_down_between_rooms(name):
+    bad = _beside_or_above(name, MODULES[name])
+    assert not bad, f"{name} ({_room(name)}) imports a room beside or above its own: {bad}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_stay_small(name):
+    n = len(MODULES[name].read_text().splitlines())
+    if name in OVER_MAX_LINES:
+        assert n > MAX_LINES, f"{name} is {n} lines now: remove it from OVER_MAX_LINES"
+    else:
+        assert n <= MAX_LINES, f"{name} is {n} lines, over {MAX_LINES}: split it along its " \
+                               f"mechanisms (docs/CONVENTIONS.md)"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -132,13 +217,31 @@ def test_deferred_imports_are_still_deferred():
         assert why and (target, False) in {(t, top) for t, _, top in _imports(name, MODULES[name])}
 
 
-def test_the_checker_sees_a_hidden_upward_import(tmp_path, monkeypatch):
-    """The checker itself: a function-local upward import in `fabric` is reported."""
-    fake = ROOT / "emucore" / "_probe_for_test.py"
-    src = "def f():\n    from emu import cli\n"
-    tree_name = "fabric._probe_for_test"
-    monkeypatch.setitem(MODULES, tree_name, fake)
+def _plant(monkeypatch, name: str, src: str) -> Path:
+    """A product module `name` whose source is `src` (no file is written)."""
+    fake = ROOT.joinpath(*name.split(".")).with_suffix(".py")
+    monkeypatch.setitem(MODULES, name, fake)
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: src if self == fake
                         else Path.read_bytes(self).decode())
+    return fake
+
+
+def test_the_checker_sees_a_hidden_upward_import(tmp_path, monkeypatch):
+    """The checker itself: a function-local upward import in `emucore` is reported."""
+    tree_name = "emucore._probe_for_test"
+    fake = _plant(monkeypatch, tree_name, "def f():\n    from emu import cli\n")
     found = _imports(tree_name, fake)
     assert found == [("emu.cli", 2, False)]
+
+
+@pytest.mark.parametrize("name, src, found", [
+    ("emucore.wire._probe_for_test", "from emucore.qos import qosconfig\n",
+     ["line 1: emucore.qos.qosconfig (emucore.qos)"]),                    # upward
+    ("emu.faults._probe_for_test", "import os\n\ndef f():\n    import emu.cluster.placer\n",
+     ["line 4: emu.cluster.placer (emu.cluster)"]),                       # beside, hidden
+    ("traffic.rc._probe_for_test", "from traffic.verbs import Verb\n", []),  # downward
+])
+def test_the_checker_sees_a_planted_import_between_rooms(monkeypatch, name, src, found):
+    """The room checker itself, on a planted module's source."""
+    fake = _plant(monkeypatch, name, src)
+    assert _beside_or_above(name, fake) == found
