@@ -1,4 +1,4 @@
-"""The Lua UET dissector (wireshark/uet.lua, issue 16) decodes every header emu sends:
+"""The Lua UET dissector (wireshark/uet.lua, issues 16 and 32) decodes every header emu sends:
 frames built by the codec (byte-identical to the Scapy layers, test_uet_wire.py) are
 written to a pcap and read back by tshark with the script; field values must be the
 ones built, not just present. A cut frame is an expert error, never a Lua error."""
@@ -14,7 +14,9 @@ from scapy.utils import wrpcap
 from emucore.wire.uet import (F_AR, F_M, F_RETX, NackCode, PdsType, RetCode, RspOpcode,
                              SesOpcode)
 from emucore.wire.uet_codec import trim_frame
+from tests.unit.test_uet_vectors import frame_of
 from tests.unit.test_uet_wire import MED_HD, MED_OFF, MID, SMALL, SOM, T
+from tests.unit.uet_vectors import VECTORS
 
 LUA = Path(__file__).resolve().parents[2] / "wireshark" / "uet.lua"
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None,
@@ -127,3 +129,13 @@ def test_small_and_medium_request_fields(tmp_path):
     assert med["emu_uet.ses.initiator"] in ("5", "0x00000005")
     assert any("SEND" in line and "len=1000" in line
                for line in info(tmp_path, [T.request(50000, 5, 3, 4, 0, SMALL, b"")]))
+
+
+def test_negotiation_epsn_and_the_reserved_nack_code_are_named(tmp_path):
+    by_name = {v.name: v for v in VECTORS}
+    lines = info(tmp_path, [frame_of(by_name["ctrl_negotiation"]),
+                            frame_of(by_name["ack_epsn"]),
+                            T.nack(61000, NackCode.TRIMMED_ACK, 5, 9, 3)])
+    assert lines[0].startswith("CTRL NEGOTIATION AR,ISROD")
+    assert lines[1].startswith("ACK cack=100 EPSN")
+    assert lines[2].startswith("NACK TRIMMED_ACK (reserved from 1.0.3) psn=5")

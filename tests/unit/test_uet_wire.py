@@ -4,11 +4,13 @@ what was built, its refusals, and the switch's trimming cut."""
 
 import pytest
 from scapy.layers.l2 import Ether
+from scapy.packet import Raw
 
 from emucore.wire import uet
 from emucore.wire.uet import (F_AR, F_M, F_RETX, F_SYN, S_EOM, S_HD, S_SOM, NackCode,
                              NextHdr, PdsType, RetCode, RspOpcode, SesOpcode)
 from emucore.wire.uet_codec import SesReq, UetTemplate, malformed, parse, trim_frame
+from tests.unit.uet_vectors import VECTORS
 
 MACS = ("02:00:00:00:01:01", "02:00:00:00:02:01")
 IPS = ("10.0.1.11", "10.0.1.12")
@@ -158,3 +160,10 @@ def test_small_and_medium_refuse_a_length_past_14_bits():
     big = SesReq(SesOpcode.SEND, S_SOM | S_EOM, 0, 1, 0, 0, 0, 0, 16384, hdr=NextHdr.REQ_SMALL)
     with pytest.raises(ValueError, match="request_length"):
         big.pack()
+
+
+def test_an_epsn_ack_needs_its_payload():
+    (v,) = [v for v in VECTORS if v.name == "ack_epsn"]
+    frame = bytes(uet.scapy_frame(*MACS, *IPS, 61000, Raw(v.data)))
+    assert parse(frame).epsn_payload == 0x65
+    assert "cut UET headers (12 of 16 bytes)" in malformed(_shorten(frame, 12))
