@@ -1,9 +1,7 @@
 """The check primitives of a lab, over its evidence (pure: table-tested on synthetic logs).
 
-Evidence is what a run left: the event log (emucore.eventlog, times made relative to the
-lab's t0, model microseconds), the sampled metrics (emu.observe.metrics rows, same axis), the
-agents' and NICs' last counters, the flows' results and, on request, decoded frames of
-a capture (tshark). A check names one primitive (docs/LABS.md "Checks"):
+Evidence is what a run left (emu.lab.evidence, with the selectors SEL); a check names one
+primitive (docs/LABS.md "Checks") and an expectation (emu.lab.expect):
 
 * first: SEL -> model µs of the first matching event (None if none)
 * count: SEL -> number of matching events (`distinct: [node, port]`: of distinct ones)
@@ -30,212 +28,17 @@ a capture (tshark). A check names one primitive (docs/LABS.md "Checks"):
   (20) are not judged
 * result: {path: "a.b.0", over: "c.d"?} -> a value of the workload's result (a torch lab's
   rank table, ring trace, utilisation list), divided by another with `over`
-
-A selector SEL is a mapping of event fields (ev, node, port, prio, queue, qp, dir, why,
-...; a list means any of) plus `port: "A->B"` (node A, its port towards B), `flow:` /
-`flow_rx:` (the flow's sender / receiver NIC and QPs), `after:` / `before:` (µs or a
-duration, or `{first: SEL, plus: duration}`: relative to another event). `expect` is
-"OP value" (>=, <=, >, <, ==, !=), "a..b", "x ± y" or "x ± y%", "none", "any"
-(informational; an order with "any" is shown, not judged), true/false, "is TEXT" (the
-text), a mapping of fields or a list (equal). Values may carry units: KB/MB/B (bytes),
-Gbps/Mbps (bit/s), ns/us/ms/s (microseconds).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import math
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from emucore.qos.wred import Wred
-from emucore.timedil import parse_duration, parse_rate, parse_size
-
-OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
-       "<": lambda a, b: a < b, "==": lambda a, b: math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9),
-       "!=": lambda a, b: not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)}
-EXPECT_RE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
-RANGE_RE = re.compile(r"^\s*(\S+)\s*\.\.\s*(\S+)\s*$")
-TOL_RE = re.compile(r"^\s*(\S+)\s*(?:±|\+-)\s*([\d.]+)(%?)\s*$")
-SEL_SPECIAL = {"port", "flow", "flow_rx", "after", "before", "node", "ev", "field", "distinct"}
-
-
-def value(text: Any) -> float:
-    """A number, or text with a unit: bytes (KB), bit/s (Gbps), microseconds (us)."""
-    if isinstance(text, bool):
-        raise ValueError(f"a number, got {text!r}")
-    if isinstance(text, (int, float)):
-        return float(text)
-    t = str(text).strip()
-    try:
-        return float(t)
-    except ValueError:
-        pass
-    low = t.lower()
-    if low.endswith("bps"):
-        return parse_rate(t[:-3])
-    if re.search(r"(ns|us|µs|ms|s)$", low):
-        return parse_duration(t.replace("µs", "us")) * 1e6
-    if low.endswith("b"):
-        return float(parse_size(t))
-    raise ValueError(f"a number or a value with a unit (150KB, 100Gbps, 10us), got {text!r}")
-
-
-def parse_expect(exp: Any) -> tuple[Callable[[Any], bool], str]:
-    """An expectation -> (predicate on the measured value, its text)."""
-    if isinstance(exp, bool):
-        return (lambda m: m is exp), str(exp).lower()
-    if isinstance(exp, (int, float)):
-        return (lambda m: isinstance(m, (int, float)) and OPS["=="](m, exp)), f"== {exp:g}"
-    if isinstance(exp, list):
-        return (lambda m: isinstance(m, list) and len(m) == len(exp) and all(
-            _same(a, b) for a, b in zip(m, exp))), _list_text(exp)
-    if isinstance(exp, dict):
-        return (lambda m: _same(m, exp)), ", ".join(f"{k}={v}" for k, v in exp.items())
-    if not isinstance(exp, str):
-        raise ValueError(f"an expectation like '>= 0.9', got {exp!r}")
-    low = exp.strip().lower()
-    if low == "none":
-        return (lambda m: m is None), "none"
-    if low == "any":
-        return (lambda m: True), "(shown)"
-    if low == "all":
-        return (lambda m: isinstance(m, str) and m.split("/")[0] == m.split("/")[-1]), "all"
-    if low in ("true", "false"):
-        return (lambda m: m is (low == "true")), low
-    if low.startswith("is "):  # text equality: "is BCDA"
-        want = exp.strip()[3:].strip()
-        return (lambda m: str(m) == want), f"is {want}"
-    m = EXPECT_RE.match(exp)
-    if m:
-        op, v = m.group(1), value(m.group(2))
-        return (lambda x: isinstance(x, (int, float)) and OPS[op](x, v)), exp.strip()
-    m = RANGE_RE.match(exp)
-    if m:
-        lo, hi = value(m.group(1)), value(m.group(2))
-        return (lambda x: isinstance(x, (int, float)) and lo <= x <= hi), exp.strip()
-    m = TOL_RE.match(exp)
-    if m:
-        c, tol = value(m.group(1)), float(m.group(2))
-        tol = abs(c) * tol / 100 if m.group(3) else tol
-        return (lambda x: isinstance(x, (int, float)) and abs(x - c) <= tol), exp.strip()
-    try:
-        v = value(exp)
-    except ValueError:
-        pass
-    else:
-        return (lambda x: isinstance(x, (int, float)) and OPS["=="](x, v)), f"== {exp.strip()}"
-    raise ValueError(f"not an expectation: {exp!r} (try '>= 0.9', '0..150KB', '83.9us ± 2%', "
-                     f"'none', 'any')")
-
-
-def _same(m: Any, want: Any) -> bool:
-    """`m` matches `want`: a mapping by the keys `want` names (keys compared as text, so
-    JSON's "0" is YAML's 0), anything else as text, case-insensitive."""
-    if isinstance(want, dict):
-        if not isinstance(m, dict):
-            return False
-        got = {str(k): v for k, v in m.items()}
-        return all(_same(got.get(str(k), ""), v) for k, v in want.items())
-    return str(m).lower() == str(want).lower()
-
-
-def _list_text(xs: list) -> str:
-    return "[" + ", ".join(str(x) for x in xs) + "]"
-
-
-@dataclass
-class Evidence:
-    """What one variant's run left, on the lab's time axis (model µs after t0)."""
-
-    events: list[dict]
-    metrics: list[dict] = field(default_factory=list)  # t_us, node, port, queue, metric, value
-    counters: dict = field(default_factory=dict)  # node -> last counters
-    flows: dict = field(default_factory=dict)  # flow -> result (src, dst, qps, rx_qps, ...)
-    links: dict = field(default_factory=dict)  # "A->B" -> (A, ifname of A's port)
-    link_bps: dict = field(default_factory=dict)  # "A->B" -> model bit/s
-    frames: Callable[[str, str, list], list] | None = None  # (capture, filter, fields) -> rows
-    result: dict = field(default_factory=dict)  # a torch workload's result (emu.run)
-
-
-def _any(want: Any) -> Callable[[Any], bool]:
-    if isinstance(want, list):
-        return lambda x: x in want
-    if isinstance(want, str) and any(ch in want for ch in "*?["):
-        return lambda x: isinstance(x, str) and fnmatch.fnmatchcase(x, want)
-    return lambda x: x == want
-
-
-def matcher(ev: Evidence, sel: dict) -> Callable[[dict], bool]:
-    """A predicate on events for the selector `sel`."""
-    if not isinstance(sel, dict):
-        raise ValueError(f"a selector mapping (ev: ..., node: ...), got {sel!r}")
-    tests: list[Callable[[dict], bool]] = []
-
-    def on(key: str, want: Any) -> None:
-        f = _any(want)
-        tests.append(lambda e: f(e.get(key)))
-
-    for k, v in sel.items():
-        if k not in SEL_SPECIAL:
-            on(k, v)
-    if "ev" in sel:
-        on("ev", sel["ev"])
-    if "node" in sel:
-        on("node", sel["node"])
-    port = sel.get("port")
-    if isinstance(port, str) and "->" in port:
-        if port not in ev.links:
-            raise ValueError(f"port: no link {port!r}")
-        node, ifname = ev.links[port]
-        on("node", node)
-        on("port", ifname)
-    elif port is not None:
-        on("port", port)
-    for key, side, qps in (("flow", "src", "qps"), ("flow_rx", "dst", "rx_qps")):
-        if key in sel:
-            fr = ev.flows.get(sel[key])
-            if fr is None:
-                raise ValueError(f"{key}: no flow {sel[key]!r}")
-            on("node", fr[side])
-            on("qp", list(fr[qps]))
-    lo = _bound(ev, sel["after"], "after") if "after" in sel else -math.inf
-    hi = _bound(ev, sel["before"], "before") if "before" in sel else math.inf
-    return lambda e: lo <= e["t"] <= hi and all(t(e) for t in tests)
-
-
-def _bound(ev: Evidence, b: Any, key: str) -> float:
-    """A time bound of a selector: µs (or a duration), or {first: SEL, plus: duration}:
-    the first time of another selector, shifted (Figure 11-7's "t7 after t5"). When that
-    selector matches nothing, nothing is after it (inf) and everything before it."""
-    if not isinstance(b, dict):
-        return value(b)
-    if set(b) - {"first", "plus"} or not isinstance(b.get("first"), dict):
-        raise ValueError(f"{key}: a time or {{first: SELECTOR, plus: DURATION}}, got {b!r}")
-    t = first(ev, b["first"])
-    return math.inf if t is None else t + (value(b["plus"]) if "plus" in b else 0.0)
-
-
-def select(ev: Evidence, sel: dict) -> list[dict]:
-    """The events matching `sel`, in time order."""
-    m = matcher(ev, sel)
-    return [e for e in ev.events if m(e)]
-
-
-def first(ev: Evidence, sel: dict) -> float | None:
-    """Model µs of the first matching event."""
-    hit = select(ev, sel)
-    return hit[0]["t"] if hit else None
-
-
-def order(ev: Evidence, groups: list) -> tuple[bool, list]:
-    """Whether each group's first times all precede the next group's; the times."""
-    times = [[first(ev, s) for s in (g if isinstance(g, list) else [g])] for g in groups]
-    ok = all(t is not None for g in times for t in g) and all(
-        max(a) < min(b) for a, b in zip(times, times[1:]))
-    return ok, [t[0] if len(t) == 1 else t for t in times]
+from emu.lab.curve import curve_bins
+from emu.lab.evidence import Evidence, first, order, select, wanted
+from emu.lab.expect import parse_expect, value
 
 
 def _window(spec: dict, ev: Evidence) -> tuple[float, float]:
@@ -315,14 +118,14 @@ def percentile(ev: Evidence, spec: dict) -> float | None:
 def counter(ev: Evidence, spec: dict) -> float:
     """A last-counter value summed over the matching nodes and ports."""
     name = spec.get("name")
-    node_ok = _any(spec.get("node", "*"))
+    node_ok = wanted(spec.get("node", "*"))
     port = spec.get("port", "*")
     if isinstance(port, str) and "->" in port:
         if port not in ev.links:
             raise ValueError(f"counter.port: no link {port!r}")
-        node_ok = _any(ev.links[port][0])
+        node_ok = wanted(ev.links[port][0])
         port = ev.links[port][1]
-    port_ok = _any(port)
+    port_ok = wanted(port)
     total = 0.0
     for node, c in ev.counters.items():
         if not node_ok(node):
@@ -364,60 +167,6 @@ def frames(ev: Evidence, spec: dict) -> Any:
     i = spec.get("index", 0)
     return rows[i] if -len(rows) <= i < len(rows) else None
 
-
-def binom_interval(n: int, p: float, alpha: float) -> tuple[int, int]:
-    """The exact central interval [lo, hi] holding a Binomial(n, p) count with
-    probability >= 1 - alpha."""
-    if p <= 0:
-        return 0, 0
-    if p >= 1:
-        return n, n
-    lp, lq = math.log(p), math.log1p(-p)
-    lg = math.lgamma(n + 1)
-    cdf, lo, hi = 0.0, None, n
-    for k in range(n + 1):
-        cdf += math.exp(lg - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lp + (n - k) * lq)
-        if lo is None and cdf > alpha / 2:
-            lo = k
-        if cdf >= 1 - alpha / 2:
-            hi = k
-            break
-    return lo or 0, hi
-
-
-def curve_bins(ev: Evidence, spec: dict) -> list[dict]:
-    """Per depth bin of a queue: arrivals, counted (marked or dropped), expected p and
-    the interval; `ok` None where the bin has too few arrivals to judge."""
-    port = spec.get("port")
-    if port not in ev.links:
-        raise ValueError(f"curve.port: no link {port!r}")
-    node, ifname = ev.links[port]
-    p = ev.counters.get(node, {}).get("ports", {}).get(ifname)
-    if p is None:
-        raise ValueError(f"curve.port: no counters of {port}")
-    bins = p.get("wred_bins", {}).get(str(spec.get("queue", 3)))
-    if bins is None:
-        raise ValueError(f"curve.queue: queue {spec.get('queue', 3)} of {port} saw no arrivals")
-    of = spec.get("of", "marked")
-    if of not in ("marked", "dropped"):
-        raise ValueError(f"curve.of: marked or dropped, got {of!r}")
-    w = bins["bin_bytes"]
-    wred = Wred(int(value(spec.get("min", "150KB"))), int(value(spec.get("max", "3000KB"))),
-                100 * float(spec.get("pmax", 0.07)), 0, True)  # the book's curve, Ex 11-3
-    min_seen = int(spec.get("min_seen", 20))
-    judged = sum(1 for n in bins["seen"] if n >= min_seen)
-    alpha = 0.01 / max(judged, 1)
-    out = []
-    for b, (n, k) in enumerate(zip(bins["seen"], bins[of])):
-        if n == 0:
-            continue
-        a, z = b * w, (b + 1) * w
-        # the bin's mean probability (arrivals taken as spread evenly over the bin)
-        pe = sum(wred.probability(a + (i + 0.5) * w / 16) for i in range(16)) / 16
-        ci = binom_interval(n, pe, alpha)
-        out.append({"bin": b, "from": a, "to": z, "seen": n, of: k, "p": pe, "interval": ci,
-                    "ok": (ci[0] <= k <= ci[1]) if n >= min_seen else None})
-    return out
 
 
 def result_value(result: dict, path: str) -> Any:

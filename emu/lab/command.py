@@ -20,9 +20,10 @@ from rich.markup import escape
 from rich.table import Table
 
 import topologies
-from emu.lab import checks as C
 from emu.lab import page, runner
 from emu.lab import schema as S
+from emu.lab.curve import curve_bins
+from emu.lab.variant import Variant
 from emu.run.terminal import Terminal
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD, EXIT_FIDELITY_LOST = 0, 1, 2, 3
@@ -84,14 +85,14 @@ def verdict_table(doc: dict) -> Table:
     return t
 
 
-def curves(lab: S.Lab, v: S.Variant, ev) -> list:
+def curves(lab: S.Lab, v: Variant, ev) -> list:
     """The measured WRED curves of the variant's curve checks, as plots."""
     out = []
     for c in lab.checks:
         if c["kind"] != "curve" or not runner.applies(c, v.name):
             continue
         try:
-            bins = C.curve_bins(ev, c["curve"])
+            bins = curve_bins(ev, c["curve"])
         except ValueError:
             continue  # the check itself reports why
         out.append(page.curve_png(bins, c["curve"].get("of", "marked"),

@@ -23,7 +23,9 @@ from emu.observe import guard
 from collectives.jobresult import run_torch_workload
 from emu.faults.inject import FaultRunner
 from emu.lab import checks as C
-from emu.lab.schema import Lab, Variant
+from emu.lab.evidence import Evidence
+from emu.lab.schema import Lab
+from emu.lab.variant import Variant
 from emu.observe.metrics import read_rows
 from emu.run import build, collect
 from emu.run.autotdf import machine_cores
@@ -199,7 +201,7 @@ def load_run(run_dir: Path) -> dict:
         raise ValueError(f"{run_dir}: not a lab run directory ({exc.filename} missing)") from None
 
 
-def evidence(v: Variant, run: dict) -> C.Evidence:
+def evidence(v: Variant, run: dict) -> Evidence:
     """The variant's evidence on the lab's axis (model µs after the flows' t0)."""
     rd: Path = run["run_dir"]
     t0 = run["result"]["t0_model_us"]
@@ -211,7 +213,7 @@ def evidence(v: Variant, run: dict) -> C.Evidence:
     for r in rows:
         r["t_us"] = r["t_model_s"] * 1e6 + shift
     names, bps = links_of(v.fabric)
-    return C.Evidence(evs, rows, run["counters"], run["result"]["flows"], names, bps,
+    return Evidence(evs, rows, run["counters"], run["result"]["flows"], names, bps,
                       tshark_rows(rd / "pcaps", names),
                       {**run["result"].get("workload", {}),
                        **({"mac_tables": run["result"]["mac_tables"]}
@@ -227,7 +229,7 @@ def applies(check: dict, variant: str) -> bool:
     return "all" in which or variant in which
 
 
-def judge_variant(lab: Lab, v: Variant, ev: C.Evidence, many: bool) -> list[dict]:
+def judge_variant(lab: Lab, v: Variant, ev: Evidence, many: bool) -> list[dict]:
     """Every per-variant check of `lab` that applies to `v`."""
     out = []
     for c in lab.checks:
@@ -265,7 +267,7 @@ def judge_ratios(lab: Lab, results: list[dict]) -> list[dict]:
     return out
 
 
-def timeline(ev: C.Evidence, limit: int = 400) -> list[dict]:
+def timeline(ev: Evidence, limit: int = 400) -> list[dict]:
     """The events worth a timeline row (firsts and state changes, not every frame)."""
     keep = {"wred_min", "wred_max", "ce_first", "xoff", "xon", "pause_start", "pause_end",
             "wd_storm", "wd_restore", "pfc_oper", "link", "flow_start", "flow_done", "job_start",

@@ -5,6 +5,9 @@ import math
 import pytest
 
 from emu.lab import checks as C
+from emu.lab import curve as CV
+from emu.lab import evidence as E
+from emu.lab import expect as X
 from emucore.qos.wred import Wred
 
 EVENTS = [
@@ -39,7 +42,7 @@ COUNTERS = {"rail3": {"ports": {"eth1": {"drops": {"wred": 2}, "tx_packets": 9,
             "spine1": {"ports": {"eth1": {"drops": {"tail": 1}, "tx_packets": 0, "queues": {},
                                           "pfc": {"pause_tx": [0, 0, 0, 2, 0, 0, 0, 1]}}}},
             "h1g1": {"tx_frames": 100, "pfc_rx": 3}}
-EV = C.Evidence(EVENTS, METRICS, COUNTERS, FLOWS, LINKS, {k: 4e11 for k in LINKS})
+EV = E.Evidence(EVENTS, METRICS, COUNTERS, FLOWS, LINKS, {k: 4e11 for k in LINKS})
 
 
 def check(kind, spec, **kw):
@@ -96,20 +99,20 @@ def test_order_holds_group_by_group_and_reports_the_times():
     ("none", None, 0), ({"eth.type": "0x8808"}, {"eth.type": "0x8808", "x": 1}, {"eth.type": "0x0800"}),
 ])
 def test_expectations(exp, good, badv):
-    pred, _ = C.parse_expect(exp)
+    pred, _ = X.parse_expect(exp)
     assert pred(good) and not pred(badv)
 
 
 @pytest.mark.parametrize("text,v", [("150KB", 150_000), ("3MB", 3_000_000), ("100Gbps", 1e11),
                                     ("10us", 10.0), ("1ms", 1000.0), ("83.9", 83.9)])
 def test_values_with_units(text, v):
-    assert C.value(text) == pytest.approx(v)
+    assert X.value(text) == pytest.approx(v)
 
 
 def test_bad_expectations_and_selectors_are_errors():
     for e in (">> 3", "soon", None, {1}):
         with pytest.raises(ValueError):
-            C.parse_expect(e)
+            X.parse_expect(e)
     with pytest.raises(ValueError, match="no link 'rail9->x'"):
         check("first", {"ev": "xoff", "port": "rail9->x"})
     with pytest.raises(ValueError, match="no flow 'zz'"):
@@ -126,10 +129,10 @@ def test_ratio_over_measured_values_of_variants():
 
 
 def test_binomial_interval_is_exact_and_central():
-    lo, hi = C.binom_interval(100, 0.5, 0.01)
+    lo, hi = CV.binom_interval(100, 0.5, 0.01)
     assert (lo, hi) == (37, 63)  # scipy.stats.binom.interval(0.99, 100, 0.5)
-    assert C.binom_interval(50, 0.0, 0.01) == (0, 0)
-    assert C.binom_interval(50, 1.0, 0.01) == (50, 50)
+    assert CV.binom_interval(50, 0.0, 0.01) == (0, 0)
+    assert CV.binom_interval(50, 1.0, 0.01) == (50, 50)
 
 
 def test_the_wred_curve_of_example_11_3():
@@ -143,7 +146,7 @@ def _curve_ev(marked):
     seen = [400] * 40
     bins = {"bin_bytes": 150_000, "seen": seen, "marked": marked, "dropped": [0] * 40}
     counters = {"rail1": {"ports": {"eth4": {"wred_bins": {"3": bins}}}}}
-    return C.Evidence([], [], counters, {}, {"rail1->h4": ("rail1", "eth4")}, {})
+    return E.Evidence([], [], counters, {}, {"rail1->h4": ("rail1", "eth4")}, {})
 
 
 def test_curve_counts_the_bins_outside_the_binomial_interval():
@@ -154,7 +157,7 @@ def test_curve_counts_the_bins_outside_the_binomial_interval():
     bad = list(good)
     bad[10], bad[0], bad[25] = 100, 5, 300  # 25 % at 1.5 MB; marks below min; 75 % above max
     assert C.measure(_curve_ev(bad), c) == (3, None)
-    rows = C.curve_bins(_curve_ev(bad), c["curve"])
+    rows = CV.curve_bins(_curve_ev(bad), c["curve"])
     assert rows[10]["p"] == pytest.approx(0.07 * 9.5 / 19) and rows[10]["ok"] is False
     with pytest.raises(ValueError, match="curve.queue: queue 0"):
         C.measure(_curve_ev(good), {**c, "curve": {"port": "rail1->h4", "queue": 0}})
@@ -163,7 +166,7 @@ def test_curve_counts_the_bins_outside_the_binomial_interval():
 
 
 def test_result_paths_and_list_expectations():
-    ev = C.Evidence([], result={"utilization": [25, 50], "trace": {"RS1": "ABCD"},
+    ev = E.Evidence([], result={"utilization": [25, 50], "trace": {"RS1": "ABCD"},
                                 "tx": {"h1g2": 6144}, "exp": 6144.0,
                                 "slots": [{"rank": 0, "host": "h1"}]})
     c = {"name": "x", "kind": "result", "result": {"path": "utilization"}, "expect": [25, 50]}
@@ -177,20 +180,20 @@ def test_result_paths_and_list_expectations():
     with pytest.raises(ValueError, match="nothing at 'trace.RS9'"):
         C.measure(ev, {**c, "result": {"path": "trace.RS9"}})
     with pytest.raises(ValueError, match="ran no workload"):
-        C.measure(C.Evidence([]), c)
+        C.measure(E.Evidence([]), c)
 
 
 def test_text_expectation():
-    pred, text = C.parse_expect("is BCDA")
+    pred, text = X.parse_expect("is BCDA")
     assert text == "is BCDA" and pred("BCDA") and not pred("bcda") and not pred("BCD")
 
 
 def test_mappings_match_by_the_keys_named_and_lists_of_mappings_element_by_element():
-    pred, _ = C.parse_expect({0: "127.0.0.1", "4": "192.168.10.101"})
+    pred, _ = X.parse_expect({0: "127.0.0.1", "4": "192.168.10.101"})
     assert pred({"0": "127.0.0.1", "1": "x", "4": "192.168.10.101"})
     assert pred({0: "127.0.0.1", 4: "192.168.10.101"})
     assert not pred({"0": "192.168.10.101", "4": "192.168.10.101"})
-    table, _ = C.parse_expect([{"rank": 0, "host": "h1"}, {"rank": 4, "host": "h2"}])
+    table, _ = X.parse_expect([{"rank": 0, "host": "h1"}, {"rank": 4, "host": "h2"}])
     assert table([{"rank": 0, "host": "h1", "gpu": "h1g1"}, {"rank": 4, "host": "h2"}])
     assert not table([{"rank": 0, "host": "h1"}, {"rank": 4, "host": "h1"}])
     assert not table([{"rank": 0, "host": "h1"}])
@@ -200,7 +203,7 @@ def test_percentile_of_an_event_field_nearest_rank():
     evs = [{"t": float(i), "node": "rail1", "ev": "cnp_fwd", "port": "eth2", "queue": 7,
             "sojourn": s} for i, s in enumerate([0.4, 0.1, 30.0, 0.2, 0.3])]
     evs.append({"t": 9.0, "node": "rail1", "ev": "cnp_fwd", "port": "eth3", "sojourn": 99.0})
-    ev = C.Evidence(evs, links={"rail1->h2": ("rail1", "eth2")})
+    ev = E.Evidence(evs, links={"rail1->h2": ("rail1", "eth2")})
     sel = {"ev": "cnp_fwd", "port": "rail1->h2", "field": "sojourn"}
     assert C.percentile(ev, {**sel, "p": 50}) == 0.3
     assert C.percentile(ev, {**sel, "p": 80}) == 0.4
@@ -223,16 +226,16 @@ def test_pct_check_shape_is_validated():
 def test_after_and_before_another_event():
     evs = [{"t": t, "node": "rail1", "ev": e, "port": "eth3"} for t, e in
            [(1.0, "wred_min"), (5.0, "xoff"), (7.0, "wred_min"), (9.0, "xon"), (2009.5, "xoff")]]
-    ev = C.Evidence(evs)
+    ev = E.Evidence(evs)
     t5 = {"ev": "xoff"}
-    assert C.first(ev, {"ev": "wred_min", "after": {"first": t5}}) == 7.0
-    assert C.first(ev, {"ev": "wred_min", "before": {"first": t5}}) == 1.0
+    assert E.first(ev, {"ev": "wred_min", "after": {"first": t5}}) == 7.0
+    assert E.first(ev, {"ev": "wred_min", "before": {"first": t5}}) == 1.0
     late = {"ev": "xoff", "after": {"first": {"ev": "xon"}, "plus": "2ms"}}
-    assert C.first(ev, late) == 2009.5
-    assert len(C.select(ev, {**late, "after": {"first": {"ev": "xon"}, "plus": "2001us"}})) == 0
-    assert C.select(ev, {"ev": "xoff", "after": {"first": {"ev": "none"}}}) == []
+    assert E.first(ev, late) == 2009.5
+    assert len(E.select(ev, {**late, "after": {"first": {"ev": "xon"}, "plus": "2001us"}})) == 0
+    assert E.select(ev, {"ev": "xoff", "after": {"first": {"ev": "none"}}}) == []
     with pytest.raises(ValueError, match="after: a time or"):
-        C.select(ev, {"ev": "xoff", "after": {"first": t5, "minus": 1}})
+        E.select(ev, {"ev": "xoff", "after": {"first": t5, "minus": 1}})
 
 
 def test_an_order_with_expect_any_is_shown_not_judged():
