@@ -21,6 +21,7 @@ from typing import Callable
 
 from emucore.wire.ib import (IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, RETH_OPS, AckKind,
                             Op, RocePkt, decode_syndrome, psn_add, psn_diff, psn_lt)
+from traffic.counters import SenderCounters
 from traffic.rc.rcconfig import RcConfig
 from traffic.rc.segment import packet_count, segment_at
 from traffic.verbs import MR, QP, Access, QPState
@@ -32,17 +33,10 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class RequesterCounters:
+class RequesterCounters(SenderCounters):
     """Requester statistics."""
 
-    packets: int = 0
-    bytes: int = 0
-    retransmitted: int = 0
-    timeouts: int = 0
-    acks: int = 0
-    naks: int = 0
     rnr_naks: int = 0
-    completions: int = 0
 
 
 @dataclass(slots=True, eq=False)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from emucore.wire.ib import (END_OPS, IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, RETH_OPS,
                             SEND_OPS, WRITE_OPS, Op, RocePkt, encode_ack, pkey_match, psn_add,
                             psn_diff, psn_lt)
+from traffic.counters import ReceiverCounters
 from traffic.rc.rcconfig import RcConfig
 from traffic.verbs import MR, QP, Access, QPState
 from traffic.workreq import WC, RecvWR, WCOpcode, WCStatus
@@ -38,14 +39,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class ResponderCounters:
+class ResponderCounters(ReceiverCounters):
     """Responder statistics (drops are silent, as IBA requires for P_Key/QPN mismatches)."""
 
-    packets: int = 0
-    bytes_placed: int = 0
-    duplicates: int = 0
-    out_of_order: int = 0
-    acks: int = 0
     nak_seq: int = 0
     nak_access: int = 0
     nak_inv_req: int = 0

@@ -42,6 +42,7 @@ from typing import Callable
 from emucore.wire.uet import (F_AR, F_RETX, S_EOM, S_HD, S_SOM, NackCode, NextHdr, RetCode,
                              SesOpcode)
 from emucore.wire.uet_codec import SesReq
+from traffic.counters import SenderCounters
 from traffic.uet.uetconfig import UetConfig
 from traffic.uet.ev import Entropy
 from traffic.uet.nscc import Nscc
@@ -96,16 +97,10 @@ class _Pkt:
 
 
 @dataclass
-class InitiatorCounters:
-    """Requester-side statistics (names as traffic.rc.requester's where they match)."""
+class InitiatorCounters(SenderCounters):
+    """Requester-side statistics: the shared ones and UET's own (NACK codes, SACKs, ECN
+    echoes)."""
 
-    packets: int = 0
-    bytes: int = 0
-    retransmitted: int = 0
-    timeouts: int = 0
-    acks: int = 0
-    naks: int = 0
-    completions: int = 0
     nack_trimmed: int = 0
     nack_trimmed_lasthop: int = 0
     nack_no_resource: int = 0

@@ -43,6 +43,7 @@ from emucore.wire.dscp import ECN_CE
 from emucore.wire.uet import (F_AR, F_SYN, S_EOM, S_HD, S_SOM, NackCode, RetCode, RspOpcode,
                              SesOpcode)
 from emucore.wire.uet_codec import UetFields
+from traffic.counters import ReceiverCounters
 from traffic.uet.uetconfig import UetConfig
 from traffic.uet.initiator import psn_add, psn_diff
 from traffic.verbs import MR, QP, Access, QPState
@@ -77,14 +78,10 @@ class TxNack:
 
 
 @dataclass
-class TargetCounters:
-    """Responder-side statistics (names as traffic.rc.responder's where they match)."""
+class TargetCounters(ReceiverCounters):
+    """Responder-side statistics: the shared ones and UET's own (names as
+    traffic.rc.responder's where they match)."""
 
-    packets: int = 0
-    bytes_placed: int = 0
-    duplicates: int = 0
-    out_of_order: int = 0
-    acks: int = 0
     nacks: int = 0
     trimmed: int = 0
     trimmed_lasthop: int = 0
