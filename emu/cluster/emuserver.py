@@ -22,8 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from emu.realise import nsutil
 from emu.cluster import remote
+from emu.realise import netlink, nsutil
 from emu.cluster.servers import Server
 
 __all__ = ["SSHD", "ADDRESS", "LOCAL_ADDRESS", "emulated_server", "missing"]
@@ -67,8 +67,6 @@ def own_mounts(argv: list[str]) -> list[str]:
 def emulated_server(workdir: Path, mtu: int = 1500, name: str = "b") -> Iterator[Server]:
     """Yields the Server to put in a servers file; tears it all down on exit (its sshd
     ended by pid, its namespace and state removed). RuntimeError when it cannot."""
-    from pyroute2 import IPRoute
-
     why = missing()
     if why:
         raise RuntimeError(f"emulated server: {why}")
@@ -96,17 +94,7 @@ def emulated_server(workdir: Path, mtu: int = 1500, name: str = "b") -> Iterator
     sshd = None
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True)
-        with IPRoute() as ipr:
-            ipr.link("add", ifname=f"e{tag}sv", kind="veth", peer={"ifname": "u0",
-                                                                    "net_ns_fd": ns})
-            i = ipr.link_lookup(ifname=f"e{tag}sv")[0]
-            ipr.addr("add", index=i, address=LOCAL_ADDRESS, prefixlen=30)
-            ipr.link("set", index=i, state="up", mtu=mtu)
-        with nsutil.in_netns(ns), IPRoute() as ipr:
-            i = ipr.link_lookup(ifname="u0")[0]
-            ipr.addr("add", index=i, address=ADDRESS, prefixlen=30)
-            ipr.link("set", index=i, state="up", mtu=mtu)
-            ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+        netlink.server_veth(f"e{tag}sv", ns, "u0", LOCAL_ADDRESS, ADDRESS, 30, mtu)
         log = open(workdir / "sshd.log", "ab")
         sshd = subprocess.Popen(own_mounts(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f",
                                             str(cfg)]),
@@ -125,7 +113,6 @@ def emulated_server(workdir: Path, mtu: int = 1500, name: str = "b") -> Iterator
         if sshd is not None and sshd.poll() is None:
             sshd.terminate()  # the one we started, by its pid
             sshd.wait(10)
-        with IPRoute() as ipr:  # the veth now (a namespace's end goes asynchronously)
-            for i in ipr.link_lookup(ifname=f"e{tag}sv"):
-                ipr.link("del", index=i)
+        # the veth now (a namespace's end goes asynchronously)
+        netlink.delete_links(f"e{tag}sv")
         nsutil.clean(tag, include_live=True)  # its namespace, processes, state

@@ -41,9 +41,8 @@ from emu.cluster import plan as clusterplan, placer as placement, remote
 from emu.cluster.partclient import RemotePart
 from emu.cluster.proxies import RemoteNode, RemoteOps, RemoteShm
 from emu.cluster.servers import Server, Servers
-from emu.realise import nsutil
+from emu.realise import netlink, nsutil
 from emu.realise.net import FabricNet
-from emu.realise.tunnel import underlay_to
 
 
 def keep_files(run_dir: Path, files: dict[str, str], mono_ahead_s: float, tdf: float) -> None:
@@ -108,9 +107,7 @@ class ClusterNet(FabricNet):
         others = [s for s in self.servers.servers if not s.local]
         address = {s.name: socket.gethostbyname(s.address) for s in others}
         if others:
-            from pyroute2 import IPRoute
-            with IPRoute() as ipr:
-                address[self.here.name] = underlay_to(ipr, address[others[0].name])[1]
+            address[self.here.name] = netlink.source_address_to(address[others[0].name])
         self.latency = self.measure(address)
         self.plan = clusterplan.plan(self.fabric, self.placement, self.servers.names(),
                                      address, self.latency, self.tag, frontend=self.here.name)

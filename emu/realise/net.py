@@ -22,7 +22,6 @@ from emu.realise.nics import NicProcesses, start_host_lldp
 from emu.realise.nodeops import NodeOps
 from emu.realise.nodes import AgentSwitch, build_mininet, mininet_classes
 from emu.realise.procs import stop_procs, wait_ready
-from emu.realise.tunnel import open_end
 from emucore.qos.classify import Classifier
 from emucore.timedil import TimeDilation
 from emucore.wire.dscp import DSCP_ROCEV2
@@ -133,13 +132,10 @@ class FabricNet:
 
     def open_tunnels(self) -> None:
         """The ends of this part's crossing links: VXLAN devices from this namespace into
-        the node namespaces (emu.realise.tunnel.open_end), before the kernels are configured."""
-        from pyroute2 import IPRoute
-
-        with IPRoute() as ipr:
-            for i, end in enumerate(self.part.tunnels):
-                open_end(ipr, end, nsutil.ns_name(self.tag, end.node), f"emu{self.tag}v{i}",
-                         FRONTEND_MTU if end.frontend else self.fabric.mtu)
+        the node namespaces (emu.realise.netlink.open_end), before the kernels are configured."""
+        netlink.open_ends([(end, nsutil.ns_name(self.tag, end.node), f"emu{self.tag}v{i}",
+                            FRONTEND_MTU if end.frontend else self.fabric.mtu)
+                           for i, end in enumerate(self.part.tunnels)])
 
     def stop(self) -> None:
         """Tear everything down: agents, shells, namespaces, state. Idempotent."""

@@ -16,7 +16,7 @@ import socket
 import threading
 
 from emu.realise import netlink, nsutil
-from emu.realise.netplan import MAIN_TABLE, RouteEntry, plan_node
+from emu.realise.netplan import RouteEntry, plan_node
 from topologies.model import Fabric
 
 #: the calls a part accepts from its controller (emu.cluster.part)
@@ -37,45 +37,21 @@ class NodeOps:
 
     def set_link(self, node: str, ifname: str, up: bool) -> None:
         """The port administratively up or down (down: its carrier goes at both ends)."""
-        from pyroute2 import IPRoute
-
-        with nsutil.in_netns(self.ns(node)), IPRoute() as ipr:
-            idx = ipr.link_lookup(ifname=ifname)[0]
-            ipr.link("set", index=idx, state="up" if up else "down")
+        netlink.set_link_state(self.ns(node), ifname, up)
 
     def restore_port(self, node: str, ifname: str) -> None:
         """After a port came back up: the routes (hosts) and permanent neighbours over it
         that the kernel flushed when it went down."""
-        from pyroute2 import IPRoute
-
         plan = plan_node(self.fabric, node)
-        with nsutil.in_netns(self.ns(node)), IPRoute() as ipr:
-            idx = ipr.link_lookup(ifname=ifname)[0]
-            if self.fabric.nodes[node].kind != "switch":
-                for r in plan.routes:
-                    if any(h.dev == ifname for h in r.nexthops):
-                        ipr.route("replace", **netlink.route_request(
-                            r, lambda dev: ipr.link_lookup(ifname=dev)[0]))
-            for nb in plan.neighbours:
-                if nb.dev == ifname:
-                    ipr.neigh("replace", dst=nb.ip, lladdr=nb.mac, ifindex=idx,
-                              state=netlink.NUD_PERMANENT)
+        routes = [] if self.fabric.nodes[node].kind == "switch" else [
+            r for r in plan.routes if any(h.dev == ifname for h in r.nexthops)]
+        netlink.restore_port(self.ns(node), ifname, routes,
+                             [nb for nb in plan.neighbours if nb.dev == ifname])
 
     def set_routes(self, switch: str, routes: list[RouteEntry], withdraw: list[str]) -> None:
         """A switch's routes replaced by `routes`; the prefixes of `withdraw` deleted
         (those already flushed with their port are skipped)."""
-        from pyroute2 import IPRoute
-        from pyroute2.netlink.exceptions import NetlinkError
-
-        with nsutil.in_netns(self.ns(switch)), IPRoute() as ipr:
-            for r in routes:
-                ipr.route("replace", **netlink.route_request(
-                    r, lambda dev: ipr.link_lookup(ifname=dev)[0]))
-            for dst in withdraw:
-                try:
-                    ipr.route("del", dst=dst, table=MAIN_TABLE)
-                except NetlinkError:
-                    pass  # already flushed with its port
+        netlink.replace_routes(self.ns(switch), routes, withdraw)
 
     def send_frame(self, gpu: str, frame: bytes) -> None:
         """One frame out of the GPU NIC's port, as that NIC would send it (a send-only

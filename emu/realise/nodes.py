@@ -9,14 +9,15 @@ switches are ours:
 * `FrontendSwitch` is a namespace with a plain Linux bridge (the frontend network is
   not the object of study, docs/ARCHITECTURE.md).
 * `NetlinkLink` creates each veth pair directly inside the two namespaces with
-  pyroute2, so no interface ever appears in the root namespace.
+  netlink (emu.realise.netlink), so no interface ever appears in the root namespace.
 * Every namespace is named ``emu-<tag>-<node>`` (emu.realise.nsutil) and every process started
   for a node carries EMU_RUN=<tag> (emucore.runmark), so `emu clean` removes exactly
   what a run made, also after a `kill -9` of `emu run` mid-build.
 
 The kinds are mixins; `mininet_classes(tag, ...)` joins them with Mininet's `Host`,
-`Switch` and `Link` for one run. Mininet and pyroute2 are imported there, when a
-fabric is built, so `python -m emu --help` does not pay for them.
+`Switch` and `Link` for one run. Mininet is imported there (pyroute2 by
+emu.realise.netlink), when a fabric is built, so `python -m emu --help` does not pay
+for them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from emu.realise import nsutil
+from emu.realise import netlink, nsutil
 from emu.realise.procs import run_module
 from emucore.runmark import marked_env
 from switch_agent.agentconfig import AgentConfig
@@ -98,16 +99,7 @@ class FrontendSwitch(EmuNode):
     def start(self, controllers):
         """Bridge all ports: the namespace's every interface but lo (also the tunnel
         ends of hosts on other servers, which Mininet does not know, emu.cluster.net)."""
-        from pyroute2 import IPRoute
-
-        with nsutil.in_netns(self.netns), IPRoute() as ipr:
-            ports = [(l["index"], l.get_attr("IFLA_IFNAME")) for l in ipr.get_links()]
-            ipr.link("add", ifname="br0", kind="bridge")
-            br = ipr.link_lookup(ifname="br0")[0]
-            for idx, name in ports:
-                if name != "lo":
-                    ipr.link("set", index=idx, master=br, state="up")
-            ipr.link("set", index=br, state="up")
+        netlink.bridge_all(self.netns, "br0")
 
     def stop(self, deleteIntfs=True):  # noqa: N803 (Mininet API)
         """Nothing to stop: the bridge goes with the namespace."""
@@ -115,14 +107,12 @@ class FrontendSwitch(EmuNode):
 
 
 class NetlinkLink:
-    """A veth pair created directly inside both namespaces (pyroute2, IFLA_NET_NS_PID)."""
+    """A veth pair created directly inside both namespaces (netlink, IFLA_NET_NS_PID)."""
 
     @classmethod
     def makeIntfPair(cls, intfname1, intfname2, addr1=None, addr2=None,  # noqa: N802
                      node1=None, node2=None, deleteIntfs=True):
         """Create the pair; MACs set at creation."""
-        from pyroute2 import IPRoute
-
         assert node1 is not None and node2 is not None
         peer = {"ifname": intfname2, "net_ns_pid": node2.pid}
         if addr2:
@@ -130,8 +120,7 @@ class NetlinkLink:
         kwargs = {"ifname": intfname1, "kind": "veth", "peer": peer, "net_ns_pid": node1.pid}
         if addr1:
             kwargs["address"] = addr1
-        with IPRoute() as ipr:
-            ipr.link("add", **kwargs)
+        netlink.add_veth(**kwargs)
 
 
 def mininet_classes(tag: str, switch_kind: str = "agent") -> dict[str, type]:

@@ -10,7 +10,8 @@ device: its UDP socket stays in the namespace it was created in (the server's, o
 underlay), the device itself - a plain Ethernet interface, no bridge, no learning -
 moves into the node. Every frame the node sends leaves encapsulated to the one remote
 VTEP and arrives unchanged: RoCEv2, PFC, LLDP/DCBX (netns test: byte for byte, and
-tshark decodes PFC and LLDP on the far end).
+tshark decodes PFC and LLDP on the far end). The devices are made by emu.realise.netlink
+(`vxlan_link`, `open_end`); this module holds the rules they follow.
 
 Sizes: VXLAN adds 50 bytes (outer IPv4 20, UDP 8, VXLAN 8, the inner Ethernet header
 14), so the underlay between servers needs an MTU of at least the fabric's 9216 + 50.
@@ -25,11 +26,10 @@ from __future__ import annotations
 
 import math
 
-from emu.realise import nsutil
 from topologies.model import Link
 
 __all__ = ["VXLAN_OVERHEAD", "VXLAN_PORT", "compensated_delay", "min_tdf", "check_mtu",
-           "vxlan_link", "link_name", "underlay_to", "open_end"]
+           "link_name"]
 
 VXLAN_OVERHEAD = 50
 VXLAN_PORT = 4789  #: IANA VXLAN
@@ -72,53 +72,3 @@ def check_mtu(underlay_mtu: int, fabric_mtu: int) -> None:
     if underlay_mtu < need:
         raise ValueError(f"underlay_mtu: {underlay_mtu} is too small for {fabric_mtu}-byte "
                          f"frames in VXLAN (needs {need})")
-
-
-def vxlan_link(ipr, ifname: str, vni: int, local: str, remote: str, underlay: str, mtu: int,
-               mac: str | None = None, port: int = VXLAN_PORT) -> int:
-    """Create VXLAN device `ifname` (VNI `vni`, one remote VTEP, no learning) on
-    `underlay` in the namespace of the pyroute2 IPRoute `ipr`; returns its index. The
-    caller moves it into the node's namespace (`ipr.link("set", index=i, net_ns_fd=...)`)."""
-    if not 1 <= vni < 1 << 24:
-        raise ValueError(f"vni: 1..2^24-1, got {vni!r}")
-    dev = ipr.link_lookup(ifname=underlay)
-    if not dev:
-        raise ValueError(f"underlay: no interface {underlay!r}")
-    ipr.link("add", ifname=ifname, kind="vxlan", vxlan_id=vni, vxlan_local=local,
-             vxlan_group=remote, vxlan_link=dev[0], vxlan_port=port, vxlan_learning=0)
-    idx = ipr.link_lookup(ifname=ifname)[0]
-    ipr.link("set", index=idx, mtu=mtu, **({"address": mac} if mac else {}))
-    return idx
-
-
-def underlay_to(ipr, remote: str) -> tuple[str, str]:
-    """(interface, source address) this namespace reaches `remote` by (its route), as
-    a VXLAN end needs; ValueError when there is no route."""
-    try:
-        route = ipr.route("get", dst=remote)[0]
-    except Exception as exc:  # pyroute2's NetlinkError: no route
-        raise ValueError(f"no route to the server at {remote}: {exc}") from None
-    oif, src = route.get_attr("RTA_OIF"), route.get_attr("RTA_PREFSRC")
-    if oif is None or src is None:
-        raise ValueError(f"no route with a source address to the server at {remote}")
-    return ipr.get_links(oif)[0].get_attr("IFLA_IFNAME"), src
-
-
-def open_end(ipr, end, netns: str, tmpname: str, mtu: int) -> None:
-    """Make one end of a crossing link (an emu.cluster.plan.TunnelEnd): a VXLAN device on
-    the underlay towards `end.remote`, created under `tmpname` in this (the server's)
-    namespace, moved into the node's namespace `netns` (a name under /var/run/netns)
-    and renamed there to the port's name, with the port's MAC. The underlay's MTU must
-    carry `mtu`-byte frames encapsulated (ValueError naming the interface)."""
-    from pyroute2 import IPRoute
-
-    dev, src = underlay_to(ipr, end.remote)
-    have = ipr.get_links(ipr.link_lookup(ifname=dev)[0])[0].get_attr("IFLA_MTU")
-    try:
-        check_mtu(have, mtu)
-    except ValueError as exc:
-        raise ValueError(f"{dev} (towards {end.remote}): {exc}") from None
-    idx = vxlan_link(ipr, tmpname, end.vni, src, end.remote, dev, mtu, end.mac)
-    ipr.link("set", index=idx, net_ns_fd=netns)
-    with nsutil.in_netns(netns), IPRoute() as nipr:
-        nipr.link("set", index=nipr.link_lookup(ifname=tmpname)[0], ifname=end.ifname)

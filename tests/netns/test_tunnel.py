@@ -15,7 +15,8 @@ from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
 from emu.realise import nsutil
-from emu.realise.tunnel import VXLAN_OVERHEAD, vxlan_link
+from emu.realise.netlink import vxlan_link
+from emu.realise.tunnel import VXLAN_OVERHEAD
 from emucore.qos.qosconfig import QosConfig
 from emucore.wire.ether import mac_bytes
 from emucore.qos.dcbx import build_lldp_frame
