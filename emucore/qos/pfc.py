@@ -170,8 +170,8 @@ class IngressPfc:
 class EgressPause:
     """Pause state of one egress port, driven by the PFC frames received on it."""
 
-    __slots__ = ("model_bps", "td", "until", "since", "last_rx", "mask", "next_expiry",
-                 "pauses_rx", "resumes_rx", "paused_s", "expired")
+    __slots__ = ("model_bps", "td", "until", "since", "last_rx", "resumed_at", "mask",
+                 "next_expiry", "pauses_rx", "resumes_rx", "paused_s", "expired")
 
     def __init__(self, model_bps: float, td: TimeDilation) -> None:
         self.model_bps = model_bps
@@ -179,6 +179,7 @@ class EgressPause:
         self.until = [0.0] * 8  # lab time a priority's pause ends
         self.since = [-1.0] * 8  # start of its current continuous pause, -1 if running
         self.last_rx = [-math.inf] * 8  # last non-zero pause received
+        self.resumed_at = [0.0] * 8  # when its last pause ended (resume, or its expiry)
         self.mask = 0
         self.next_expiry = math.inf
         self.pauses_rx = [0] * 8
@@ -207,6 +208,7 @@ class EgressPause:
                 if self.since[p] >= 0:
                     self.paused_s[p] += now - self.since[p]
                     self.since[p] = -1.0
+                    self.resumed_at[p] = now
                 self.until[p] = 0.0
         self._recompute()
 
@@ -238,6 +240,7 @@ class EgressPause:
                 if self.expired is not None:
                     self.expired.append((p, self.until[p]))
                 self.paused_s[p] += self.until[p] - self.since[p]
+                self.resumed_at[p] = self.until[p]
                 self.since[p] = -1.0
                 self.until[p] = 0.0
 

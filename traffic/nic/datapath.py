@@ -36,7 +36,6 @@ DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
 
 from __future__ import annotations
 
-import math
 import select
 import socket
 import threading
@@ -88,14 +87,10 @@ class Nic(NicVerbs, UetRx):
         super().__init__(cfg)
         self.rr = 0
         self.pause = EgressPause(cfg.model_bps, self.td)
+        self.pause.expired = []  # pauses that ran out: pause_end at their expiry time
         self.link_lab_bps = self.td.lab_rate(cfg.model_bps)
         self.slack = max(0.001, 2 * 9216 * 8 / self.link_lab_bps)
         self.port_next = 0.0
-        #: per priority: while paused, when its pause ends (lab time), else None
-        self.paused_until: list[float | None] = [None] * 8
-        self.next_end = math.inf  # the earliest of them
-        #: per priority: when its last pause ended (pacer deadlines start there)
-        self.resumed_at = [0.0] * 8
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.waiters = 0
@@ -204,43 +199,33 @@ class Nic(NicVerbs, UetRx):
         """A received PFC frame: pause / resume its priorities (pfc_rx, and pause_start /
         pause_end of the data priority)."""
         self.expire_pauses(now)  # pauses that ran out before this frame
-        self.pause.on_pfc(class_enable, quanta, now)
-        ev, data, until = self.ev, self.cfg.pfc_priority, self.paused_until
+        pause, ev, data = self.pause, self.ev, self.cfg.pfc_priority
+        was = pause.since[data] >= 0  # the data priority was paused
+        pause.on_pfc(class_enable, quanta, now)
         for p in range(8):
-            if not class_enable >> p & 1:
-                continue
-            ev.emit("pfc_rx", now, prio=p, quanta=quanta[p])
-            if quanta[p]:
-                if until[p] is None and p == data:
-                    ev.emit("pause_start", now, prio=p)
-                until[p] = self.pause.until[p]
-            elif until[p] is not None:
-                until[p] = None
-                self.resumed_at[p] = now
-                if p == data:
-                    ev.emit("pause_end", now, prio=p)
-        self.next_end = min((u for u in until if u is not None), default=math.inf)
+            if class_enable >> p & 1:
+                ev.emit("pfc_rx", now, prio=p, quanta=quanta[p])
+                if p == data and was != bool(quanta[p]):
+                    ev.emit("pause_start" if quanta[p] else "pause_end", now, prio=p)
 
     def expire_pauses(self, now: float) -> None:
-        """End the pauses whose time ran out by `now`, at their expiry time."""
-        if now < self.next_end:
-            return
-        until = self.paused_until
-        for p in range(8):
-            u = until[p]
-            if u is not None and u <= now:
-                until[p] = None
-                self.resumed_at[p] = u
+        """End the pauses whose time ran out by `now` (pause_end of the data priority at
+        its expiry time)."""
+        pause = self.pause
+        pause.paused_mask(now)
+        if pause.expired:
+            for p, u in pause.expired:
                 if p == self.cfg.pfc_priority:
                     self.ev.emit("pause_end", u, prio=p)
-        self.next_end = min((u for u in until if u is not None), default=math.inf)
+            pause.expired.clear()
 
     def transmit(self, now: float) -> None:
         """Send data frames while the port and some QP's pacer allow (round robin); a
         QP whose priority is paused waits."""
-        if now >= self.next_end:
+        pause = self.pause
+        if now >= pause.next_expiry:
             self.expire_pauses(now)
-        paused = self.pause.paused_mask(now)
+        paused, resumed_at = pause.mask, pause.resumed_at
         while now >= self.port_next - self.slack and self.order:
             n = len(self.order)
             for i in range(n):
@@ -253,7 +238,7 @@ class Nic(NicVerbs, UetRx):
                     continue
                 frame = q.build(pkt) if q.build is not None else frame_of(q.tmpl, pkt)
                 due = max(q.next_t, self.port_next - self.slack, q.ready_at,
-                          self.resumed_at[q.prio])
+                          resumed_at[q.prio])
                 self.send(frame)
                 self.meter.record(due, self.clock(), "pacer")
                 size = len(frame)
