@@ -120,7 +120,7 @@ class Initiator:
         self.next_psn = self.start_psn
         self.cack = psn_add(self.start_psn, -1)      # highest PSN below which all are acked
         self.nscc = Nscc(link_bps, cfg.mtu, cfg.nscc)
-        self.entropy = Entropy(cfg.ev, rng, cfg.ev_range, cfg.reps_slots)
+        self.entropy = Entropy.of(cfg, rng)
         self.inflight: OrderedDict[int, _Pkt] = OrderedDict()  # psn -> packet, oldest send first
         self.inflight_bytes = 0
         self.retx: deque[int] = deque()
@@ -271,7 +271,7 @@ class Initiator:
         trigger = self.inflight.get(ack_psn)
         rtt = now - trigger.sent_at if trigger is not None and not trigger.retx else None
         if trigger is not None:
-            self.entropy.feedback(trigger.ev, ecn)
+            self.entropy.feedback(trigger.ev, ecn, now)
         newly = 0
         if psn_diff(cack, self.cack) > 0 and psn_diff(cack, self.next_psn) < 0:
             for psn in list(self.inflight):
@@ -290,7 +290,7 @@ class Initiator:
             bits >>= 1
             i += 1
         if newly:
-            self.nscc.on_ack(now, newly, rtt, ecn)
+            self.nscc.on_ack(now, newly, rtt, ecn, self.inflight_bytes)
 
     def on_nack(self, code: int, psn: int, now: float) -> None:
         """A NACK: trimmed -> resend that packet now; ROD out of order -> resend from it."""
@@ -308,7 +308,7 @@ class Initiator:
                 c.nack_trimmed_lasthop += 1
             if p is not None:
                 p.retx += 1
-                self.nscc.on_nack(now, max(p.size, 1))
+                self.nscc.on_nack(now, max(p.size, 1), self.inflight_bytes - p.size)
                 self.retx.append(psn)
                 self._event_retx(psn, now, "trimmed")
             return
@@ -353,6 +353,7 @@ class Initiator:
                 self._fail(p.msg, WCStatus.RETRY_EXC_ERR, now)
                 return
             self.counters.timeouts += 1
+            self.entropy.timeout(now)
             p.retx += 1
             p.sent_at = now  # its timer restarts (sent again, or queued to be)
             self.inflight.move_to_end(psn)

@@ -6,8 +6,9 @@ placed on arrival, ROD = ordered); an ACK every 4 packets, at the end of a messa
 when asked (AR), with the SACK bitmap and the ECN echo (UET_FACTS "RUD"); the RTO and
 retry budget of the RoCE NIC (1.05 ms model, 7 retries) so a dead peer fails alike; the
 entropy value per packet from the UDP source port range 49152-65535 (`ev`), REPS with 8
-remembered EVs; NSCC with its target queueing delay, window cap 1.5 BDP and the scaling
-of UET_FACTS (`nscc.NsccConfig`).
+remembered EVs, frozen for 10 ms after a timeout on a trimming fabric and exploring 16
+random EVs after it (uet-htsim's REPS, `ev.Entropy`); NSCC with its target queueing
+delay, window cap 1.5 BDP and the rules of uet-htsim (`nscc.NsccConfig`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class UetConfig:
     ev: str = "oblivious"           #: entropy: fixed, oblivious or reps
     ev_range: tuple[int, int] = (49152, 65535)
     reps_slots: int = 8             #: REPS: EVs remembered from unmarked ACKs
+    reps_freeze_s: float = 10e-3    #: REPS: frozen after a timeout (trimming only), model s; 0: never
+    reps_explore: int = 16          #: REPS: random EVs after a freeze
+    reps_lifetime: int = 1          #: REPS: uses of one remembered EV
     nscc: NsccConfig = field(default_factory=NsccConfig)
     syn_window: int = 4095          #: packets sent with SYN before the first ACK (12-bit offset)
 
@@ -48,13 +52,16 @@ class UetConfig:
         lo, hi = self.ev_range
         if not 1 <= lo <= hi <= 0xFFFF:
             raise ValueError(f"ev_range: 1 <= low <= high <= 65535, got {self.ev_range!r}")
-        for name in ("ack_every", "retries", "reps_slots", "rnr_retries"):
-            low = 0 if name in ("retries", "rnr_retries") else 1
+        for name in ("ack_every", "retries", "reps_slots", "rnr_retries", "reps_explore",
+                     "reps_lifetime"):
+            low = 0 if name in ("retries", "rnr_retries", "reps_explore") else 1
             if getattr(self, name) < low:
                 raise ValueError(f"{name}: must be >= {low}, got {getattr(self, name)!r}")
         for name in ("rto_s", "rnr_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)!r}")
+        if self.reps_freeze_s < 0:
+            raise ValueError(f"reps_freeze_s: must be >= 0, got {self.reps_freeze_s!r}")
         if not 1 <= self.syn_window <= 4095:
             raise ValueError(f"syn_window: 1..4095, got {self.syn_window!r}")
 
@@ -65,5 +72,7 @@ class UetConfig:
         evolves exactly as in model time when the link rate is given / tdf too."""
         n = self.nscc
         return replace(self, rto_s=self.rto_s * tdf, rnr_s=self.rnr_s * tdf,
+                       reps_freeze_s=self.reps_freeze_s * tdf,
                        nscc=replace(n, base_rtt_s=n.base_rtt_s * tdf,
-                                    fast_delay_s=n.fast_delay_s * tdf))
+                                    fast_delay_s=n.fast_delay_s * tdf,
+                                    ref_rtt_s=n.ref_rtt_s * tdf))
