@@ -10,7 +10,8 @@ the run goes on, and opens in a spreadsheet, pandas or gnuplot alike.
 Metrics per port: tx_bps, rx_bps (model bit/s), drops (frames in the interval), and per
 queue: depth_bytes, ecn_marks, drops; per port and priority: pause_tx, pause_rx
 (frames in the interval), paused (0/1). Per QP (NICs): rate_bps (DCQCN current rate,
-model), cnps_rx, cnps_sent (in the interval), tx_bps (wire bytes). Per process that
+model; UET: NSCC's window / base RTT), cwnd_bytes (UET: NSCC's window), cnps_rx,
+cnps_sent (in the interval), tx_bps (wire bytes). Per process that
 reports its lag (agents and NICs, the fidelity guard: emu.observe.guard), on port "": lag_p99_s
 and lag_max_s, model seconds, of the actions of the interval - the p99 from the
 difference of two cumulative histograms (emucore.fidelity: the upper edge of its
@@ -121,6 +122,9 @@ def nic_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tup
         rate = q.get("rate_model_bps")
         if rate is not None:
             out.append((t, node, f"qp{qpn}", "", "rate_bps", rate))
+        cwnd = (q.get("nscc") or {}).get("cwnd")
+        if cwnd is not None:  # UET: NSCC's window, bytes
+            out.append((t, node, f"qp{qpn}", "", "cwnd_bytes", cwnd))
         out.append((t, node, f"qp{qpn}", "", "tx_bps",
                     td.model_rate((q.get("tx_wire_bytes", 0) - p.get("tx_wire_bytes", 0)) * 8 / dt)))
         for k in ("cnps_rx", "cnps_sent"):

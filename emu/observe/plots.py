@@ -3,7 +3,8 @@ pictures. Each plot is skipped (and logged) when the run has no data for it.
 
 * queue depth over time for the busiest egress queues, with WRED min/max and the PFC
   xOFF/xON thresholds (ch.11 Figure 11-8's rule xON < WRED min < WRED max < xOFF);
-* per-QP rate (DCQCN) with CNP arrivals;
+* per-QP rate (DCQCN) with CNP arrivals, or under UET NSCC's window as a rate; beside it
+  NSCC's window per QP (UET runs);
 * PFC pause timeline: one row per link direction (who paused whom, when);
 * link utilisation heatmap: fabric ports x time, fraction of the model link rate;
 * fidelity: each process's p99 lag per interval over model time (log scale), with the
@@ -91,10 +92,15 @@ def queue_depth(rows, qos: dict | None, path: Path, top: int = 4) -> bool:
     return _save(fig, ax, path, "Egress queue depth", "queue depth (KB)", legend=True)
 
 
-def qp_rates(rows, path: Path) -> bool:
-    """DCQCN rate per QP with CNP arrivals marked."""
+def _sending(rows, metric: str) -> dict:
+    """`metric`'s series of the QPs that sent anything."""
     sending = {k for k, pts in _series(rows, "tx_bps").items() if any(v > 0 for _, v in pts)}
-    s = {k: v for k, v in _series(rows, "rate_bps").items() if k in sending}
+    return {k: v for k, v in _series(rows, metric).items() if k in sending}
+
+
+def qp_rates(rows, path: Path, transport: str = "roce") -> bool:
+    """Rate per QP: DCQCN's with CNP arrivals marked, or UET's NSCC window as a rate."""
+    s = _sending(rows, "rate_bps")
     if not s:
         return False
     cnps = _series(rows, "cnps_rx")
@@ -106,8 +112,22 @@ def qp_rates(rows, path: Path) -> bool:
         if arr:
             ax.scatter([x * 1e3 for x, _ in arr], [y / 1e9 for _, y in arr], marker="v",
                        color=line.get_color(), s=18)
-    return _save(fig, ax, path, "DCQCN rate per QP (triangles: CNPs received)",
-                 "rate (Gbps, model)", legend=True)
+    title = ("NSCC rate per QP (window / base RTT, at most the link)" if transport == "uet"
+             else "DCQCN rate per QP (triangles: CNPs received)")
+    return _save(fig, ax, path, title, "rate (Gbps, model)", legend=True)
+
+
+def qp_windows(rows, path: Path, transport: str = "uet") -> bool:
+    """Congestion window per QP (UET's NSCC; RoCE's DCQCN is rate based: no window)."""
+    s = _sending(rows, "cwnd_bytes")
+    if not s:
+        return False
+    fig, ax = _pyplot().subplots(figsize=(9, 4.5))
+    for k, pts in s.items():
+        t, v = zip(*pts)
+        ax.plot([x * 1e3 for x in t], [y / 1e3 for y in v], label=f"{k[0]} {k[1]}")
+    cc = "NSCC" if transport == "uet" else transport
+    return _save(fig, ax, path, f"{cc} window per QP", "window (KB)", legend=True)
 
 
 def pause_timeline(rows, topology: dict, path: Path) -> bool:
@@ -298,6 +318,7 @@ def make_all(run_dir: Path) -> list[Path]:
     topo = json.loads((run_dir / "topology.json").read_text()) if (run_dir / "topology.json").is_file() else {}
     qos = json.loads((run_dir / "qos.json").read_text()) if (run_dir / "qos.json").is_file() else None
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
+    transport = summary.get("transport") or "roce"
     prows = read_paths(run_dir / PATHS_CSV)
     logs = [run_dir / "events" / f"{n}.jsonl" for n in sorted({r["node"] for r in prows})]
     events = read_events([p for p in logs if p.is_file()])
@@ -307,7 +328,8 @@ def make_all(run_dir: Path) -> list[Path]:
     out_dir.mkdir(exist_ok=True)
     made = []
     for name, fn in (("queue_depth", lambda p: queue_depth(rows, qos, p)),
-                     ("qp_rates", lambda p: qp_rates(rows, p)),
+                     ("qp_rates", lambda p: qp_rates(rows, p, transport)),
+                     ("qp_windows", lambda p: qp_windows(rows, p, transport)),
                      ("pfc_pauses", lambda p: pause_timeline(rows, topo, p)),
                      ("utilisation", lambda p: utilisation(rows, topo, p)),
                      ("paths", lambda p: path_bands(prows, rows, summary.get("paths") or {}, topo,
