@@ -121,11 +121,11 @@ def _fmt(v) -> str:
 def render(lab, doc: dict, per_variant: list[dict]) -> str:
     """The page. `per_variant`: [{"name", "title", "timeline", "plots": [data URIs]}]."""
     e = html.escape
-    ok = doc["verdict"] == "pass"
+    ok = doc["verdict"] in ("pass", "differs")
     rows = "".join(
-        f"<tr class={'pass' if c['pass'] else 'fail'}><td>{e(c['name'])}</td>"
-        f"<td>{e(_fmt(c['measured']))}</td><td>{e(str(c['expected']))}</td>"
-        f"<td>{e(c['source'])}</td><td>{'PASS' if c['pass'] else 'FAIL'}</td></tr>"
+        f"<tr class={c['outcome']}><td>{e(c['name'])}</td>"
+        f"<td>{e(_fmt(c['measured']))}</td><td>{e(str(c['expected']))}{_differs(c)}</td>"
+        f"<td>{e(c['source'])}</td><td>{c['outcome'].upper()}</td></tr>"
         for c in doc["checks"])
     steps = "".join(f"<li>{e(s)}</li>" for s in lab.steps)
     watch = "".join(f"<li>{e(s)}</li>" for s in lab.watch)
@@ -145,7 +145,7 @@ def render(lab, doc: dict, per_variant: list[dict]) -> str:
             f"<table class=tl><tr><th>t (µs)</th><th>node</th><th>event</th><th>detail</th></tr>"
             f"{tl}</table></div><div><h3>The book's steps</h3><ol>{steps}</ol></div></div>"
             f"</section>")
-    verdict = "PASS" if ok else "FAIL"
+    verdict = doc["verdict"].upper()
     why = "" if doc.get("kept_up") else " (the lab did not keep up with the model: rerun " \
                                         "with a higher --tdf)"
     return f"""<!doctype html><html><head><meta charset="utf-8">
@@ -153,6 +153,7 @@ def render(lab, doc: dict, per_variant: list[dict]) -> str:
 body{{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}}
 table{{border-collapse:collapse;font-size:13px}} td,th{{border:1px solid #ccc;padding:2px 6px}}
 tr.pass td:last-child{{color:#080;font-weight:bold}} tr.fail td:last-child{{color:#c00;font-weight:bold}}
+tr.differs td:last-child{{color:#b60;font-weight:bold}} tr.shown td:last-child{{color:#777}}
 .cols{{display:flex;gap:2em}} .cols>div{{flex:1}} .tl{{font-size:12px}} img{{max-width:100%}}
 .verdict{{font-size:1.4em;font-weight:bold;color:{'#080' if ok else '#c00'}}}
 </style></head><body>
@@ -160,14 +161,29 @@ tr.pass td:last-child{{color:#080;font-weight:bold}} tr.fail td:last-child{{colo
 <p class=verdict id=verdict>{verdict}{e(why)}</p>
 <h2>The story</h2><p>{e(lab.story).replace(chr(10) + chr(10), '</p><p>')}</p>
 <h3>What to watch</h3><ul>{watch}</ul>
-<h2>Verdict</h2><table id=checks><tr><th>check</th><th>measured</th><th>expected</th>
-<th>book</th><th></th></tr>{rows}</table>
+<h2>Verdict</h2><p>Outcomes: {e(_tally(doc))}. Each bound names its source: the book,
+the lab catalogue, a theory or a spec; "differs": emu differs from the book where the book
+simplifies, for the reason given; "shown": a figure without a bound, not judged.</p>
+<table id=checks><tr><th>check</th><th>measured</th><th>expected</th>
+<th>source</th><th></th></tr>{rows}</table>
 {''.join(parts)}
 <p><small>{e(lab.calibrated)}</small></p>
 <script>window.addEventListener("load", () => {{ document.body.dataset.imagesLoaded =
 [...document.images].filter(i => i.complete && i.naturalWidth > 0).length; }});</script>
 </body></html>
 """
+
+
+def _differs(c: dict) -> str:
+    """The emu bound and the reason of a check that differs from the book."""
+    if c.get("outcome") != "differs":
+        return ""
+    d = c["differs"]
+    return html.escape(f" (emu: {d['expected']}, {d['source']} - {d['why']})")
+
+
+def _tally(doc: dict) -> str:
+    return ", ".join(f"{n} {k}" for k, n in doc.get("outcomes", {}).items() if n) or "none"
 
 
 def _detail(e: dict) -> str:

@@ -6,8 +6,9 @@ metrics sampler), the NICs of the GPUs the flows use start with the variant's DC
 profile, the fidelity guard is reset, the flows run (traffic.workloads.flows), sampling
 stops and the fabric is torn down - which closes every agent's and NIC's event log.
 Then the evidence (emu.lab.checks.Evidence) is read from RUNDIR/<variant>/ and every
-check of the variant judged; ratio checks compare variants once all have run. A
-verdict counts only when the fidelity guard says the lab kept up.
+check of the variant judged (pass, differs, fail or shown: emu.lab.verdict); ratio
+checks compare variants once all have run. A verdict counts only when the fidelity guard
+says the lab kept up.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from emu.observe import guard
 from collectives.jobresult import run_torch_workload
 from emu.faults.inject import FaultRunner
 from emu.lab import checks as C
+from emu.lab import verdict as V
 from emu.lab.evidence import Evidence
 from emu.lab.schema import Lab
 from emu.lab.variant import Variant
@@ -39,6 +41,9 @@ from traffic.dcqcn import DcqcnProfile
 from traffic.workloads import flows as flows_mod
 
 INTERVAL_MODEL_S = 5e-6  # metrics sampling (never faster than 20 Hz of lab time)
+#: what moves the frames: the agents' and NICs' Python event loops (emucore); the only
+#: data path today, recorded per variant so a result names the one that produced it
+DATA_PATH = "python"
 
 
 def links_of(fab) -> tuple[dict, dict]:
@@ -242,11 +247,21 @@ def judge_variant(lab: Lab, v: Variant, ev: Evidence, many: bool) -> list[dict]:
             ok, expected = C.judge(measured, held, c)
         except (ValueError, KeyError, TypeError) as exc:
             measured, ok, expected = f"error: {exc}", False, str(c.get("expect", ""))
-        out.append({"name": c["name"] + (f" [{v.name}]" if many else ""), "check": c["name"],
-                    "variant": v.name, "kind": c["kind"], "measured": measured,
-                    "expected": expected, "source": c.get("source", ""),
-                    "note": c.get("note", ""), "pass": ok})
+        out.append(entry(c, c["name"] + (f" [{v.name}]" if many else ""), v.name, measured,
+                         ok, expected))
     return out
+
+
+def entry(c: dict, name: str, variant: str, measured, ok: bool, expected: str) -> dict:
+    """One judged check as lab.json keeps it: the value, the bound and its source, the
+    outcome (emu.lab.verdict: pass, differs, fail, shown); `pass` is "not fail"."""
+    result, emu_bound = V.outcome(ok, measured, c)
+    d = c.get("differs") or {}
+    return {"name": name, "check": c["name"], "variant": variant, "kind": c["kind"],
+            "measured": measured, "expected": expected, "source": V.cite_text(c.get("source")),
+            "outcome": result, "pass": result != "fail", "note": c.get("note", ""),
+            **({"differs": {"expected": emu_bound or str(d["expect"]), "why": d["why"],
+                            "source": V.cite_text(d["source"])}} if d else {})}
 
 
 def judge_ratios(lab: Lab, results: list[dict]) -> list[dict]:
@@ -261,9 +276,7 @@ def judge_ratios(lab: Lab, results: list[dict]) -> list[dict]:
             ok, expected = C.judge(measured, None, c)
         except ValueError as exc:
             measured, ok, expected = f"not measured: {exc}", False, str(c.get("expect", ""))
-        out.append({"name": c["name"], "check": c["name"], "variant": "", "kind": c["kind"],
-                    "measured": measured, "expected": expected, "source": c.get("source", ""),
-                    "note": c.get("note", ""), "pass": ok})
+        out.append(entry(c, c["name"], "", measured, ok, expected))
     return out
 
 
@@ -296,12 +309,15 @@ def write_json(path: Path, lab: Lab, results: list[dict], runs: dict) -> dict:
     """RUNDIR/lab.json: id, verdict, kept_up, checks (and per variant its figures)."""
     kept = [r["fidelity"].get("kept_up") for r in runs.values()]
     kept_up = all(k is True for k in kept) if kept else None
-    passed = all(r["pass"] for r in results) and bool(results)
-    doc = {"id": lab.id, "title": lab.title, "verdict": "pass" if passed and kept_up else "fail",
-           "checks_passed": passed, "kept_up": kept_up,
-           "checks": [{k: r[k] for k in ("name", "measured", "expected", "source", "pass")}
-                      for r in results],
+    outcomes = [r["outcome"] for r in results]
+    passed = "fail" not in outcomes and bool(results)
+    keys = ("name", "check", "variant", "measured", "expected", "source", "outcome", "pass",
+            "note", "differs")
+    doc = {"id": lab.id, "title": lab.title, "verdict": V.lab_verdict(outcomes, kept_up),
+           "checks_passed": passed, "kept_up": kept_up, "outcomes": V.tally(outcomes),
+           "checks": [{k: r[k] for k in keys if k in r} for r in results],
            "variants": {n: {"tdf": r["tdf"], "lab_s": round(r["lab_s"], 1),
+                            "data_path": DATA_PATH,
                             "kept_up": r["fidelity"].get("kept_up"),
                             "p99_lag_us": r["fidelity"].get("p99_lag_model_us"),
                             "suggested_tdf": r.get("suggested_tdf"),

@@ -6,7 +6,8 @@ relative to the lab file's folder - or off) with `qos_overrides` merged into its
 form, dcqcn (paper, nvidia, off), nic (NicConfig overrides), lldp_off, lb (load
 balancing specs as `emu run --lb`, emu.realise.lbplan), flows (a flow's `via: spine1` pins it on
 its first switch, to collide flows on purpose; or a torch `workload`), captures, checks and variants (each a mapping of the same top-level
-keys, merged over the lab). `load` checks everything against the fabric before any
+keys, merged over the lab); every judged check names its bound's source (emu.lab.verdict).
+`load` checks everything against the fabric before any
 namespace exists; a ValueError names the field: `flows[2].start: ...`.
 """
 
@@ -22,6 +23,7 @@ import yaml
 from emu.lab.expect import parse_expect
 from emu.lab.fields import merge, need, str_list
 from emu.lab.variant import Variant, variant_of
+from emu.lab.verdict import check_source
 
 LAB_DIR = Path(__file__).resolve().parents[2] / "labs"
 TOP_KEYS = {"id", "title", "figure", "story", "watch", "steps", "topology", "tdf", "qos",
@@ -31,7 +33,7 @@ VARIANT_KEYS = {"topology", "tdf", "qos", "qos_overrides", "dcqcn", "nic", "lldp
                 "flows", "workload", "captures", "title", "faults"}
 CHECK_KINDS = ("first", "order", "count", "rate", "util", "ratio", "share", "max", "counter",
                "frames", "flows", "span", "curve", "result", "pct")
-CHECK_KEYS = {"name", "source", "expect", "variant", "note", *CHECK_KINDS}
+CHECK_KEYS = {"name", "source", "expect", "variant", "note", "differs", *CHECK_KINDS}
 
 
 @dataclass
@@ -107,7 +109,7 @@ def check_of(c: Any, i: int, variants: list[str]) -> dict:
             parse_expect(c["expect"])
         except ValueError as exc:
             raise ValueError(f"{w}.expect: {exc}") from None
-    return dict(c, kind=kinds[0])
+    return {**c, "kind": kinds[0], **check_source({**c, "kind": kinds[0]}, w)}
 
 
 def parse(data: Any, path: Path | None = None, tdf: float | None = None) -> Lab:

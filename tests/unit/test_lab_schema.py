@@ -8,7 +8,8 @@ from emu.lab import schema as S
 
 BASE = {"id": "T1", "title": "t", "topology": {"preset": "rail2x4"}, "dcqcn": "off",
         "flows": [{"name": "a", "src": "h1g1", "dst": "h2g1", "size": "1MB"}],
-        "checks": [{"name": "c", "count": {"ev": "xoff"}, "expect": ">= 0"}]}
+        "checks": [{"name": "c", "count": {"ev": "xoff"}, "expect": ">= 0",
+                    "source": "theory: a count is never negative"}]}
 
 
 def bad(path: str, value, match: str) -> None:
