@@ -2,25 +2,51 @@
 events), carrier changes of its ports and the switch-down / switch-up fault (issue 14; book
 ch.10 "single points of failure"), QoS sanity warnings, and the event list `show` prints.
 
-A mixin of `switch_agent.agent.Agent` (it uses the agent's ports, FIB, caches and event
-log); kept apart so the data-plane module stays one idea.
+A mixin of `switch_agent.agent.Agent`, kept apart so the data-plane module stays one
+idea. What it uses of the agent is declared at the top of `AgentAdmin`: attributes only
+(the ports, the FIB and flow cache, the ingress accounting, the event sink); it calls no
+method the agent defines.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import socket
 import time
 
+from emucore.lbconfig import LoadBalance
+from emucore.qos.qosconfig import QosConfig
+from emucore.timedil import TimeDilation
+from switch_agent.agentconfig import AgentConfig
+from switch_agent.balancer import Balancer
+from switch_agent.events import EventSink
+from switch_agent.flowcache import FlowCache
 from switch_agent.forward import Fib
+from switch_agent.ingress import IngressBuffers
 from switch_agent.port import Port
-
-log = logging.getLogger("switch_agent")
 
 
 class AgentAdmin:
     """Control-plane reactions of the agent (mixed into `Agent`)."""
+
+    # what the host class (switch_agent.agent.Agent) provides
+    cfg: AgentConfig
+    td: TimeDilation
+    qos: QosConfig | None
+    ports: dict[str, Port]
+    lb: LoadBalance
+    fib: Fib
+    flowcache: FlowCache
+    balancer: Balancer
+    local: set[bytes]
+    port_ip: dict[str, bytes]
+    fib_table: dict | None
+    backlog: set[Port]
+    buffers: IngressBuffers
+    sink: EventSink
+    admin_up: bool
+    next_wd: float
+    next_lldp: float
 
     # -- control plane -------------------------------------------------------
     def install_fib(self, routes, neighbours, local_ips) -> None:
@@ -41,12 +67,10 @@ class AgentAdmin:
         if self.fib_table is not None and table != self.fib_table:  # reconvergence
             old = self.fib_table
             changed = sorted(k for k in set(table) | set(old) if table.get(k) != old.get(k))
-            self.log.emit("fib", time.monotonic(), changed={
-                k: [h[1] for h in table.get(k, ())] for k in changed})
+            self.sink.fib({k: [h[1] for h in table.get(k, ())] for k in changed},
+                          time.monotonic())
         self.fib_table = table
-        self.cache.clear()
-        for c in self.fast.values():
-            c.clear()
+        self.flowcache.clear()
         self.balancer.groups.clear()  # rebuilt from the new next hops (flows keep their counts)
 
     def link_states(self, states: dict[str, bool], now: float) -> None:
@@ -60,7 +84,7 @@ class AgentAdmin:
             lost = 0 if up else self.flush_port(p, "link_down", now)
             self.event(f"{name}: link {'up' if up else 'down'}" +
                        (f", {lost} frames dropped" if lost else ""))
-            self.log.emit("link", now, port=name, state="up" if up else "down", dropped=lost)
+            self.sink.link(name, up, lost, now)
 
     def flush_port(self, p: Port, reason: str, now: float) -> int:
         """Drop every frame queued on or in flight from port p; how many."""
@@ -68,9 +92,7 @@ class AgentAdmin:
         for q in range(8):
             entries = p.queues.flush(q, reason)
             n += len(entries)
-            for frame, tag, _queued in entries:
-                if tag is not None:
-                    self.release(tag, self.p_by_tos[frame[15]], len(frame), now)
+            self.buffers.release_entries(entries, now)
         n += len(p.inflight)
         p.inflight.clear()
         return n
@@ -91,14 +113,12 @@ class AgentAdmin:
         self.admin_up = up
         self.event(f"switch {'up' if up else 'down'}" + (f": {dropped} frames dropped"
                                                           if dropped else ""))
-        self.log.emit("switch_admin", now, up=up, dropped=dropped)
+        self.sink.switch_admin(up, dropped, now)
         return dropped
 
     def event(self, text: str) -> None:
         """Log and remember an event (shown by `show` and the counters)."""
-        log.warning("%s: %s", self.cfg.name, text)
-        self.events.append(text)
-        del self.events[:-100]
+        self.sink.note(text)
 
     def check_qos(self) -> None:
         """Warn (log + event) about dubious QoS settings for these ports, among them a
@@ -107,5 +127,3 @@ class AgentAdmin:
                  for p in self.ports.values() if p.ingress.cfg.no_drop}
         for w in self.qos.validate(list(self.ports), links):
             self.event(f"QoS {self.qos.name}: {w}")
-
-    # -- data plane ----------------------------------------------------------

@@ -10,6 +10,8 @@ only needs `dre` (a `Dre` or None), `queues.bytes` and `name` — tests pass sma
   there (the per-port per-flow accounting). In ECMP mode the agent's flow cache holds
   the flow's single `Path`; in flowlet and spray modes a `FlowLb`, which holds one
   `Path` per member the flow used and picks one per packet.
+* `Route` — a flow's decision as the agent's flow cache holds it: one `Path`, a
+  `FlowLb` or a drop reason, in its own slot each.
 * `Group` — the members of one equal-cost group and what the flows over it share: the
   round-robin pointer, the random generator, the rule's thresholds in lab units.
 * `Dre` — CONGA's discounting rate estimator: bytes put on a port, decaying with time
@@ -68,6 +70,20 @@ class Path:
         self.packets = 0
         self.bytes = 0
         self.flow = flow
+
+
+class Route:
+    """A flow's decision, cached per flow: `path`, its one way out; else `balanced`, a
+    `FlowLb` picking a Path per packet (flowlet, spray); else `drop`, why its frames are
+    dropped (no route, no neighbour). The common case reads one slot: `path`."""
+
+    __slots__ = ("path", "balanced", "drop")
+
+    def __init__(self, path: Path | None = None, balanced: FlowLb | None = None,
+                 drop: str | None = None) -> None:
+        self.path = path
+        self.balanced = balanced
+        self.drop = drop
 
 
 def flow_label(key5: bytes) -> str:
@@ -196,10 +212,10 @@ class FlowLb:
 class Balancer:
     """A switch's load-balancing decisions and the paths they made.
 
-    `decide` is called once per flow (the agent caches the answer per flow): a `Path`
-    when the flow has one way out (one next hop, ECMP mode, or a group outside the
-    DLB interfaces), a `FlowLb` when the group is balanced per flowlet or per packet, or
-    a drop reason. Every Path made is remembered (up to MAX_TRACKED_PATHS) for `paths`.
+    `decide` is called once per flow (the agent caches the answer per flow): a `Route`
+    with a `Path` when the flow has one way out (one next hop, ECMP mode, or a group
+    outside the DLB interfaces), with a `FlowLb` when the group is balanced per flowlet
+    or per packet. Every Path made is remembered (up to MAX_TRACKED_PATHS) for `paths`.
     """
 
     def __init__(self, lb: LoadBalance, ports: dict, tdf: float, seed: int = 1) -> None:
@@ -221,7 +237,7 @@ class Balancer:
         self._track(p)
         return p
 
-    def decide(self, members: list, key5: bytes, index: int) -> Path | FlowLb:
+    def decide(self, members: list, key5: bytes, index: int) -> Route:
         """The decision for a flow with key `key5` over resolved `members` (NextHops in
         member order); `index` is the ECMP hash's member. Pins override the hash."""
         eth = b"\x08\x00"
@@ -235,10 +251,11 @@ class Balancer:
         names = tuple(nh.ifname for nh in members)
         lb = self.lb
         if len(members) == 1:  # no choice: not tracked
-            return Path(self.ports[members[0].ifname], members[0].header + eth, flow)
+            nh = members[0]
+            return Route(Path(self.ports[nh.ifname], nh.header + eth, flow))
         if lb.mode == "ecmp" or not lb.applies_to(names):
             nh = members[index]
-            return self._path(self.ports[nh.ifname], nh.header + eth, flow)
+            return Route(self._path(self.ports[nh.ifname], nh.header + eth, flow))
         g = self.groups.get(names)
         if g is None:
             dmac = self.dlb_l2
@@ -249,7 +266,7 @@ class Balancer:
         f = FlowLb(g, index, flow, self._track)
         if len(self.flows) < MAX_TRACKED_PATHS:
             self.flows.append(f)
-        return f
+        return Route(balanced=f)
 
     def _track(self, p: Path) -> None:
         if len(self.tracked) < MAX_TRACKED_PATHS:

@@ -221,3 +221,18 @@ def _ordered(hops: tuple[tuple[str | None, str], ...], order: str) -> tuple[tupl
     if order == "nexthop":
         return tuple(sorted(hops, key=lambda h: socket.inet_aton(h[0]) if h[0] else b""))
     return tuple(hops)
+
+
+def time_exceeded_reply(fib: Fib, src_ip: bytes | None,
+                        frame: bytes) -> tuple[str, bytes] | None:
+    """The ICMP Time Exceeded an expired `frame` gets from `src_ip` (the address of the
+    port it came in on) and the port it leaves by, (ifname, Ethernet frame); None when
+    there is no address or no route back, or the frame is an ICMP error itself (never
+    answered)."""
+    if src_ip is None or frame[23] == 1 and (len(frame) < 35 or frame[34] == 11):
+        return None
+    packet = icmp_time_exceeded(frame, src_ip)
+    nh = fib.resolve(frame[26:30], packet[12:20] + b"\x01")
+    if nh.__class__ is str:  # no route back: the FIB's reason
+        return None
+    return nh.ifname, nh.header + b"\x08\x00" + packet

@@ -28,7 +28,10 @@ crossings (against the next level up on enqueue, down on dequeue); a note is mad
 when an event happens. Per WRED queue, arrivals, CE marks and drops are also counted by
 the depth they found (``wred_bins``: the measured WRED curve, ch.11 Fig 11-2).
 
-Every entry carries the time it was queued (the caller's clock); the caller, which knows
+A queued frame is an `Entry`: its queue, the frame, the ingress port whose buffer it
+holds (None: not accounted), when it was queued and its PFC priority - classified once at
+the ingress, so nothing downstream reads the priority off the frame again. Every entry
+carries the time it was queued (the caller's clock); the caller, which knows
 when the frame starts on the wire, reports each frame's sojourn (`note_sojourn`, model
 µs): per queue the largest and a histogram over SOJOURN_EDGES_US - how long CNPs and
 data waited (ch.11 L2468-2476: "feedback arrives quickly even during severe congestion"
@@ -41,6 +44,7 @@ import bisect
 import collections
 import random
 from collections.abc import Callable
+from typing import NamedTuple
 
 from emucore.qos.classify import mark_ce
 from emucore.qos.fields import NUM_QUEUES
@@ -54,6 +58,20 @@ NEVER = 1 << 62  # a depth no queue reaches
 #: sojourn histogram bin edges, model µs: bin i counts sojourns < SOJOURN_EDGES_US[i]
 #: (after the previous edge), the last bin those from 1000 µs on
 SOJOURN_EDGES_US = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+
+class Entry(NamedTuple):
+    """A queued frame, the layout of every FIFO item, `dequeue`'s and `flush`'s answer.
+
+    The queues build and hand out plain tuples of this layout (unpacked by position on
+    the hot path): constructing a NamedTuple costs about as much again as the rest of the
+    queue's work on a frame (issue 29, measured with callgrind)."""
+
+    queue: int
+    frame: bytes
+    ingress: object  #: the ingress `switch_agent.port.Port` holding its bytes, or None
+    queued: float  #: lab time it was queued
+    prio: int  #: its PFC priority (its CBFC channel), classified at the ingress
 
 
 class Drr:
@@ -96,7 +114,7 @@ class Drr:
                 deficit[q] += self.quantum[q]
                 self.topped[q] = True
             entries = fifo[q]
-            size = len(entries[0][0])
+            size = len(entries[0][1])
             if size <= deficit[q]:
                 if len(entries) == 1:  # leaves the active list with it
                     active.popleft()
@@ -127,8 +145,8 @@ class PortQueues:
         #: uniform [0, 1) source for WRED, drawn only when a queue is past WRED min
         self.rng = rng if rng is not None else random.Random(1).random
         self.cfg = cfg
-        #: per queue: (frame, tag, time queued)
-        self.fifo: list[collections.deque[tuple[bytes, object, float]]] = [
+        #: per queue: its entries, oldest first (`Entry` layout)
+        self.fifo: list[collections.deque[tuple]] = [
             collections.deque() for _ in range(NUM_QUEUES)]
         self.qbytes = [0] * NUM_QUEUES
         self.avg = [0.0] * NUM_QUEUES  # WRED averaged depth (only for weight > 0)
@@ -196,11 +214,11 @@ class PortQueues:
         if self.events is not None:
             self.events.extend([("drop", {"queue": q, "reason": reason})] * n)
 
-    def enqueue(self, q: int, frame: bytes, tag: object = None, tos: int = 0,
-                now: float = 0.0) -> WredVerdict:
+    def enqueue(self, q: int, frame: bytes, ingress: object = None, tos: int = 0,
+                now: float = 0.0, prio: int = 0) -> WredVerdict:
         """Tail drop at the queue limit, WRED (ECN bits from `tos`; 0 for non-IP), then
-        append (stamped `now`); FORWARD/MARK = queued (MARK: the queued copy carries CE),
-        DROP = not queued (counted)."""
+        append an `Entry` (stamped `now`, carrying `ingress` and `prio`); FORWARD/MARK =
+        queued (MARK: the queued copy carries CE), DROP = not queued (counted)."""
         depth = self.qbytes[q]
         n = len(frame)
         limit = self.limit[q]
@@ -235,7 +253,7 @@ class PortQueues:
             tier = self.tier_of[q]
             if tier is not None:
                 tier.activate(q)
-        entries.append((frame, tag, now))
+        entries.append((q, frame, ingress, now, prio))
         after = depth + n
         self.qbytes[q] = after
         if after > self.max_qbytes[q]:
@@ -248,9 +266,8 @@ class PortQueues:
             self._crossed(q, depth, after)
         return verdict
 
-    def dequeue(self, paused_mask: int = 0) -> tuple[int, bytes, object, float] | None:
-        """(queue, frame, tag, time queued) of the next frame to send, or None (empty or
-        all paused)."""
+    def dequeue(self, paused_mask: int = 0) -> tuple | None:
+        """The `Entry` of the next frame to send, or None (empty or all paused)."""
         if not self.packets:
             return None
         fifo = self.fifo
@@ -262,9 +279,9 @@ class PortQueues:
             q = self.scavenger.pick(fifo, paused_mask)
         return None if q < 0 else self._pop(q)
 
-    def _pop(self, q: int) -> tuple[int, bytes, object, float]:
-        frame, tag, t = self.fifo[q].popleft()
-        n = len(frame)
+    def _pop(self, q: int) -> tuple:
+        entry = self.fifo[q].popleft()
+        n = len(entry[1])
         after = self.qbytes[q] - n
         self.qbytes[q] = after
         self.packets -= 1
@@ -273,7 +290,7 @@ class PortQueues:
         self.deq_bytes[q] += n
         if after < self.down_at[q]:
             self._crossed(q, after + n, after)
-        return q, frame, tag, t
+        return entry
 
     def note_sojourn(self, q: int, us: float) -> None:
         """A frame of queue q waited `us` model µs from its arrival to its first bit."""
@@ -292,9 +309,9 @@ class PortQueues:
                 self.events.append((ev, {"queue": q, "dir": "down", "depth": after}))
         self._levels(q, after)
 
-    def flush(self, q: int, reason: str) -> list[tuple[bytes, object, float]]:
-        """Drop every frame queued in q (PFC watchdog); return the (frame, tag, time
-        queued) entries so the caller can release their ingress accounting."""
+    def flush(self, q: int, reason: str) -> list[tuple]:
+        """Drop every frame queued in q (PFC watchdog); return their `Entry`s so the
+        caller can release their ingress accounting."""
         entries = list(self.fifo[q])
         if not entries:
             return entries

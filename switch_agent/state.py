@@ -2,18 +2,40 @@
 `emu`), the `show` state dict and the rail VLANs' MAC table (ch.13 Fig 13-4), and the last
 pause expiries written to the event log when it stops.
 
-A mixin of `switch_agent.agent.Agent`.
+A mixin of `switch_agent.agent.Agent`. What it reads of the agent is declared at the top
+of `AgentState`: attributes only; it calls no method the agent defines.
 """
 
 from __future__ import annotations
 
 import time
 
-from switch_agent.events import pause_events
+from emucore.eventlog import EventLog
+from emucore.fidelity import LagMeter
+from emucore.lbconfig import LoadBalance
+from emucore.qos.qosconfig import QosConfig
+from switch_agent.agentconfig import AgentConfig
+from switch_agent.balancer import Balancer
+from switch_agent.events import EventSink
+from switch_agent.flowcache import FlowCache
+from switch_agent.port import Port
 
 
 class AgentState:
     """Reporting of the agent (mixed into `Agent`)."""
+
+    # what the host class (switch_agent.agent.Agent) provides
+    cfg: AgentConfig
+    qos: QosConfig | None
+    ports: dict[str, Port]
+    events: list[str]
+    meter: LagMeter
+    lb: LoadBalance
+    balancer: Balancer
+    flowcache: FlowCache
+    log: EventLog
+    sink: EventSink
+    started: float
 
     def snapshot(self) -> dict:
         """Counters of every port (the contract with `emu` metrics and `show`); the
@@ -28,21 +50,21 @@ class AgentState:
                        "paths": self.balancer.paths(),
                        "flowlets": self.balancer.flowlet_counts(),
                        "untracked": self.balancer.untracked,
-                       "flow_cache": {"flows": len(self.cache) + sum(map(len, self.fast.values())),
-                                      "flushes": self.cache_flushes}}}
-        if self.log.enabled:
+                       "flow_cache": {"flows": len(self.flowcache),
+                                      "flushes": self.flowcache.flushes}}}
+        if self.sink.enabled:
             for p in self.ports.values():
                 if p.pause.expired:  # expiries the counters noticed
-                    pause_events(self.log, p, now)
+                    self.sink.pauses(p, now)
             self.log.flush()
         return snap
 
     def close(self) -> None:
         """Write the pause expiries not yet noticed and close the event log (on exit)."""
         now = time.monotonic()
-        if self.log.enabled:
+        if self.sink.enabled:
             for p in self.ports.values():
-                pause_events(self.log, p, now)
+                self.sink.pauses(p, now)
         self.log.close(now)
 
     def show_state(self) -> dict:

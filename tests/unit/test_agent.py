@@ -80,8 +80,8 @@ def test_same_flow_same_uplink_and_flows_spread():
 
 
 def test_the_flow_cache_is_bounded_and_flows_keep_their_uplink(monkeypatch):
-    import switch_agent.agent as agent_mod
-    monkeypatch.setattr(agent_mod, "FLOW_CACHE_MAX", 100)
+    import switch_agent.flowcache as flowcache_mod
+    monkeypatch.setattr(flowcache_mod, "FLOW_CACHE_MAX", 100)
     a = make_agent()
     frames = [bytes(build_frame(mac(H1), mac(ROUTER), "10.0.1.11", "10.0.2.14", 200, sport=sp))
               for sp in range(50000, 50400)]          # 400 flows: 4 x the bound
@@ -129,7 +129,8 @@ def test_every_routed_frame_takes_the_fibs_choice_for_its_flow_key():
                 got = [p for p in ("eth5", "eth6") if a.ports[p].sock.sent]
                 assert got == [want], (name, sport)
     # ICMP has no ports: one flow; UDP with options: 100 flows in the general cache
-    assert len(a.fast[17]) == len(a.fast[6]) == 100 and len(a.cache) == 1 + 100
+    fast, flows = a.flowcache.fast, a.flowcache.flows
+    assert len(fast[17]) == len(fast[6]) == 100 and len(flows) == 1 + 100
 
 
 def test_frames_for_the_switch_and_other_macs_are_not_forwarded():

@@ -119,7 +119,7 @@ def paused_backlog(n):
     65535 quanta; (agent, the pause's expiry)."""
     a = with_clock(make_agent())
     eth4 = a.ports["eth4"]
-    a.on_control(eth4, pause_frame(mac(H[3]), 3, 0xFFFF), 0.0)
+    a.mac_control.on_frame(eth4, pause_frame(mac(H[3]), 3, 0xFFFF), 0.0)
     for _ in range(n):
         a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
     expiry = eth4.pause.next_expiry
@@ -138,7 +138,7 @@ def test_pause_expiry_acted_on_late():
 
 def test_resume_makes_queued_frames_eligible_at_once():
     a, _ = paused_backlog(1)
-    a.on_control(a.ports["eth4"], pause_frame(mac(H[3]), 3, 0), 50 * US)  # resume
+    a.mac_control.on_frame(a.ports["eth4"], pause_frame(mac(H[3]), 3, 0), 50 * US)  # resume
     drive(a, 50 * US + 1 * MS, 1.0)  # serviced 1 ms after the resume arrived
     assert snap(a)["max_lag_model_s"] == pytest.approx(1 * US, rel=1e-9)
 

@@ -69,7 +69,7 @@ def test_wred_marks_ce_past_min_and_not_below():
     pq.rng = random.Random(2015).random  # the WRED dice
     for _ in range(200):  # 1.8 MB into a 1 MB/s port, no time passes: depth grows
         a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
-    ecn = [f[15] & 3 for f, _tag, _t in pq.fifo[3]]
+    ecn = [f[15] & 3 for _q, f, _ingress, _t, _prio in pq.fifo[3]]
     marked = [k for k, e in enumerate(ecn) if e == 3]
     # the same dice by hand: frame k sees depth 9000 k; from WRED min 150 KB on it is
     # marked when the die falls below 7 % x (depth - 150 KB) / (3000 KB - 150 KB)

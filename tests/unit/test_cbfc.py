@@ -63,15 +63,15 @@ def test_link_start_neither_side_spends_credits_the_other_does_not_count():
     up = a.ports["eth5"]
     spine_mac = bytes.fromhex("020000000701")
     # the spine agreed first: its initial grant arrives before its LLDPDU is read here
-    a.on_control(up, build_credit_frame(spine_mac, 3, 300_000), 0.0)
+    a.mac_control.on_frame(up, build_credit_frame(spine_mac, 3, 300_000), 0.0)
     assert up.cbfc is None and up.counters(0.0)["drops"] == {}
     up.ingress.held[3] = 120_000   # the spine's frames we still hold, admitted under PFC
     spine = dcbx.build_lldp_frame("02:00:00:00:07:01", "02:00:00:00:07:01", "eth1", "spine1", q)
-    a.on_control(up, spine, 0.0)
+    a.mac_control.on_frame(up, spine, 0.0)
     assert up.cbfc.credits[3] == 300_000 and not up.cbfc.blocked   # the early grant, applied
     grants = [parse_credit(f) for _d, f, _ in up.ctrl if f[12:14] == b"\x88\xb5"]
     assert grants == [(3, 380_000)] and up.ingress.held[3] == 0   # buffer less what we hold
-    a.release(up, 3, 120_000, 0.0)   # those frames leave: their credits go back
+    a.buffers.release(up, 3, 120_000, 0.0)   # those frames leave: their credits go back
     grants = [parse_credit(f) for _d, f, _ in up.ctrl if f[12:14] == b"\x88\xb5"]
     assert sum(n for _vc, n in grants) == 500_000
 
@@ -88,10 +88,10 @@ def test_a_port_out_of_credits_stops_and_returned_credits_restart_it():
     run(a, 0.05)
     # 20,000 credits, a channel stops below one 9216-byte frame: 3 frames leave
     assert len(up.sock.sent) == 3 and up.cbfc.blocked == 1 << 3
-    a.on_control(up, build_credit_frame(bytes.fromhex("020000000701"), 3, 8_000), 0.05)
+    a.mac_control.on_frame(up, build_credit_frame(bytes.fromhex("020000000701"), 3, 8_000), 0.05)
     run(a, 0.1, t0=0.05)
     assert len(up.sock.sent) == 5 and up.counters(0.1)["cbfc"]["updates_rx"] == 1
-    a.on_control(up, build_credit_frame(bytes.fromhex("020000000701"), 3, 100_000), 0.1)
+    a.mac_control.on_frame(up, build_credit_frame(bytes.fromhex("020000000701"), 3, 100_000), 0.1)
     run(a, 0.2, t0=0.1)
     assert len(up.sock.sent) == 10 and not up.cbfc.blocked
     assert up.counters(0.2)["drops"] == {} and up.counters(0.2)["pfc"]["pause_rx"] == [0] * 8

@@ -191,21 +191,21 @@ def test_balancer_pins_groups_and_accounting():
     ports = {n: fake_port(n) for n in ("eth1", "eth5", "eth6")}
     members = [nh("eth5", SPINE1), nh("eth6", SPINE2)]
     b = Balancer(LoadBalance(pins=(Pin("10.0.1.11", "10.0.2.14", "eth6"),)), ports, 10.0)
-    p = b.decide(members, key(), 0)
+    p = b.decide(members, key(), 0).path
     assert isinstance(p, Path) and p.port.name == "eth6" and p.l2 == mac(SPINE2) + mac(ROUTER) + b"\x08\x00"
-    assert b.decide(members, key(src="10.0.1.12"), 0).port.name == "eth5"  # not pinned
-    single = b.decide(members[:1], key(), 0)
+    assert b.decide(members, key(src="10.0.1.12"), 0).path.port.name == "eth5"  # not pinned
+    single = b.decide(members[:1], key(), 0).path
     assert single.port.name == "eth5" and single not in b.tracked  # no choice: not tracked
     p.packets, p.bytes = 3, 300
-    again = b.decide(members, key(), 0)  # the same flow after a FIB change
+    again = b.decide(members, key(), 0).path  # the same flow after a FIB change
     again.packets, again.bytes = 1, 100
     assert b.paths() == [{"flow": "10.0.1.11:49152>10.0.2.14:4791/udp", "port": "eth6",
                           "packets": 4, "bytes": 400}]
     # spray outside the DLB interfaces is ECMP; inside, a FlowLb rewriting to the DLB MAC
     b = Balancer(LoadBalance(mode="spray", interfaces=("eth5", "eth6"), dlb_mac=DEFAULT_DLB_MAC),
                  ports, 10.0)
-    assert isinstance(b.decide([nh("eth1", H1), nh("eth5", SPINE1)], key(), 1), Path)
-    f = b.decide(members, key(), 0)
+    assert isinstance(b.decide([nh("eth1", H1), nh("eth5", SPINE1)], key(), 1).path, Path)
+    f = b.decide(members, key(), 0).balanced
     assert isinstance(f, FlowLb)
     assert {f.pick(0).l2 for _ in range(2)} == {mac(DEFAULT_DLB_MAC) + mac(ROUTER) + b"\x08\x00"}
 
@@ -284,7 +284,7 @@ def test_agent_ecmp_member_is_the_fib_hash_of_the_flow_key():
         f = frame(sport)
         want = ["eth5", "eth6"][ecmp_index(flow_key(f), 3, 2)]
         a.on_frame(a.ports["eth1"], f, 0.0)
-        got = a.fast[17][f[26:38]]
+        got = a.flowcache.fast[17][f[26:38]].path
         assert got.port.name == want
 
 

@@ -34,7 +34,7 @@ def fill(pq, q, n, rng, sizes=SIZES):
 def shares(pq, n):
     served = {}
     for _ in range(n):
-        q, frame, _tag, _t = pq.dequeue(0)
+        q, frame, _ingress, _t, _prio = pq.dequeue(0)
         served[q] = served.get(q, 0) + len(frame)
     total = sum(served.values())
     return {q: b / total for q, b in served.items()}
@@ -58,8 +58,8 @@ def test_strict_priority_always_first():
     fill(pq, 0, 50, rng)
     fill(pq, 3, 50, rng)
     for i in range(20):
-        pq.enqueue(7, FRAMES[64], tag=i)
-        q, _f, tag, _t = pq.dequeue()
+        pq.enqueue(7, FRAMES[64], ingress=i)
+        q, _f, tag, _t, _prio = pq.dequeue()
         assert (q, tag) == (7, i)
     assert pq.dequeue()[0] in (0, 3)
 
@@ -91,9 +91,9 @@ def test_work_conserving_idle_share_goes_to_others():
 
 def test_zero_percent_queue_only_when_weighted_queues_idle():
     pq = PortQueues(no_wred())  # book: q1 has 0 %
-    pq.enqueue(1, FRAMES[64], tag="low")
+    pq.enqueue(1, FRAMES[64], ingress="low")
     for i in range(5):
-        pq.enqueue(0, FRAMES[1500], tag=i)
+        pq.enqueue(0, FRAMES[1500], ingress=i)
     assert [pq.dequeue()[2] for _ in range(6)] == [0, 1, 2, 3, 4, "low"]
     assert pq.dequeue() is None
 
@@ -101,12 +101,12 @@ def test_zero_percent_queue_only_when_weighted_queues_idle():
 def test_paused_queue_is_skipped_and_resumes_in_order():
     pq = PortQueues(no_wred())
     for i in range(10):
-        pq.enqueue(3, FRAMES[1500], tag=("q3", i))
+        pq.enqueue(3, FRAMES[1500], ingress=("q3", i))
     for i in range(4):
-        pq.enqueue(0, FRAMES[1500], tag=("q0", i))
+        pq.enqueue(0, FRAMES[1500], ingress=("q0", i))
     paused = 1 << 3
     out = [pq.dequeue(paused) for _ in range(4)]
-    assert [t for _q, _f, t, _at in out] == [("q0", i) for i in range(4)]
+    assert [t for _q, _f, t, _at, _prio in out] == [("q0", i) for i in range(4)]
     assert pq.dequeue(paused) is None  # only paused frames left
     assert pq.packets == 10
     assert [pq.dequeue(0)[2] for _ in range(10)] == [("q3", i) for i in range(10)]
@@ -125,8 +125,8 @@ def test_pause_does_not_bank_credit():
 
 def test_strict_queue_can_be_paused_too():
     pq = PortQueues(no_wred())
-    pq.enqueue(7, FRAMES[64], tag="cnp")
-    pq.enqueue(0, FRAMES[64], tag="data")
+    pq.enqueue(7, FRAMES[64], ingress="cnp")
+    pq.enqueue(0, FRAMES[64], ingress="data")
     assert pq.dequeue(1 << 7)[2] == "data"
     assert pq.dequeue(1 << 7) is None
     assert pq.dequeue(0)[2] == "cnp"
@@ -189,13 +189,13 @@ def test_tail_drop_without_wred():
 def test_flush_returns_entries_and_keeps_scheduler_sane():
     pq = PortQueues(no_wred())
     for i in range(5):
-        pq.enqueue(3, FRAMES[1500], tag=i)
-    pq.enqueue(0, FRAMES[64], tag="a")
+        pq.enqueue(3, FRAMES[1500], ingress=i)
+    pq.enqueue(0, FRAMES[64], ingress="a")
     pq.dequeue()  # q3 or q0 now mid-turn
     flushed = pq.flush(3, "pfc_watchdog")
     assert pq.backlog_mask() in (1 << 0, 0)
     assert pq.qbytes[3] == 0 and pq.counters()[3]["drops"]["pfc_watchdog"] == len(flushed)
-    pq.enqueue(3, FRAMES[64], tag="new")
+    pq.enqueue(3, FRAMES[64], ingress="new")
     tags = []
     while (item := pq.dequeue()) is not None:
         tags.append(item[2])
@@ -228,6 +228,6 @@ def test_runs_on_the_book_queuing():
 def test_several_strict_queues_highest_first():
     pq = PortQueues(queuing(strict=(6, 7)))
     assert pq.strict == (7, 6)
-    pq.enqueue(6, FRAMES[64], tag="six")
-    pq.enqueue(7, FRAMES[64], tag="seven")
+    pq.enqueue(6, FRAMES[64], ingress="six")
+    pq.enqueue(7, FRAMES[64], ingress="seven")
     assert [pq.dequeue()[2] for _ in range(2)] == ["seven", "six"]

@@ -110,7 +110,7 @@ def test_other_traffic_of_the_dscp_and_trimmed_headers_are_never_cut():
     [f] = uet_frames(mac(H2), "10.0.1.12", 1)
     a.on_frame(a.ports["eth1"], f, 0.0)
     assert a.ports["eth2"].trimmed == 1
-    cut = a.ports["eth2"].queues.fifo[7][0][0]
+    cut = a.ports["eth2"].queues.fifo[7][0][1]
     b = make_agent(threshold=100)
     for _ in range(3):  # already trimmed (DSCP 12): on queue 7 at every switch, never cut
         b.on_frame(b.ports["eth1"], cut, 0.0)

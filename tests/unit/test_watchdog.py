@@ -93,8 +93,8 @@ def test_storm_end_to_end_with_pause_state_and_queues():
     storm = build_pfc_frame(src, P3, (0, 0, 0, 0xFFFF, 0, 0, 0, 0))
     pause_lab = TD.pause_lab_s(0xFFFF, 400e9)  # ~84 ms
     for i in range(10):
-        pq.enqueue(3, bytes(1000), tag=i)
-    pq.enqueue(0, bytes(100), tag="other")
+        pq.enqueue(3, bytes(1000), ingress=i)
+    pq.enqueue(0, bytes(100), ingress="other")
     t, events, dropped = 0.0, [], 0
     while t < 1.5:
         ep.on_frame(storm, t)  # the storm: a new pause before the old one expires
