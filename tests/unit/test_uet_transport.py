@@ -160,14 +160,24 @@ def test_clean_fabric_exact_and_one_syn_handshake():
     assert t.counters.messages == len(WRITES)
 
 
+#: seed -> (out of order at the target, retransmitted, CE seen, ECN echoes): the model is
+#: seeded and deterministic (both sides' RNGs and the fabric's), so these are what it
+#: does, computed once - not derived from a formula. A change here means the transport,
+#: NSCC or the fake fabric changed what it sends; recompute and say why in the commit.
+#: An ECN echo rides on an ACK, so a CE seen on a packet whose ACK is lost or coalesced
+#: echoes nothing (seed 10: 9 seen, 8 echoed).
+MESSY = {0: (104, 25, 3, 3), 1: (105, 33, 5, 5), 2: (104, 7, 7, 7), 3: (106, 8, 5, 5),
+         4: (104, 39, 7, 7), 5: (103, 17, 4, 4), 6: (105, 24, 4, 4), 7: (104, 3, 10, 10),
+         8: (101, 7, 5, 5), 9: (105, 22, 6, 6), 10: (104, 6, 9, 8), 11: (103, 15, 5, 5)}
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_exact_under_reordering_loss_duplicates_and_trimming(seed):
     fab = Fabric(seed, loss=0.02, trim=0.03, lasthop=0.01, dup=0.02, jitter=6e-6, ce=0.05)
     transfer(fab)
     c, t = fab.a.ep.requester.counters, fab.b.ep.target.counters
-    assert t.out_of_order > 0 and c.retransmitted > 0
+    assert (t.out_of_order, c.retransmitted, t.ce_seen, c.ecn_echoes) == MESSY[seed]
     assert c.nack_trimmed == t.trimmed and c.nack_trimmed_lasthop == t.trimmed_lasthop
-    assert t.ce_seen > 0 and c.ecn_echoes > 0
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -180,15 +190,18 @@ def test_exact_when_acks_are_lost(seed):
 def test_sack_acknowledges_out_of_order_packets():
     fab = Fabric(3, jitter=8e-6)
     transfer(fab, [(1, 0, 400_000, 1)])
-    assert fab.a.ep.requester.counters.sacked > 0
+    # seeded and deterministic: what the model does with 8 us of jitter, computed once
+    assert fab.a.ep.requester.counters.sacked == 87
 
 
 def test_rod_goes_back_on_out_of_order():
     fab = Fabric(4, cfg=UetConfig(mode="rod", rto_s=50e-6), jitter=6e-6)
     transfer(fab, [(1, 0, 200_000, 3)])
     t = fab.b.ep.target.counters
-    assert t.drop_rod > 0 and t.out_of_order == 0
-    assert fab.a.ep.requester.counters.nack_other > 0
+    # ROD accepts nothing out of order (0), drops what arrives past a gap and NAKs it:
+    # the counts are the seeded model's, computed once
+    assert (t.drop_rod, t.out_of_order) == (842, 0)
+    assert fab.a.ep.requester.counters.nack_other == 45
 
 
 def test_a_dead_peer_fails_the_write_after_the_retries():
@@ -308,5 +321,6 @@ def test_a_write_outside_the_targets_memory_fails_remote_access_and_places_nothi
     fab.run(until=0.01)
     assert [(w.wr_id, w.status) for w in a.cq.poll(5)] == [(1, WCStatus.REM_ACCESS_ERR)]
     assert a.qp.state is QPState.ERROR
-    assert not any(b.buf) and b.ep.target.counters.drop_access > 0
+    # every packet of the write is refused: ceil(n / 4096-byte MTU) = 5 (1 for 3000 B)
+    assert not any(b.buf) and b.ep.target.counters.drop_access == -(-n // 4096)
     assert a.ep.requester.counters.timeouts == 0   # answered, not left to the RTO
