@@ -12,9 +12,10 @@ SCRIPT` under torchrun does: `sys.argv[0]` is the script, `sys.path[0]` its dire
 (a module beside it imports), `__file__` set; for `--module`, `sys.path[0]` is the
 working directory, as for `python -m`. The working directory is the launcher's choice
 (`emu run --cwd`, default where emu was started). With a compute model
-(EMU_GPU_MODEL, `emu run --gpu h100`) a script's matmuls, convolutions and attention
-cost their GPU time (`collectives.compute.opmode`); the workload modules model their
-own steps. The torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) come from the
+(EMU_GPU_MODEL, `emu run --gpu h100`) the script sees its host's GPUs as CUDA devices
+(`collectives.compute.gpuemu`: torch.cuda, .cuda(), autocast, DDP(device_ids=...) on
+tensors that live on the CPU) and its matmuls, convolutions and attention cost their GPU
+time (`collectives.compute.opmode`); the workload modules model their own steps. The torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) come from the
 launcher (`collectives.launch`).
 """
 
@@ -27,6 +28,7 @@ import sys
 from collectives import aliases, backend
 from collectives.compute.clock import ComputeClock
 from collectives.compute.gpu import GpuModel
+from collectives.compute.gpuemu import emulated_gpus
 from collectives.compute.opmode import GpuOps
 from collectives.compute.record import write_record
 from emucore.timedil import TimeDilation
@@ -46,7 +48,7 @@ def run_script(script: str) -> None:
     clock = ComputeClock(TimeDilation.from_env(os.environ))
     mode = GpuOps(GpuModel.by_name(name), GPU_DTYPE, clock)
     try:
-        with mode:
+        with emulated_gpus(name, os.environ), mode:
             runpy.run_path(script, run_name="__main__")
     finally:
         write_record(clock, {"gpu": name, "dtype": GPU_DTYPE, "kind": "ops", "ops": mode.ops})
