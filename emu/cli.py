@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import topologies
+from emu.bench import uet as uet_bench, uetscen
 from emu.cluster import remote
 from emu.commands import clean as clean_command, run as run_command, show as show_command
 from emu.lab import command as lab_command
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
     p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity",
-                                    "speed", "lb", "fuzz", "train", "transport", "cluster"],
+                                    "speed", "lb", "fuzz", "train", "transport", "cluster", "uet"],
                    help="forward: agent vs Linux bridge; tdf: fabric load sustained per TDF; "
                         "speed: emu's lowest TDF that keeps up vs ns-3's slowdown, same "
                         "fabric and load (--topo, --load 1.0 by default); "
@@ -101,7 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "cluster: the same int64 ring AllReduce (--size per rank, default "
                         "8MB) on rail2x4 on this machine and spread over two servers (this "
                         "one and one emulated here: needs OpenSSH), model results side by "
-                        "side and the lab overhead of the split (--tdf, default 10000)")
+                        "side and the lab overhead of the split (--tdf, default 10000); uet: emu's UET "
+                        "flow completion times beside uet-htsim's for the scenarios of "
+                        "--scenarios (default emu/bench/data/uet-scenarios.yaml), ratio per "
+                        "row (--tdf, default 10000; --out)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     p.add_argument("--load", type=float, default=None,
                    help="bench tdf/speed: offered load per NIC as a fraction of its line "
@@ -122,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="bench fuzz: frame generator seed")
     p.add_argument("--gpu", default="h100", choices=["h100"],
                    help="bench train: the compute model (default h100)")
+    p.add_argument("--scenarios", default=None, metavar="FILE",
+                   help="bench uet: the scenarios file (default emu/bench/data/uet-scenarios.yaml)")
     p.add_argument("--iters", type=int, default=2,
                    help="bench train: iterations per mode, the last reported (default 2)")
     return ap
@@ -224,6 +230,13 @@ def cmd_bench(args) -> int:
             print(f"emu bench: --iters: must be >= 1, got {args.iters}", file=sys.stderr)
             return 2
         return bench.train_bench(args.gpu, args.tdf, args.iters, args.out)
+    if args.what == "uet":
+        try:
+            uetscen.load(args.scenarios or uetscen.DEFAULT_FILE)
+        except ValueError as exc:
+            print(f"emu bench: {exc}", file=sys.stderr)
+            return 2
+        return uet_bench.uet(args.scenarios, tdf=args.tdf or 10000.0, out=args.out)
     sized = {"transport": (bench.transport_bench, "4MB"), "cluster": (bench.cluster_bench, "8MB")}
     if args.what in sized:
         fn, default = sized[args.what]
