@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from collectives.compute.gpuemu import emulated_gpus
+from collectives.compute.gpuemu import emulated_gpus, placement
 from collectives.compute.gpuemu.devices import DeviceError
 from collectives.compute.gpuemu.refuse import Unemulated
 from collectives.compute.gpuemu.timing import Event
@@ -123,13 +123,10 @@ def test_events_measure_model_time(gpus):
 
 
 def test_ddp_device_ids_are_checked_and_dropped(gpus, monkeypatch):
+    """The wrapper around a stand-in DDP.__init__ (a real DDP needs a process group)."""
     seen = {}
-    orig = DistributedDataParallel.__init__.__wrapped__
-    monkeypatch.setattr(DistributedDataParallel.__init__, "__wrapped__", orig)
-
     def fake(self, module, device_ids=None, output_device=None, **kw):
         seen.update(device_ids=device_ids, output_device=output_device)
-    import collectives.compute.gpuemu.placement as placement
     monkeypatch.setattr(DistributedDataParallel, "__init__", fake)
     init = placement.ddp_init(gpus)
     init(object.__new__(DistributedDataParallel), torch.nn.Linear(2, 2), [1], 1)
