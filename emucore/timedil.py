@@ -18,7 +18,7 @@ from dataclasses import dataclass
 #: Default time-dilation factor. A 200 Gbps model link runs at 40 Mbps in the lab. On a
 #: 2-core machine rail2x4 with the book's QoS carries an all-NIC cross-rail load of half
 #: line rate without loss at TDF 5000 but loses 11 % at 2000 (`python -m emu bench tdf`,
-#: README "Performance"); at full line rate on every NIC, 5000 is at the edge.
+#: docs/PERFORMANCE.md); at full line rate on every NIC, 5000 is at the edge.
 DEFAULT_TDF = 5000.0
 
 TDF_ENV = "EMU_TDF"  # how a child process learns the TDF

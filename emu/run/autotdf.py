@@ -51,7 +51,7 @@ ROCE_FRAME = 14 + 20 + 8 + 12 + 16 + 4096 + 4  # Eth/IPv4/UDP/BTH/RETH/4096 B/IC
 NIC_ENDS = 2
 #: real per-frame-hop CPU / the in-process pipeline's (fitted: module docstring)
 COST_FACTOR = 30.0
-#: the routed book-QoS pipeline on the 2-core VM (README, `bench switch`): used when
+#: the routed book-QoS pipeline on the 2-core VM (docs/PERFORMANCE.md, `bench switch`): used when
 #: the calibration cannot run
 REFERENCE_S_PER_FRAME = 5.9e-6
 CALIBRATION_S = 0.3
@@ -150,7 +150,7 @@ def explain(fab: Fabric, load: Load, s_per_frame: float, cores: int, tdf: float,
 def calibrate(seconds: float = CALIBRATION_S) -> tuple[float, str]:
     """Seconds per frame of this machine's agent pipeline (`python -m emu.observe.calibrate` in
     a child, so that the pipeline is never imported by `emu` itself), and how it was
-    found; the README's reference figure when the child fails."""
+    found; the reference figure of docs/PERFORMANCE.md when the child fails."""
     try:
         r = subprocess.run([sys.executable, "-m", "emu.observe.calibrate", "--seconds", str(seconds)],
                            cwd=str(REPO), capture_output=True, text=True, timeout=60)

@@ -28,7 +28,7 @@ def emu_run(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
 
 def test_an_overloaded_run_is_not_kept_up_and_exits_3(tmp_path):
     # TDF 50: a 200G model link is 4 Gbps in the lab, ~120k frames/s of 4 KB per hop;
-    # the Python data path does a few 10k frames/s on this machine (README, bench
+    # the Python data path does a few 10k frames/s on this machine (docs/PERFORMANCE.md, bench
     # forward/switch), so the shapers' deadlines fall behind by far more than the
     # 1 us bound (one cable, 50 us lab)
     r, s = emu_run(tmp_path / "lost", "--tdf", "50", "--workload", "write", "--src", "h1g1",
@@ -50,7 +50,7 @@ def test_an_overloaded_run_is_not_kept_up_and_exits_3(tmp_path):
 
 def test_a_normal_run_keeps_up(tmp_path):
     # TDF 20000 (given): rail2x4's AllReduce kept up there with p99 0.13 us of the 1 us
-    # bound (README); a 4 MB write loads the machine far less
+    # bound (docs/PERFORMANCE.md); a 4 MB write loads the machine far less
     r, s = emu_run(tmp_path / "ok", "--tdf", "20000", "--workload", "write", "--src", "h1g1",
                    "--dst", "h4g2", "--size", "4MB")
     assert r.returncode == EXIT_PASS, r.stdout[-3000:] + r.stderr[-3000:]

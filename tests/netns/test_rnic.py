@@ -172,9 +172,9 @@ def test_incast_marks_ce_sends_cnps_and_cuts_rates(incast):
     "Measured with the guard saying the lab kept up: 16 MB at TDF 8000 (emu bench "
     "fidelity) 0.17/0.13/0.13 of a fair share; 256 MB each with --qos paper at TDF 10000 "
     "(~5 min lab) 0.81/0.79/1.37. Reproduce: sudo .venv/bin/python -m emu run rail2x4 "
-    "--workload incast --to h4g1 --from h1g1,h2g1,h3g1 --size 16MB (README 'RDMA NICs'). "
+    "--workload incast --to h4g1 --from h1g1,h2g1,h3g1 --size 16MB (docs/NIC.md). "
     "Strict: a pass means the parameters or the model changed - update this test and the "
-    "README."))
+    "docs/NIC.md."))
 def test_incast_converges_to_a_third_each(incast):
     r = incast[0]
     third = r["link_model_bps"] / 3

@@ -6,7 +6,7 @@ import topologies
 from emu.run import autotdf
 from emu.run.autotdf import Load, choose, offered_load
 
-S = 5.9e-6  # the routed book-QoS pipeline on the 2-core VM (README, bench switch)
+S = 5.9e-6  # the routed book-QoS pipeline on the 2-core VM (docs/PERFORMANCE.md, bench switch)
 ALL = {"gpus": ["x"], "sizes": [1]}
 
 
