@@ -97,7 +97,7 @@ def figures(run: dict, senders: list[str]) -> dict:
             "retx": sum(f.get("retransmits", 0) for f in flows.values()),
             "decreases": sum(n.get("decrease", 0) for n in nscc),
             "quick_adapt": sum(n.get("quick_adapt", 0) for n in nscc),
-            "cwnd_final_min": min((n["cwnd"] for n in nscc if "cwnd" in n), default=None),
+            "cwnd_final_min": min((round(n["cwnd"]) for n in nscc if "cwnd" in n), default=None),
             "max_queue_to_rx": max((p.get("max_queue_bytes", 0) for p in to_rx), default=0),
             "ecn_marks": sum(q.get("ecn_marks", 0) for p in to_rx
                              for q in (p.get("queues") or {}).values())}
@@ -150,8 +150,8 @@ def uet(scenarios: str | None = None, tdf: float = 10000.0, out: str | None = No
             if s.id in done:
                 f = done[s.id][1]
                 print(f"  {s.id}: trims {f['trims']}, NACKs {f['nacks']}, retx {f['retx']}, "
-                      f"decreases {f['decreases']}, QA {f['quick_adapt']}, cwnd_min "
-                      f"{f['cwnd_final_min']}, queue {f['max_queue_to_rx']} B, ECN "
+                      f"decreases {f['decreases']}, QA {f['quick_adapt']}, final cwnd min "
+                      f"{f['cwnd_final_min']} B, queue {f['max_queue_to_rx']} B, ECN "
                       f"{f['ecn_marks']} | htsim NACKs {s.htsim_nacks}, rtx {s.htsim_rtx}, "
                       f"queue {s.htsim_max_queue} B")
         if not out:

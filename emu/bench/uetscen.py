@@ -178,7 +178,7 @@ def row(s: Scenario, fcts: list[float] | None, kept_up: bool | None) -> dict:
             "in_band": rs is not None and kept_up is True and in_band(rs)}
 
 
-HEADER = (f"{'scenario':<32}{'lb (emu ev)':<20}{'trim':>5}  {'uet-htsim us min/med/max':<26}"
+HEADER = (f"{'scenario':<32}{'lb (emu ev)':<22}{'trim':>5}  {'uet-htsim us min/med/max':<26}"
           f"{'emu us min/med/max':<26}{'med x':>6}{'max x':>6}  verdict")
 
 
@@ -189,7 +189,7 @@ def _triple(t: tuple[float, float, float] | None) -> str:
 def format_row(s: Scenario, r: dict | None, guard_line: str = "") -> str:
     """The table's line for a scenario (`r` from `row`; None: not run)."""
     lb = f"{s.lb} ({s.ev})" if s.ev else s.lb
-    head = f"{s.id:<32}{lb:<20}{('on' if s.trimming else 'off'):>5}  {_triple(s.htsim_fct_us):<26}"
+    head = f"{s.id:<32}{lb:<22}{('on' if s.trimming else 'off'):>5}  {_triple(s.htsim_fct_us):<26}"
     if not s.expressible:
         return f"{head}not expressible: {s.note}"
     if r is None:
