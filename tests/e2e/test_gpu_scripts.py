@@ -21,8 +21,11 @@ EX = ROOT / "examples" / "gpu"
 
 
 def emu_gpu_run(out: Path, cwd: Path, *script: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "emu", "run", "rail2x4", "--quiet", "--pcap",
-                           "none", "--gpu", "h100", "--out", str(out), "--cwd", str(cwd),
+    # TDF 10000: the model's compute regions then take seconds, not the ~30 s per step of
+    # the auto TDF's 70,000-100,000 on a busy machine; nothing below depends on the TDF
+    return subprocess.run([sys.executable, "-m", "emu", "run", "rail2x4", "--quiet", "--tdf",
+                           "10000", "--pcap", "none", "--gpu", "h100", "--out", str(out),
+                           "--cwd", str(cwd),
                            "--script", *script], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
 
