@@ -1,0 +1,72 @@
+"""Opt-in end to end check of the lab VM (docs/VM.md): boot it, provision it, run emu in it.
+
+    EMU_VM=1 ./setup.sh test tests/vm -s
+
+Builds the local box when it is missing (vagrant/build-box.sh), then `vagrant up
+--provider=libvirt` from vagrant/ (provisioned by `setup.sh provision`), runs `emu run
+rail2x4` and `emu lab run L11.3` inside, and always destroys the VM. Prints each step's
+time. Needs root, /dev/kvm (or EMU_VM_DRIVER=qemu), libvirtd running, vagrant-libvirt,
+about 10 GB of disk. EMU_BOX picks the box (default here: local); the VM's Vagrant state
+lives in a temporary folder, so a VM of the user's own in vagrant/.vagrant is left alone.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+VAGRANT_DIR = Path(__file__).resolve().parents[2] / "vagrant"
+LOCAL_BOX = "emu/bookworm-local"
+
+pytestmark = pytest.mark.skipif(os.environ.get("EMU_VM") != "1",
+                                reason="opt-in: EMU_VM=1 boots a VM (docs/VM.md: KVM, ~10 GB disk)")
+
+
+def _run(cmd, env, timeout, timings, step):
+    start = time.monotonic()
+    r = subprocess.run(cmd, cwd=VAGRANT_DIR, env=env, capture_output=True, text=True, timeout=timeout)
+    timings[step] = time.monotonic() - start
+    print(f"[vm] {step}: {timings[step]:.0f} s, exit {r.returncode}", flush=True)
+    return r
+
+
+def _tail(r, lines=40):
+    return "\n".join((r.stdout + r.stderr).splitlines()[-lines:])
+
+
+def _preflight():
+    if os.geteuid() != 0:
+        pytest.fail("needs root (libvirt's system instance, build-box.sh)")
+    for tool in ("vagrant", "virsh", "qemu-img", "debootstrap"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} missing: apt-get install vagrant-libvirt libvirt-daemon-system "
+                        "qemu-system-x86 qemu-utils debootstrap extlinux syslinux-common fdisk")
+    r = subprocess.run(["virsh", "-c", "qemu:///system", "list"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail("libvirtd is not answering (without systemd: virtlogd -d && libvirtd -d): " + r.stderr)
+
+
+def test_vm_boots_provisions_and_runs_emu(tmp_path):
+    _preflight()
+    env = dict(os.environ, VAGRANT_DOTFILE_PATH=str(tmp_path / "dot"), VAGRANT_CHECKPOINT_DISABLE="1")
+    env.setdefault("EMU_BOX", "local")
+    timings = {}
+    boxes = subprocess.run(["vagrant", "box", "list"], env=env, capture_output=True, text=True).stdout
+    if env["EMU_BOX"] == "local" and LOCAL_BOX not in boxes:
+        r = _run(["./build-box.sh"], env, 1800, timings, "box build")
+        assert r.returncode == 0, _tail(r)
+    try:
+        r = _run(["vagrant", "up", "--provider=libvirt"], env, 3600, timings, "vagrant up + provision")
+        assert r.returncode == 0, _tail(r)
+        emu = "cd /vagrant && sudo .venv/bin/emu "
+        r = _run(["vagrant", "ssh", "-c", emu + "run rail2x4"], env, 1800, timings, "emu run rail2x4")
+        assert r.returncode == 0, _tail(r)
+        r = _run(["vagrant", "ssh", "-c", emu + "lab run L11.3"], env, 1800, timings, "emu lab run L11.3")
+        assert r.returncode == 0, _tail(r)
+    finally:
+        r = _run(["vagrant", "destroy", "-f"], env, 600, timings, "vagrant destroy")
+        print("[vm] timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()), flush=True)
+    assert r.returncode == 0, _tail(r)
