@@ -25,7 +25,7 @@ from emu.cluster.servers import Server
 
 __all__ = ["Remote", "check", "version", "one_way_latency", "latency_from", "parse_ping", "REPO"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHECK_TIMEOUT_S = 30.0
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 #: the checkout: every product process runs with it as cwd
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_module(node, module: str, args: list[str | Path], **popen_kw):
