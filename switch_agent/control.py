@@ -27,7 +27,7 @@ from switch_agent import show
 if TYPE_CHECKING:  # the agent imports Scapy; clients of `request` need not
     from switch_agent.agent import Agent
 
-__all__ = ["AgentControl", "ControlServer", "request"]
+__all__ = ["AgentControl", "request"]
 
 log = logging.getLogger("switch_agent.control")
 
@@ -112,4 +112,3 @@ class AgentControl(LineServer):
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
 
-ControlServer = AgentControl  #: the name switch_agent.serve and the tests use

@@ -54,7 +54,7 @@ def serve(agent: Agent) -> None:
     ep = select.epoll()
     for fd in agent.by_fd:
         ep.register(fd, select.EPOLLIN)
-    ctl = control.ControlServer(agent.cfg.control, agent)
+    ctl = control.AgentControl(agent.cfg.control, agent)
     ep.register(ctl.fileno(), select.EPOLLIN)
     nl = rawsock.open_netlink_monitor()
     ep.register(nl.fileno(), select.EPOLLIN)

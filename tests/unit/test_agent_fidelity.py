@@ -193,7 +193,7 @@ def test_counters_carry_the_fidelity_snapshot_and_reset_clears_it():
         a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
     drive(a, 10 * MS, 1.0)
     c0 = time.process_time()
-    fid = control.ControlServer.dispatch(types.SimpleNamespace(agent=a), {"cmd": "counters"})[
+    fid = control.AgentControl.dispatch(types.SimpleNamespace(agent=a), {"cmd": "counters"})[
         "fidelity"]
     assert set(fid) == {"count", "max_lag_model_s", "p99_lag_model_s", "hist", "worst", "cpu_s"}
     assert fid["count"] == 2 and len(fid["hist"]) == HIST_LEN
@@ -201,12 +201,12 @@ def test_counters_carry_the_fidelity_snapshot_and_reset_clears_it():
     zero = {"count": 0, "max_lag_model_s": 0.0, "p99_lag_model_s": 0.0,
             "hist": [0] * HIST_LEN, "worst": ""}
     ctl = types.SimpleNamespace(agent=a)
-    assert control.ControlServer.dispatch(ctl, {"cmd": "fidelity_reset"})["ok"]
+    assert control.AgentControl.dispatch(ctl, {"cmd": "fidelity_reset"})["ok"]
     assert snap(a) == zero and a.ports["eth1"].rx_packets == 2  # only the guard's window
     drive(a, 10 * MS, 1.0)
     a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
     drive(a, 10 * MS, 1.0)
-    assert control.ControlServer.dispatch(ctl, {"cmd": "reset"})["ok"]
+    assert control.AgentControl.dispatch(ctl, {"cmd": "reset"})["ok"]
     assert snap(a) == zero and a.ports["eth1"].rx_packets == 0
 
 
