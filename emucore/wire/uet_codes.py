@@ -113,6 +113,7 @@ class RetCode(enum.IntEnum):
     NO_MATCH = 0x05
     BAD_MKEY = 0x1C
     BAD_ADDR = 0x1D
+    TOO_LONG = 0x22   #: RC_TOO_LONG: the message is longer than the buffer it addressed
 
 
 # PDS flags (7 bits); which apply depends on the type (reference provider uet_pkt_hdr.h)

@@ -25,7 +25,7 @@ send CQ) and returns packet descriptors (`TxReq`) the NIC turns into frames.
   tells NSCC); ROD_OOO resends everything from that PSN (ROD, go back); NO_RESOURCE (a
   SEND the target had no receive for) resends that packet after the RNR delay, at most
   `rnr_retries` times (then RNR_RETRY_EXC_ERR, as RC); an SES response whose return
-  code is not OK fails its message's WR (BAD_MKEY / BAD_ADDR: REM_ACCESS_ERR); a packet not
+  code is not OK fails its message's WR (BAD_MKEY / BAD_ADDR / TOO_LONG: REM_ACCESS_ERR); a packet not
   acknowledged within the RTO is resent; after `retries` resends of one packet the WR
   fails with RETRY_EXC_ERR, the rest are flushed and the QP goes to ERROR (as RC).
 SACK holes alone trigger nothing: with spraying a hole is reordering, not loss; loss in
@@ -50,6 +50,8 @@ from traffic.verbs import MR, QP, Access, QPState
 from traffic.workreq import IMM_WR_OPS, SEND_WR_OPS, WC, WR, WCStatus, wc_opcode_of
 
 MASK32 = 0xFFFFFFFF
+#: SES return codes that fail the WR REM_ACCESS_ERR (the rest: REM_OP_ERR)
+_ACCESS = (RetCode.BAD_MKEY, RetCode.BAD_ADDR, RetCode.TOO_LONG)
 
 
 def psn_add(a: int, n: int) -> int:
@@ -258,7 +260,7 @@ class Initiator:
         if rsp is not None and rsp[1] not in (RetCode.OK, RetCode.NULL):
             p = self.inflight.get(ack_psn)
             if p is not None:
-                bad = (WCStatus.REM_ACCESS_ERR if rsp[1] in (RetCode.BAD_MKEY, RetCode.BAD_ADDR)
+                bad = (WCStatus.REM_ACCESS_ERR if rsp[1] in _ACCESS
                        else WCStatus.REM_OP_ERR)
                 self._fail(p.msg, bad, now)
                 return

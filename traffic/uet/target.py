@@ -21,7 +21,7 @@ ACK / NACK descriptors (`TxAck`, `TxNack`) for the NIC to send.
   messages; ROD does. With no receive posted the packet is not placed and is NACKed
   NO_RESOURCE (the initiator tries it again after its RNR delay). A message longer than
   the posted buffer completes the receive LOC_LEN_ERR, is acknowledged but not placed,
-  and its SES response says BAD_ADDR (emu's choice: "the buffer is not there").
+  and its SES response says RC_TOO_LONG (0x22, UE 1.0.1's SES return-code table).
 * A single-packet message (SOM and EOM) completes on its own; medium and small SES
   headers carry no message ID.
 * ROD: only the next PSN is accepted; another one is dropped and NACKed ROD_OOO (once
@@ -268,7 +268,7 @@ class Target:
                 q.recv_cq.push(WC(wqe.wr_id, WCStatus.SUCCESS, WCOpcode.RECV,
                                   ses.request_length, q.qpn, st[1]))
             else:
-                rc = RetCode.BAD_ADDR
+                rc = RetCode.TOO_LONG
         elif st[1] is not None and rc == RetCode.OK:
             wqe = q.take_recv()
             q.recv_cq.push(WC(wqe.wr_id if wqe else 0, WCStatus.SUCCESS,
