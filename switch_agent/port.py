@@ -71,7 +71,7 @@ class Port:
         self.shaper = Shaper(cfg.lab_bps, mtu=mtu)
         rng = random.Random(f"{seed}:{cfg.ifname}").random
         if qos is not None:
-            self.queues = PortQueues(qos.queuing, qos.mtu, rng)
+            self.queues = PortQueues(qos.queuing, qos.mtu, rng, trim=qos.trim)
         else:
             self.queues = PortQueues(Queuing.plain(queue_limit_bytes), mtu, rng)
         self.delay = cfg.delay_lab_s

@@ -36,6 +36,14 @@ when the frame starts on the wire, reports each frame's sojourn (`note_sojourn`,
 µs): per queue the largest and a histogram over SOJOURN_EDGES_US - how long CNPs and
 data waited (ch.11 L2468-2476: "feedback arrives quickly even during severe congestion"
 because the CNP queue is strict).
+
+Trimmed UET headers (`emucore.qos.trim.Trim`: `queue`, `share`) have a class of their own
+when their queue is not strict: served after the strict queues and before the DWRR tiers,
+but capped - while other frames wait, the class may run at most one MTU of bytes ahead of
+`share` % of the non-strict bytes sent (a byte debt: a trimmed frame adds
+len x (100 - share), a weighted or scavenger frame pays off len x share). With nothing
+else eligible it is served anyway, uncharged (work conserving). Only a dequeue that has
+no strict frame to send reads the class; the enqueue of any frame does no extra work.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from typing import NamedTuple
 from emucore.qos.classify import mark_ce
 from emucore.qos.fields import NUM_QUEUES
 from emucore.qos.queuing import Queuing
+from emucore.qos.trim import Trim
 from emucore.qos.wred import WredVerdict, ewma_depth, wred_decide
 
 #: depth bin of the WRED curve counters: the book's WRED minimum (Example 11-3, 150 KB)
@@ -135,10 +144,12 @@ class PortQueues:
                  "tier_of", "weighted", "scavenger", "l3", "rng", "enq_packets", "enq_bytes",
                  "deq_packets", "deq_bytes", "marks", "drops", "max_qbytes", "avg", "wmin",
                  "wmax", "up_at", "down_at", "bin_seen", "bin_marked", "bin_dropped",
-                 "events", "sojourn_max", "sojourn_hist")
+                 "events", "sojourn_max", "sojourn_hist", "trim_q", "trim_share",
+                 "trim_debt", "trim_burst")
 
     def __init__(self, cfg: Queuing | None = None, mtu: int = 9216,
-                 rng: Callable[[], float] | None = None, l3: int = 14) -> None:
+                 rng: Callable[[], float] | None = None, l3: int = 14,
+                 trim: Trim | None = None) -> None:
         cfg = cfg or Queuing()
         if not (isinstance(mtu, int) and mtu >= 64):
             raise ValueError(f"mtu: must be an int >= 64, got {mtu!r}")
@@ -174,14 +185,19 @@ class PortQueues:
         self.events: list[tuple[str, dict]] | None = None
         self.strict = tuple(q for q in reversed(range(NUM_QUEUES)) if cfg.queues[q].strict)
         self.l3 = l3
-        others = [q for q in range(NUM_QUEUES) if q not in self.strict]
+        #: the trimmed-header class (-1: none, or its queue is strict)
+        self.trim_q = trim.queue if trim is not None and trim.queue not in self.strict else -1
+        self.trim_share = trim.share if self.trim_q >= 0 else 100
+        self.trim_debt = 0  # bytes x percent the class ran ahead of its share
+        self.trim_burst = mtu * (100 - self.trim_share)  # it may run one MTU ahead
+        others = [q for q in range(NUM_QUEUES) if q not in self.strict and q != self.trim_q]
         weights = {q: cfg.queues[q].bandwidth_percent for q in others
                    if cfg.queues[q].bandwidth_percent}
         unit = min(weights.values()) if weights else 1
         #: DWRR quantum unit = MTU (largest frame normally seen)
         self.weighted = Drr({q: max(1, round(mtu * w / unit)) for q, w in weights.items()})
         self.scavenger = Drr({q: mtu for q in others if q not in weights})
-        self.tier_of = [None if q in self.strict else
+        self.tier_of = [None if q in self.strict or q == self.trim_q else
                         self.weighted if q in weights else self.scavenger
                         for q in range(NUM_QUEUES)]
         self.enq_packets = [0] * NUM_QUEUES
@@ -274,10 +290,19 @@ class PortQueues:
         for q in self.strict:
             if fifo[q] and not paused_mask >> q & 1:
                 return self._pop(q)
+        t = self.trim_q
+        trimmed = t >= 0 and fifo[t] and not paused_mask >> t & 1
+        if trimmed and self.trim_debt < self.trim_burst:
+            self.trim_debt += len(fifo[t][0][1]) * (100 - self.trim_share)
+            return self._pop(t)
         q = self.weighted.pick(fifo, paused_mask) if self.weighted.active else -1
         if q < 0 and self.scavenger.active:
             q = self.scavenger.pick(fifo, paused_mask)
-        return None if q < 0 else self._pop(q)
+        if q < 0:
+            return self._pop(t) if trimmed else None   # alone: uncharged
+        if self.trim_debt:
+            self.trim_debt = max(0, self.trim_debt - len(fifo[q][0][1]) * self.trim_share)
+        return self._pop(q)
 
     def _pop(self, q: int) -> tuple:
         entry = self.fifo[q].popleft()

@@ -1,7 +1,7 @@
 """Packet trimming in the switch (issue 16 "Packet
 trimming", seed 004 "Packet trimming"): a congested egress queue does not drop - or pause
 the sender - a packet of a trimmable DSCP, it cuts the payload, rewrites the DSCP to the
-trimmed code point and sends the header on in a high-priority class; the receiving FEP
+trimmed code point and sends the header on in its own class; the receiving FEP
 answers NACK TRIMMED (or TRIMMED_LASTHOP when the cut happened on the last switch, at the
 port facing the destination host) and the sender retransmits at once.
 
@@ -9,14 +9,18 @@ No standard values exist. Emu's defaults: trimmable DSCP 24 (emu's UET data shar
 RoCE's class), trimmed DSCP 11 (Cumulus 5.14's default trim DSCP) and 12 at the last hop
 (emu's choice: the receiver must tell the two apart and the header carries no other
 mark), 64 bytes of UDP payload kept (uet-htsim; the UET headers are never cut), the
-header queued on the CNP strict-priority queue (7, the book's), a trimmable packet
-trimmed once its egress queue would hold more than 100 KB (model bytes: 4 us at 200 G).
+header queued on its own queue (6: served after the strict control queue 7 - ACKs,
+NACKs, CNPs - and before the data queues, capped at `share` = 25 % of what the strict
+queue leaves while data is backlogged: the UE spec's trimmed class is "below control and
+above data, at most 50 % of the bandwidth, WDRR 25 % suggested"; the scheduling is
+`switch_agent.queues.PortQueues`; a `queue` configured strict keeps the old behaviour,
+strict and uncapped), a trimmable packet trimmed once its egress queue would hold more than 100 KB (model bytes: 4 us at 200 G).
 Only UET frames (UDP 4793) are trimmed; anything else of that DSCP is queued as usual.
 
 YAML (a QoS file's `trim:` or `emu run --trim`):
 
     trim: {dscps: [24], threshold: 100KB, keep: 64, trimmed_dscp: 11,
-           lasthop_dscp: 12, queue: 7}
+           lasthop_dscp: 12, queue: 6, share: 25}
 
 Pure: the decision is `Trim.dscp_for(tos, depth, nbytes, last_hop)`.
 """
@@ -40,7 +44,8 @@ class Trim:
     keep: int = 64                   #: UDP payload bytes kept (at least the UET headers)
     trimmed_dscp: int = 11
     lasthop_dscp: int = 12           #: trimmed at the port facing the destination host
-    queue: int = 7                   #: egress queue (and PFC priority) of trimmed headers
+    queue: int = 6                   #: egress queue (and PFC priority) of trimmed headers
+    share: int = 25                  #: % of the non-strict bandwidth they may take under load
     trimmable: tuple[bool, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -54,6 +59,7 @@ class Trim:
         int_in("trimmed_dscp", self.trimmed_dscp, 0, 63)
         int_in("lasthop_dscp", self.lasthop_dscp, 0, 63)
         int_in("queue", self.queue, 0, NUM_QUEUES - 1)
+        int_in("share", self.share, 1, 100)
         marks = {self.trimmed_dscp, self.lasthop_dscp}
         if len(marks) != 2 or marks & set(self.dscps):
             raise ValueError(f"trimmed_dscp, lasthop_dscp: two DSCPs apart from the "
@@ -88,7 +94,8 @@ class Trim:
         """One line for `show` and the summary."""
         return (f"trim DSCP {','.join(map(str, self.dscps))} above "
                 f"{self.threshold_bytes / 1000:g} KB to {self.keep} B -> DSCP "
-                f"{self.trimmed_dscp} ({self.lasthop_dscp} at the last hop), queue {self.queue}")
+                f"{self.trimmed_dscp} ({self.lasthop_dscp} at the last hop), queue {self.queue} "
+                f"(at most {self.share} % under load)")
 
 
 def _dscps(path: str, value) -> tuple:
@@ -98,6 +105,7 @@ def _dscps(path: str, value) -> tuple:
 
 #: the YAML form (`emucore.yamlform`); the field name threshold_bytes is accepted too
 TRIM = Form({"dscps": "dscps", "threshold": "threshold_bytes", "keep": "keep",
-             "trimmed_dscp": "trimmed_dscp", "lasthop_dscp": "lasthop_dscp", "queue": "queue"},
+             "trimmed_dscp": "trimmed_dscp", "lasthop_dscp": "lasthop_dscp", "queue": "queue",
+              "share": "share"},
             read={"dscps": _dscps, "threshold": size}, write={"dscps": list},
             aliases={"threshold_bytes": "threshold"}, switch=True)

@@ -1,6 +1,6 @@
 """Packet trimming (issue 16, emucore.qos.trim): the decision table, the YAML form, and
 the agent cutting UET frames on a congested egress - DSCP rewritten (the last hop's own
-code point at a host-facing port), checksums valid, the header on the strict queue."""
+code point at a host-facing port), checksums valid, the header on its own queue (6)."""
 
 import pytest
 
@@ -89,11 +89,11 @@ def test_a_congested_egress_trims_uet_frames_and_sends_the_headers_first(dst_mac
     out = a.ports[port]
     full, hdr = 14 + 20 + 8 + 12 + 44 + 4000, 14 + 20 + 8 + 64  # 4098, 106
     assert (out.trimmed, out.trimmed_bytes) == (2, 2 * (full - hdr))
-    assert (out.queues.qbytes[3], out.queues.qbytes[7]) == (2 * full, 2 * hdr)
+    assert (out.queues.qbytes[3], out.queues.qbytes[6]) == (2 * full, 2 * hdr)
     assert out.counters(0.0)["trimmed"] == 2
     run(a, 0.01)
     sent = out.sock.sent
-    assert [len(f) for f in sent] == [hdr, hdr, full, full]  # the strict queue first
+    assert [len(f) for f in sent] == [hdr, hdr, full, full]  # the trimmed class first
     cut = [uet_parse(f, verify_csum=True) for f in sent[:2]]
     assert all(c.csum_ok and c.dscp == dscp and c.ecn == 2 for c in cut)
     assert [c.psn for c in cut] == [102, 103] and all(len(c.payload) == 8 for c in cut)
@@ -110,11 +110,11 @@ def test_other_traffic_of_the_dscp_and_trimmed_headers_are_never_cut():
     [f] = uet_frames(mac(H2), "10.0.1.12", 1)
     a.on_frame(a.ports["eth1"], f, 0.0)
     assert a.ports["eth2"].trimmed == 1
-    cut = a.ports["eth2"].queues.fifo[7][0][1]
+    cut = a.ports["eth2"].queues.fifo[6][0][1]
     b = make_agent(threshold=100)
-    for _ in range(3):  # already trimmed (DSCP 12): on queue 7 at every switch, never cut
+    for _ in range(3):  # already trimmed (DSCP 12): on queue 6 at every switch, never cut
         b.on_frame(b.ports["eth1"], cut, 0.0)
-    assert b.ports["eth2"].trimmed == 0 and b.ports["eth2"].queues.qbytes[7] == 3 * len(cut)
+    assert b.ports["eth2"].trimmed == 0 and b.ports["eth2"].queues.qbytes[6] == 3 * len(cut)
 
 
 # -- how a run and a lab ask for UET and trimming ------------------------------------------
