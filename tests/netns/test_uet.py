@@ -54,9 +54,9 @@ def test_one_uet_write_is_byte_exact_and_spread_over_both_spines(fnet, tmp_path)
     if shutil.which("tshark") is None:
         pytest.skip("needs tshark (./setup.sh installs it)")
     out = subprocess.run(["tshark", "-X", f"lua_script:{LUA}", "-r", str(tmp_path / "h4-nic2.pcap"),
-                          "-Y", "uet", "-T", "fields", "-E", "occurrence=f",
-                          "-e", "uet.pds.type", "-e", "uet.pds.flags.syn", "-e", "udp.srcport",
-                          "-e", "uet.ses.request_length"],
+                          "-Y", "emu_uet", "-T", "fields", "-E", "occurrence=f",
+                          "-e", "emu_uet.pds.type", "-e", "emu_uet.pds.flags.syn", "-e", "udp.srcport",
+                          "-e", "emu_uet.ses.request_length"],
                          capture_output=True, text=True, timeout=300)
     assert "Lua" not in out.stderr, out.stderr
     rows = [line.split("\t") for line in out.stdout.splitlines()]
@@ -90,8 +90,8 @@ def test_a_uet_send_lands_in_the_posted_buffer(fnet, tmp_path):
     if shutil.which("tshark") is None:
         pytest.skip("needs tshark (./setup.sh installs it)")
     out = subprocess.run(["tshark", "-X", f"lua_script:{LUA}", "-r", str(tmp_path / "h4-nic2.pcap"),
-                          "-Y", "uet.pds.type == 2", "-T", "fields", "-E", "occurrence=f",
-                          "-e", "uet.ses.opcode", "-e", "uet.ses.hd"],
+                          "-Y", "emu_uet.pds.type == 2", "-T", "fields", "-E", "occurrence=f",
+                          "-e", "emu_uet.ses.opcode", "-e", "emu_uet.ses.hd"],
                          capture_output=True, text=True, timeout=300)
     rows = [line.split("\t") for line in out.stdout.splitlines()]
     assert rows and {x[0] for x in rows} == {"5"}, rows[:3]   # SES opcode SEND
