@@ -12,7 +12,8 @@ interleaved:
   at the switch port's MAC: rail1's agent routes, drops or parses them (PFC, LLDP/DCBX).
 * "switched" (an eighth): the same, aimed at h2g1's MAC: the agent switches them on to
   h2's NIC, sharing the flow's egress queue.
-* "wire" (the rest): into h2g1's NIC directly, sent on the far end of its link (rail1's
+* "wire" (the rest; one in two of its first frames an eighth of malformed UET frames,
+  emu.bench.uet_frames, issue 32): into h2g1's NIC directly, sent on the far end of its link (rail1's
   port towards h2, from the switch's namespace): a frame sent on the NIC's own
   interface would be outgoing there, and the NIC's socket ignores outgoing frames (as
   the agent's socket on that port ignores these).
@@ -45,6 +46,7 @@ import topologies
 from emu.realise import nsutil
 from emu.realise.net import FabricNet
 from emu.bench.frames import CATEGORIES, base_frames, malformed_frames
+from emu.bench.uet_frames import UET_CATEGORIES, malformed_uet_frames, uet_base_frames
 from emucore.qos.qosconfig import QosConfig
 from traffic.nic.client import request
 from traffic.workloads import rdma
@@ -171,7 +173,7 @@ def report(sent: dict, before: dict, after: dict, ports: dict[str, str], up: dic
     t.add_column("category")
     for s in STREAMS:
         t.add_column(s, justify="right")
-    for cat in CATEGORIES:
+    for cat in CATEGORIES + UET_CATEGORIES:
         cells = []
         for s in STREAMS:
             r = sent.get((s, cat), {"sent": 0, "errors": {}})
@@ -220,7 +222,12 @@ def fuzz_bench(frames: int = 100_000, seed: int = 1, tdf: float = 1000, rate: fl
     eighth = frames // 8  # through the agent: an eighth each; the rest into the NIC
     streams = {"router": sendable(seed, eighth, base, dst_mac=inj.gateway_mac),
                "switched": sendable(seed + 1, eighth, base),
-               "wire": sendable(seed + 2, frames - 2 * eighth, base)}
+               "wire": sendable(seed + 2, frames - 3 * eighth, base)}
+    # an eighth of UET frames (issue 32) interleaved into the wire stream, aimed at DST
+    uet = list(malformed_uet_frames(seed + 3, eighth, uet_base_frames(
+        src.mac, dst.mac, src.ip, dst.ip)))
+    streams["wire"] = [f for pair in zip(streams["wire"], uet) for f in pair] + \
+        streams["wire"][len(uet):]
     ports = {local.ifname: remote.node for local, remote, _ in fab.node_links("rail1")
              if remote.node in (src.host, dst.host, inj.host)}
     wire_port = next(p for p, peer in ports.items() if peer == dst.host)
