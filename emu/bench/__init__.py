@@ -1,3 +1,3 @@
 """`python -m emu bench ...`: forward, switch, tdf, speed and friends (`basic`), and the
-benches of one subject each (`cluster`, `fuzz` with its malformed `frames`, `lb`,
+benches of one subject each (`cluster`, `fuzz` with its `malformed` and `malformed_uet` frames, `lb`,
 `train`, `transport`); `benchrun` holds what they share."""

@@ -4,7 +4,7 @@ a legitimate RDMA WRITE runs; the agent and the NICs must survive, drop and coun
 Three hosts on one switch (h1, h2, h3 -- rail1, one GPU each, no spine) with the book's
 QoS (PFC mode auto: LLDP/DCBX and PFC run), NICs on h1g1 and h2g1. h1g1 writes `size`
 random bytes into h2g1's memory (traffic.workloads.rdma.write, which compares the
-target memory byte for byte) while `frames` malformed frames (emu.bench.frames, every
+target memory byte for byte) while `frames` malformed frames (emu.bench.malformed, every
 category in turn) go out of raw AF_PACKET sockets, paced at `rate` frames/s,
 interleaved:
 
@@ -13,7 +13,7 @@ interleaved:
 * "switched" (an eighth): the same, aimed at h2g1's MAC: the agent switches them on to
   h2's NIC, sharing the flow's egress queue.
 * "wire" (the rest; one in two of its first frames an eighth of malformed UET frames,
-  emu.bench.uet_frames, issue 32): into h2g1's NIC directly, sent on the far end of its link (rail1's
+  emu.bench.malformed_uet, issue 32): into h2g1's NIC directly, sent on the far end of its link (rail1's
   port towards h2, from the switch's namespace): a frame sent on the NIC's own
   interface would be outgoing there, and the NIC's socket ignores outgoing frames (as
   the agent's socket on that port ignores these).
@@ -45,8 +45,8 @@ from rich.table import Table
 import topologies
 from emu.realise import nsutil
 from emu.realise.net import FabricNet
-from emu.bench.frames import CATEGORIES, base_frames, malformed_frames
-from emu.bench.uet_frames import UET_CATEGORIES, malformed_uet_frames, uet_base_frames
+from emu.bench.malformed import CATEGORIES, base_frames, malformed_frames
+from emu.bench.malformed_uet import UET_CATEGORIES, malformed_uet_frames, uet_base_frames
 from emucore.qos.qosconfig import QosConfig
 from traffic.nic.client import request
 from traffic.workloads import rdma

@@ -2,7 +2,7 @@
 
 The one implementation the emulator uses to compute and to verify them: the switch
 agent's ICMP errors (`switch_agent.forward`), the NIC's receive checks
-(`emucore.wire.templates.parse`), the fuzzer's frames (`emu.bench.frames`, issue 14: fuzzed
+(`emucore.wire.templates.parse`), the fuzzer's frames (`emu.bench.malformed`, issue 14: fuzzed
 frames). The 16-bit one's complement sum of a byte string is its value as one big
 integer modulo 0xFFFF (2**16 = 1 mod 0xFFFF), which Python computes in C. Pure.
 """

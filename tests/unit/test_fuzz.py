@@ -1,4 +1,4 @@
-"""Issue 14: fuzzed frames. The malformed-frame generator (emu.bench.frames) is deterministic
+"""Issue 14: fuzzed frames. The malformed-frame generator (emu.bench.malformed) is deterministic
 and covers its categories; fed in-process to the pure parsers, the switch agent's
 on_frame and the NIC's on_frame, no frame raises, each is dropped and counted, and
 legitimate traffic after the garbage still flows. No root: in-memory ports and wires.
@@ -10,7 +10,7 @@ import traceback
 
 import pytest
 
-from emu.bench.frames import CATEGORIES, base_frames, malformed_frames
+from emu.bench.malformed import CATEGORIES, base_frames, malformed_frames
 from emucore.wire.inet import ones_sum, udp4_ok
 from emucore.wire.lldp import parse_lldp_frame
 from emucore.wire.pause import pause_frame, parse_pfc

@@ -1,4 +1,4 @@
-"""Issue 32: malformed UET frames (emu.bench.uet_frames) - truncated prologues, bad PDS
+"""Issue 32: malformed UET frames (emu.bench.malformed_uet) - truncated prologues, bad PDS
 types and next headers, bogus PSNs, SACK offsets and SES lengths - fed in-process to the
 UET parser, a trimming switch agent and both UET NICs of a live connection: no frame
 raises, every one is counted, and the connection still completes a WRITE afterwards."""
@@ -6,7 +6,7 @@ raises, every one is counted, and the connection still completes a WRITE afterwa
 import collections
 import traceback
 
-from emu.bench.uet_frames import UET_CATEGORIES, malformed_uet_frames, uet_base_frames
+from emu.bench.malformed_uet import UET_CATEGORIES, malformed_uet_frames, uet_base_frames
 from emucore.wire.uet_codec import parse as uet_parse
 from traffic.workreq import WCStatus
 

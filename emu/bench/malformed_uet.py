@@ -1,5 +1,5 @@
 """Malformed UET frames for the emulator's parsers (issue 32; the RoCE, PFC and LLDP
-categories are `emu.bench.frames`). Pure, no I/O, same seed same frames.
+categories are `emu.bench.malformed`). Pure, no I/O, same seed same frames.
 
 `malformed_uet_frames(seed, n, base)` yields n (category, frame) pairs mutated from valid
 UET templates (`uet_base_frames`: a RUD request with the standard SES header and payload,
