@@ -74,6 +74,8 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
     .venv/bin/python -m pip install -q --no-deps -e .
     echo "$WANT" > "$STAMP"
 fi
+# The compiled data path (C11, emucore/cbuild.py): rebuilt only when a source changed.
+.venv/bin/python -m emucore.cbuild >/dev/null || exit 2
 
 case "$MODE" in
     provision) echo "==> emu is set up: $ROOT/.venv/bin/python -m emu --help";;
