@@ -1,18 +1,13 @@
 """The sending side of a UET PDC: messages to packets, the window, retransmission,
-completions (issue 16 "RUD", "NSCC"; the seed 004
-"Packet Delivery Sublayer"). Pure: time (`now`, the caller's clock) and randomness come
-from outside; works on the verbs objects of traffic.verbs (the QP's send queue, MRs,
-send CQ) and returns packet descriptors (`TxReq`) the NIC turns into frames.
+completions (issue 16 "RUD", "NSCC"; the seed 004 "Packet Delivery Sublayer"). Pure: time
+(`now`, the caller's clock) and randomness come from outside; works on the verbs objects of
+traffic.verbs (the QP's send queue, MRs, send CQ) and returns packet descriptors (`TxReq`)
+the NIC turns into frames.
 
 * A work request (RDMA WRITE or SEND, with immediate) is one SES message: packets of at
-  most the MTU, each carrying where it goes (the SES standard header: the target's
-  buffer offset, memory key, message offset, request length; the first one SOM with the
-  immediate as header data (HD), the last EOM and ACK-requested (AR)). A message of one
-  packet takes the shorter header that holds it: a SEND the small one (20 B), a SEND
-  with immediate the medium one with header data, a WRITE the medium one with buffer
-  offset and key (32 B); a WRITE with immediate needs both, so the standard one. AR also marks a packet that
-  fills the window and every retransmission: the target ACKs only every `ack_every`
-  packets otherwise, and a sender blocked on its window would wait for the RTO.
+  most the MTU, each with its SES header (`seshdr`). ACK-requested (AR) marks the last,
+  a packet that fills the window and every retransmission: the target ACKs only every
+  `ack_every` packets otherwise, and a sender blocked on its window would wait for the RTO.
 * The PDC is set up on the fly: until the first ACK names the target's PDC, packets
   carry SYN and their offset from the start PSN (at most `syn_window` of them).
 * In flight is bounded by NSCC's window (bytes); the entropy value of each packet comes
@@ -21,15 +16,22 @@ send CQ) and returns packet descriptors (`TxReq`) the NIC turns into frames.
   acknowledged byte feeds NSCC with the RTT of the packet that triggered the ACK (none
   for a retransmitted one) and the ECN echo; a message is complete - its WR completes on
   the send CQ - when all its packets are acknowledged, in any order.
-* Retransmission: a NACK TRIMMED / TRIMMED_LASTHOP resends that packet at once (and
-  tells NSCC); ROD_OOO resends everything from that PSN (ROD, go back); NO_RESOURCE (a
-  SEND the target had no receive for) resends that packet after the RNR delay, at most
-  `rnr_retries` times (then RNR_RETRY_EXC_ERR, as RC); an SES response whose return
-  code is not OK fails its message's WR (BAD_MKEY / BAD_ADDR / TOO_LONG: REM_ACCESS_ERR); a packet not
-  acknowledged within the RTO is resent; after `retries` resends of one packet the WR
-  fails with RETRY_EXC_ERR, the rest are flushed and the QP goes to ERROR (as RC).
-SACK holes alone trigger nothing: with spraying a hole is reordering, not loss; loss in
-emu comes from trimming (NACKed at once) or drops (the RTO).
+* A NACK TRIMMED / TRIMMED_LASTHOP tells NSCC (the bytes in flight still counting the
+  packet), then takes the packet out of flight - bytes off `inflight_bytes`, no RTO - into
+  `nacked`; the lowest NACKed PSN is sent again before any new data, but only when the
+  window holds it, as new data. An ACK for a packet waiting there takes it out, feeding
+  NSCC nothing. So uet-htsim (40ccb05, `htsim/sim/uec.cpp`): `UecSrc::processNack` ->
+  `queueForRtx`; `sendIfPermitted` / `timeToSend` check `can_send_NSCC` on the head of
+  `_rtx_queue` (a map by sequence number; SLEEK's bypass is off by default);
+  `handleAckno`, `handleCumulativeAck`.
+* Other retransmissions go at once, their bytes still in flight: ROD_OOO resends
+  everything from that PSN (ROD, go back); NO_RESOURCE (a SEND the target had no
+  receive for) that packet after the RNR delay, at most `rnr_retries` times (then
+  RNR_RETRY_EXC_ERR, as RC); a packet not acknowledged within the RTO is resent; after
+  `retries` resends of one packet the WR fails with RETRY_EXC_ERR, the rest are flushed
+  and the QP goes to ERROR (as RC). An SES response whose return code is not OK fails
+  its message's WR (BAD_MKEY / BAD_ADDR / TOO_LONG: REM_ACCESS_ERR, else REM_OP_ERR).
+SACK holes alone trigger nothing: with spraying a hole is reordering, not loss.
 """
 
 from __future__ import annotations
@@ -39,15 +41,15 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable
 
-from emucore.wire.uet import (F_AR, F_RETX, S_EOM, S_HD, S_SOM, NackCode, NextHdr, RetCode,
-                             SesOpcode)
+from emucore.wire.uet import F_AR, F_RETX, NackCode, RetCode
 from emucore.wire.uet_codec import SesReq
 from traffic.counters import SenderCounters
 from traffic.uet.uetconfig import UetConfig
 from traffic.uet.ev import Entropy
 from traffic.uet.nscc import Nscc
+from traffic.uet.seshdr import ses_header
 from traffic.verbs import MR, QP, Access, QPState
-from traffic.workreq import IMM_WR_OPS, SEND_WR_OPS, WC, WR, WCStatus, wc_opcode_of
+from traffic.workreq import WC, WR, WCStatus, wc_opcode_of
 
 MASK32 = 0xFFFFFFFF
 #: SES return codes that fail the WR REM_ACCESS_ERR (the rest: REM_OP_ERR)
@@ -125,7 +127,8 @@ class Initiator:
         self.entropy = Entropy.of(cfg, rng)
         self.inflight: OrderedDict[int, _Pkt] = OrderedDict()  # psn -> packet, oldest send first
         self.inflight_bytes = 0
-        self.retx: deque[int] = deque()
+        self.retx: deque[int] = deque()             # resend at once (RTO, RNR, ROD_OOO)
+        self.nacked: dict[int, _Pkt] = {}           # psn -> trimmed packet out of flight
         self.rnr_wait: deque[tuple[float, int]] = deque()  # (resend at, psn), in time order
         self.msgs: deque[_Msg] = deque()            # messages with packets still to send
         self.open: dict[int, _Msg] = {}             # message id -> message not yet complete
@@ -168,24 +171,6 @@ class Initiator:
             return True
         return False
 
-    def _ses(self, m: _Msg, i: int, size: int) -> SesReq:
-        wr, mtu = m.wr, self.cfg.mtu
-        flags = (S_SOM if i == 0 else 0) | (S_EOM if i == m.npkts - 1 else 0)
-        imm = wr.imm if wr.opcode in IMM_WR_OPS else None
-        if imm is not None and i == 0:
-            flags |= S_HD
-        send = wr.opcode in SEND_WR_OPS
-        hdr = NextHdr.REQ_STD
-        if m.npkts == 1 and wr.length <= 0x3FFF:
-            hdr = (NextHdr.REQ_SMALL if send and imm is None else
-                   NextHdr.REQ_STD if not send and imm is not None else NextHdr.REQ_MEDIUM)
-        peer = self.qp.dest_qpn
-        return SesReq(SesOpcode.SEND if send else SesOpcode.WRITE, flags, m.message_id,
-                      self.job_id, peer >> 12 & 0xFFF, peer & 0xFFF,
-                      0 if send else wr.remote_addr, 0 if send else wr.rkey, wr.length,
-                      header_data=imm or 0, payload_length=size if i else 0,
-                      message_offset=i * mtu if i else 0, hdr=hdr)
-
     def _tx(self, p: _Pkt, psn: int, now: float, retx: bool, ar: bool = False) -> TxReq:
         m, mtu = p.msg, self.cfg.mtu
         off = p.index * mtu
@@ -197,8 +182,10 @@ class Initiator:
         c = self.counters
         c.packets += 1
         c.bytes += p.size
+        ses = ses_header(m.wr, m.message_id, m.npkts, p.index, p.size, mtu, self.job_id,
+                         self.qp.dest_qpn)
         syn = self.dpdcid is None
-        return TxReq(psn, self.dpdcid, flags, self._ses(m, p.index, p.size), payload, p.ev,
+        return TxReq(psn, self.dpdcid, flags, ses, payload, p.ev,
                      psn_diff(psn, self.start_psn) if syn else 0)
 
     def next_packet(self, now: float) -> TxReq | None:
@@ -211,6 +198,16 @@ class Initiator:
             if p is None:
                 continue  # acknowledged meanwhile
             self.inflight.move_to_end(psn)
+            self.counters.retransmitted += 1
+            return self._tx(p, psn, now, True)
+        if self.nacked:  # the lowest NACKed PSN, within the window, before new data
+            psn = min(self.nacked, key=lambda q: psn_diff(q, self.cack))
+            p = self.nacked[psn]
+            if self.inflight and self.inflight_bytes + p.size > self.nscc.cwnd:
+                return None
+            del self.nacked[psn]
+            self.inflight[psn] = p
+            self.inflight_bytes += p.size
             self.counters.retransmitted += 1
             return self._tx(p, psn, now, True)
         if self.cur is None and not self._pull(now):
@@ -238,17 +235,23 @@ class Initiator:
 
     # -- acknowledgements --------------------------------------------------------------
     def _acked(self, psn: int, now: float) -> int:
+        """Acknowledge `psn`: the bytes it takes out of flight (0 for one that waited in
+        `nacked`: uet-htsim's `handleAckno` feeds NSCC nothing for it)."""
         p = self.inflight.pop(psn, None)
-        if p is None:
+        if p is not None:
+            self.inflight_bytes -= p.size
+            got = max(p.size, 1)
+        elif (p := self.nacked.pop(psn, None)) is None:
             return 0
-        self.inflight_bytes -= p.size
+        else:
+            got = 0
         m = p.msg
         m.left -= 1
         if m.left == 0:
             self.open.pop(m.message_id, None)
             if m.wr.signaled:
                 self._complete(m, WCStatus.SUCCESS, now)
-        return max(p.size, 1)
+        return got
 
     def on_ack(self, cack: int, ack_psn: int, spdcid: int, sack_offset: int, sack_bitmap: int,
                ecn: bool, now: float, rsp: tuple[int, int, int, int, int] | None = None) -> None:
@@ -276,7 +279,7 @@ class Initiator:
             self.entropy.feedback(trigger.ev, ecn, now)
         newly = 0
         if psn_diff(cack, self.cack) > 0 and psn_diff(cack, self.next_psn) < 0:
-            for psn in list(self.inflight):
+            for psn in [*self.inflight, *self.nacked]:
                 if psn_diff(psn, cack) <= 0:
                     newly += self._acked(psn, now)
             self.cack = cack
@@ -295,7 +298,8 @@ class Initiator:
             self.nscc.on_ack(now, newly, rtt, ecn, self.inflight_bytes)
 
     def on_nack(self, code: int, psn: int, now: float) -> None:
-        """A NACK: trimmed -> resend that packet now; ROD out of order -> resend from it."""
+        """A NACK: trimmed -> that packet out of flight, to be resent within the window;
+        ROD out of order -> resend from it."""
         if self.qp.state is QPState.ERROR:
             return
         c = self.counters
@@ -308,10 +312,12 @@ class Initiator:
                 c.nack_trimmed += 1
             else:
                 c.nack_trimmed_lasthop += 1
-            if p is not None:
+            if p is not None:  # NSCC first, then out of flight (uet-htsim's order)
                 p.retx += 1
-                self.nscc.on_nack(now, max(p.size, 1), self.inflight_bytes - p.size)
-                self.retx.append(psn)
+                self.nscc.on_nack(now, max(p.size, 1), self.inflight_bytes)
+                del self.inflight[psn]
+                self.inflight_bytes -= p.size
+                self.nacked[psn] = p
                 self._event_retx(psn, now, "trimmed")
             return
         if code == NackCode.NO_RESOURCE and p is not None:
@@ -384,6 +390,7 @@ class Initiator:
         self.inflight.clear()
         self.inflight_bytes = 0
         self.retx.clear()
+        self.nacked.clear()
         self.rnr_wait.clear()
         self.cur = None
         self.qp.to_error()
