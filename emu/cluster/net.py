@@ -43,6 +43,7 @@ from emu.cluster.proxies import RemoteNode, RemoteOps, RemoteShm
 from emu.cluster.servers import Server, Servers
 from emu.realise import netlink, nsutil
 from emu.realise.net import FabricNet
+from emu.realise.procs import start_timeout
 
 
 def keep_files(run_dir: Path, files: dict[str, str], mono_ahead_s: float, tdf: float) -> None:
@@ -220,12 +221,13 @@ class ClusterNet(FabricNet):
         return RemoteOps(self.parts[self.server_of(node)], node)
 
     def start_nics(self, dcqcn: str = "paper", mtu: int = 4096, gpus=None,
-                   timeout: float = 20.0, **options) -> dict[str, str]:
+                   timeout: float | None = None, **options) -> dict[str, str]:
         """FabricNet.start_nics over the servers: each server starts its hosts' NICs;
         the other servers' control sockets are forwarded to the paths they would have
         here (counters, the sampler, a job's watch work unchanged), while their workers
         use the servers' own (`worker_sockets`)."""
         gpus = list(gpus or self.fabric.gpus)
+        timeout = timeout or start_timeout()
         options = self.nic_defaults(options)
         where = {g: self.server_of(self.fabric.gpus[g].host) for g in gpus}
         here = [g for g in gpus if where[g] == self.here.name]

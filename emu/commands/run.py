@@ -15,6 +15,7 @@ from collectives.launch import MASTER_PORT
 from collectives.ring import RING_KINDS
 from emu.commands.topology import topo_args
 from emu.mncli import open_cli
+from emu.realise.procs import start_timeout
 from emu.run import autotdf, build, collect, workload
 from emu.run.options import RunOptions
 from emu.run.plan import make_plan
@@ -185,6 +186,7 @@ def main(args: argparse.Namespace) -> int:
     fab = topologies.load(opts.topology, spines=opts.spines, tdf=None if auto else opts.tdf)
     try:
         plan = make_plan(opts, fab)
+        start_timeout()  # EMU_START_TIMEOUT, if set, is valid before anything is built
     except ValueError as exc:
         print(f"emu: {exc}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ from emu.realise.netplan import FRONTEND_MTU, plan_node
 from emu.realise.nics import NicProcesses, start_host_lldp
 from emu.realise.nodeops import NodeOps
 from emu.realise.nodes import AgentSwitch, build_mininet, mininet_classes
-from emu.realise.procs import stop_procs, wait_ready
+from emu.realise.procs import start_timeout, stop_procs, wait_ready
 from emucore.qos.classify import Classifier
 from emucore.timedil import TimeDilation
 from emucore.wire.dscp import DSCP_ROCEV2
@@ -197,12 +197,13 @@ class FabricNet:
         return self.nics.sockets if self.nics is not None else {}
 
     def start_nics(self, dcqcn: str = "paper", mtu: int = 4096, gpus=None,
-                   timeout: float = 20.0, **options) -> dict[str, str]:
+                   timeout: float | None = None, **options) -> dict[str, str]:
         """One RDMA NIC process (traffic.nic.main) per GPU in its host namespace (book ch.9);
         returns GPU -> control socket path. `options` are further NicConfig fields
         (e.g. timeout_s in model seconds, window). Stopped with the fabric."""
         assert self.nics is not None, "start the fabric first"
-        return self.nics.start(gpus or list(self.fabric.gpus), dcqcn, mtu, timeout,
+        return self.nics.start(gpus or list(self.fabric.gpus), dcqcn, mtu,
+                               timeout or start_timeout(),
                                **self.nic_defaults(options))
 
     def nic_defaults(self, options: dict) -> dict:
@@ -239,8 +240,10 @@ class FabricNet:
         """Control socket of a switch agent."""
         return self.state_dir / f"{switch}.sock"
 
-    def wait_agents(self, timeout: float = 20.0) -> None:
-        """Block until every agent answers on its control socket."""
+    def wait_agents(self, timeout: float | None = None) -> None:
+        """Block until every agent answers on its control socket (within `timeout`
+        seconds, by default emu.realise.procs.start_timeout())."""
+        timeout = timeout or start_timeout()
         deadline = time.monotonic() + timeout
         for sw in self.local_switches():
             node = self.net[sw.name]

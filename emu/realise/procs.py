@@ -8,6 +8,7 @@ absolute.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -15,6 +16,25 @@ from pathlib import Path
 
 #: the checkout: every product process runs with it as cwd
 REPO = Path(__file__).resolve().parents[2]
+#: seconds the agents (or the NICs) of a fabric get to answer after they start
+START_TIMEOUT_S = 20.0
+START_TIMEOUT_ENV = "EMU_START_TIMEOUT"
+
+
+def start_timeout() -> float:
+    """How long processes may take to start: EMU_START_TIMEOUT (seconds) if set - a
+    machine that emulates its CPU (a VM without KVM, docs/VM.md) imports Python ~20x
+    slower - else START_TIMEOUT_S."""
+    raw = os.environ.get(START_TIMEOUT_ENV)
+    if raw is None or raw == "":
+        return START_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{START_TIMEOUT_ENV}: seconds > 0, got {raw!r}")
+    return value
 
 
 def run_module(node, module: str, args: list[str | Path], **popen_kw):
@@ -49,5 +69,6 @@ def wait_ready(what: str, proc, ping, deadline: float, timeout: float, errors=()
         except (FileNotFoundError, ConnectionRefusedError, socket.timeout, *errors):
             pass
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not ready after {timeout:.0f} s")
+            raise TimeoutError(f"{what} not ready after {timeout:.0f} s{hint} (a slow machine "
+                               f"may need more: {START_TIMEOUT_ENV}=SECONDS)")
         time.sleep(0.05)

@@ -23,3 +23,27 @@ def test_repo_constants_name_the_checkout(path):
 
 def test_lab_paths_are_inside_the_checkout():
     assert schema.LAB_DIR == ROOT / "labs" and command.RESULTS == ROOT / "docs" / "LAB_RESULTS.md"
+
+
+def test_start_timeout_comes_from_the_environment(monkeypatch):
+    from emu.realise import procs
+    monkeypatch.delenv(procs.START_TIMEOUT_ENV, raising=False)
+    assert procs.start_timeout() == procs.START_TIMEOUT_S == 20.0
+    monkeypatch.setenv(procs.START_TIMEOUT_ENV, "240")
+    assert procs.start_timeout() == 240.0
+    for bad in ("0", "-3", "soon", "inf", "nan"):
+        monkeypatch.setenv(procs.START_TIMEOUT_ENV, bad)
+        with pytest.raises(ValueError, match=f"EMU_START_TIMEOUT: seconds > 0, got '{bad}'"):
+            procs.start_timeout()
+
+
+def test_a_process_not_ready_names_the_knob():
+    from emu.realise import procs
+
+    class Alive:
+        def poll(self):
+            return None
+
+    with pytest.raises(TimeoutError, match=r"switch agent rail1 not ready after 0 s; see x "
+                                           r"\(a slow machine may need more: EMU_START_TIMEOUT"):
+        procs.wait_ready("switch agent rail1", Alive(), lambda: {}, 0.0, 0.0, hint="; see x")
