@@ -16,12 +16,22 @@ from emu.lab import schema as S
 pytestmark = pytest.mark.netns
 
 
+def run_kept_up(lab_id: str, out):
+    """Runs a lab; when a busy machine made it fall behind the model (its verdict does
+    not count), once more at the guard's suggested TDF, as the lab itself advises."""
+    lab = S.load(lab_id)
+    code, doc = command.run_one(lab, out, None, quiet=True)
+    if doc["kept_up"] is False:
+        tdf = max(v["suggested_tdf"] for v in doc["variants"].values() if v["suggested_tdf"])
+        lab = S.load(lab_id, tdf)
+        code, doc = command.run_one(lab, out / f"tdf{tdf:g}", None, quiet=True)
+        out = out / f"tdf{tdf:g}"
+    return lab, out, code, doc
+
+
 @pytest.fixture(scope="module")
 def l114(tmp_path_factory):
-    out = tmp_path_factory.mktemp("L11.4")
-    lab = S.load("L11.4")
-    code, doc = command.run_one(lab, out, None, quiet=True)
-    return lab, out, code, doc
+    return run_kept_up("L11.4", tmp_path_factory.mktemp("L11.4"))
 
 
 def _failed(doc):
@@ -61,6 +71,6 @@ def test_lab_html_renders_with_its_images_in_a_headless_browser(l114):
 
 @pytest.mark.parametrize("lab_id", ["L11.3", "L11.7"])
 def test_lab_passes(lab_id, tmp_path):
-    code, doc = command.run_one(S.load(lab_id), tmp_path, None, quiet=True)
+    _, _, code, doc = run_kept_up(lab_id, tmp_path)
     assert doc["kept_up"] is True, doc["variants"]
     assert (code, doc["verdict"]) == (0, "pass"), _failed(doc)
