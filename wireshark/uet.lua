@@ -37,7 +37,8 @@ local ses_opcodes = { [0]="NO_OP", [1]="WRITE", [2]="READ", [3]="ATOMIC",
   [8]="DEFERRABLE_SEND", [9]="TAGGED_SEND" }
 local rsp_opcodes = { [0]="DEFAULT_RESPONSE", [1]="RESPONSE", [2]="RESPONSE_W_DATA",
   [3]="NO_RESPONSE" }
-local ret_codes = { [0]="NULL", [1]="OK", [5]="NO_MATCH", [0x1C]="BAD_MKEY", [0x1D]="BAD_ADDR" }
+local ret_codes = { [0]="NULL", [1]="OK", [5]="NO_MATCH", [0x1C]="BAD_MKEY", [0x1D]="BAD_ADDR",
+  [0x22]="TOO_LONG" }
 
 local f = uet.fields
 f.pds = ProtoField.bytes("emu_uet.pds", "PDS")

@@ -11,8 +11,8 @@ import pytest
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
-from emucore.wire.uet import (F_AR, F_M, F_RETX, NackCode, PdsType, RetCode, RspOpcode,
-                             SesOpcode)
+from emucore.wire.uet import (F_AR, F_M, F_RETX, CtrlType, NackCode, PdsType, RetCode,
+                             RspOpcode, SesOpcode)
 from emucore.wire.uet_codec import trim_frame
 from tests.unit.test_uet_vectors import frame_of
 from tests.unit.test_uet_wire import MED_HD, MED_OFF, MID, SMALL, SOM, T
@@ -139,3 +139,21 @@ def test_negotiation_epsn_and_the_reserved_nack_code_are_named(tmp_path):
     assert lines[0].startswith("CTRL NEGOTIATION AR,ISROD")
     assert lines[1].startswith("ACK cack=100 EPSN")
     assert lines[2].startswith("NACK TRIMMED_ACK (reserved from 1.0.3) psn=5")
+
+
+def test_every_code_the_codec_names_the_dissector_names_alike(tmp_path):
+    """SES return codes (RC_TOO_LONG 0x22 among them), NACK codes and control types: the
+    Info column shows the codec's name for each (one table, not two that drift)."""
+    ctrl = frame_of({v.name: v for v in VECTORS}["ctrl_negotiation"])
+    ctrls = [ctrl[:42] + bytes([11 << 3 | c >> 1, (c & 1) << 7 | 0x28]) + ctrl[44:]
+             for c in CtrlType]
+    rets = [T.ack(61000, 1000, 3, 9, 3, 0, rsp=(RspOpcode.RESPONSE, rc, 7, 0xABCDE, 0))
+            for rc in RetCode]
+    nacks = [T.nack(61000, code, 5, 9, 3) for code in NackCode]
+    lines = info(tmp_path, ctrls + rets + nacks)
+    names = ([f"CTRL {c.name} " for c in CtrlType] +
+             [f"SES RESPONSE {rc.name} msg=7" for rc in RetCode] +
+             [f"NACK {code.name} " for code in NackCode])
+    assert len(lines) == len(names)
+    for line, name in zip(lines, names):
+        assert name in line, (name, line)
