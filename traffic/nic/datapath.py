@@ -10,8 +10,10 @@ DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
   (nic_ip, 4791) exists so it never answers with ICMP port-unreachable. It is not
   read: its receive buffer is the minimum, the kernel drops the copies silently, and
   the NIC pays no system call per frame for them.
-* Frames: each QP's emucore.wire.templates.FrameTemplate builds its data frames (its
-  DSCP and ECN, by default 24 and ECT(0)) and the ACK/NAKs of its responder; its CNP
+* Frames: each QP's FrameTemplate builds its data frames (its DSCP and ECN, by
+  default 24 and ECT(0)) and the ACK/NAKs of its responder, and `parse` checks what
+  arrives; both from emucore.framing: the C of emucore.wire.fast unless
+  EMU_DATAPATH=python chooses the reference emucore.wire.templates; its CNP
   (NicConfig.cnp_dscp, 48 by default) is built once; `frame_of` and `pkt_of` map them
   to and from the transport's descriptors.
 * DCQCN (traffic.dcqcn, model time via emucore.timedil): a NotificationPoint answers
@@ -47,7 +49,8 @@ from emucore.wire.ib import AckKind, Op, RocePkt
 from emucore.wire.dscp import ECN_CE
 from emucore.wire.pause import OPCODE_PFC, parse_pfc
 from emucore.wire.roce import ROCE_UDP_PORT
-from emucore.wire.templates import FrameTemplate, RoceFields, malformed, parse
+from emucore.framing import FrameTemplate, malformed, parse
+from emucore.wire.templates import RoceFields
 from emucore.wire.uet import UET_UDP_PORT
 from traffic.nic.nicconfig import NicConfig
 from traffic.nic.uetrx import UetRx, is_uet

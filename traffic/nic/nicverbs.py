@@ -5,7 +5,8 @@ Book ch.9 (Figures 9-2 "Memory Allocation and Registration", 9-3 "Create Queue P
 its NIC over the control socket (traffic.nic.ctl) — protection domains, memory regions
 over the worker's shared memory, completion queues, RC QPs taken INIT -> RTR -> RTS as
 the CM exchange agrees, work requests posted and received. Each QP gets its transport
-(traffic.rc.endpoint), its frame template towards the peer QP (emucore.wire.templates) and, with
+(traffic.rc.endpoint), its frame template towards the peer QP (emucore.framing: C or
+Python, EMU_DATAPATH) and, with
 DCQCN on, a reaction point (traffic.dcqcn, book ch.11). The local ACK timeout is a
 model duration, converted to lab time with emucore.timedil.
 
@@ -41,7 +42,7 @@ from emucore.timedil import TimeDilation
 from emucore.wire.dscp import DSCP_ROCEV2
 from emucore.wire.ib import Op
 from emucore.wire.roce import CNP_ECN, DATA_ECN, udp_sport
-from emucore.wire.templates import FrameTemplate
+from emucore.framing import FrameTemplate
 from emucore.wire.uet_codec import UetTemplate
 from traffic.dcqcn import DcqcnProfile, NotificationPoint, ReactionPoint
 from traffic.nic.client import access_from_json, attach_untracked
