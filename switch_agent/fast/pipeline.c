@@ -1,0 +1,1197 @@
+/* The switch agent's per-frame pipeline in C: the pure stages of switch_agent.agent.Agent
+ * (on_frame, admit, enqueue, service, flush) and the state they run on, mirrored stage by
+ * stage under the Python names; the Python stays the reference (docs/DATAPATH.md,
+ * tests/unit/test_fast_pipeline.py holds the two equal). No sockets: `service` appends the
+ * frames it sends to a list. Configuration and tables come from Python
+ * (switch_agent.fast), which refuses anything this file does not implement.
+ *
+ * Stages (book ch.11, ch.12; Python reference in brackets):
+ *   flow cache hit + routed rewrite, switched forwarding  [Agent.on_frame, forward.route_rewrite]
+ *   classification by TOS byte                           [Classifier.queue_by_tos / priority_by_tos]
+ *   ingress PFC accounting, xOFF / xON                   [pfc.IngressPfc.admit / release, ingress.IngressBuffers]
+ *   WRED-ECN with CPython's own Mersenne Twister draws   [wred.wred_decide, ewma_depth, classify.mark_ce]
+ *   8 queues strict + DWRR                                [queues.PortQueues, queues.Drr]
+ *   shaper and delay line                                 [shaper.Shaper, Agent.service / flush]
+ * Times are lab seconds in doubles, computed in the Python's order (same IEEE results).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NQ 8
+#define WRED_BIN_BYTES 150000
+#define NSOJ 10
+static const double SOJOURN_EDGES_US[NSOJ] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000};
+#define FLOW_CACHE_MAX 65536
+
+/* on_frame's answers */
+enum { HANDLED = 0, MISS_FLOW = 1, MISS_TTL = 2, MISS_LINK_LOCAL = 3 };
+/* port drop reasons (Port.drop) */
+enum { D_MALFORMED, D_NOT_FOR_US, D_TTL_EXPIRED, D_HEADROOM, D_NO_ROUTE, D_NO_NEIGHBOR,
+       D_NO_L2_ENTRY, ND_PORT };
+static const char *PORT_DROPS[ND_PORT] = {"malformed", "not_for_us", "ttl_expired",
+    "headroom_overflow", "no_route", "no_neighbor", "no_l2_entry"};
+/* queue drop reasons (PortQueues.drop) */
+enum { QD_FULL, QD_WRED, QD_WATCHDOG, ND_QUEUE };
+static const char *QUEUE_DROPS[ND_QUEUE] = {"queue_full", "wred", "pfc_watchdog"};
+enum { FORWARD = 0, MARK = 1, DROP = 2 }; /* wred.WredVerdict */
+
+/* -- CPython's random.Random (MT19937, Modules/_randommodule.c), state handed over ---- */
+typedef struct { uint32_t mt[624]; int mti; } Mt;
+
+static uint32_t genrand_uint32(Mt *r) {
+    static const uint32_t mag01[2] = {0x0U, 0x9908b0dfU};
+    uint32_t y;
+    if (r->mti >= 624) {
+        int kk;
+        for (kk = 0; kk < 624 - 397; kk++) {
+            y = (r->mt[kk] & 0x80000000U) | (r->mt[kk + 1] & 0x7fffffffU);
+            r->mt[kk] = r->mt[kk + 397] ^ (y >> 1) ^ mag01[y & 0x1U];
+        }
+        for (; kk < 623; kk++) {
+            y = (r->mt[kk] & 0x80000000U) | (r->mt[kk + 1] & 0x7fffffffU);
+            r->mt[kk] = r->mt[kk + (397 - 624)] ^ (y >> 1) ^ mag01[y & 0x1U];
+        }
+        y = (r->mt[623] & 0x80000000U) | (r->mt[0] & 0x7fffffffU);
+        r->mt[623] = r->mt[396] ^ (y >> 1) ^ mag01[y & 0x1U];
+        r->mti = 0;
+    }
+    y = r->mt[r->mti++];
+    y ^= (y >> 11);
+    y ^= (y << 7) & 0x9d2c5680U;
+    y ^= (y << 15) & 0xefc60000U;
+    y ^= (y >> 18);
+    return y;
+}
+
+/* random.Random.random */
+static double random_random(Mt *r) {
+    uint32_t a = genrand_uint32(r) >> 5, b = genrand_uint32(r) >> 6;
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+/* -- queues: a FIFO of entries and a delay line, both ring buffers ------------------ */
+typedef struct { PyObject *frame; int ingress; int prio; double queued; } Entry; /* queues.Entry */
+typedef struct { Entry *buf; size_t cap, head, len; } Fifo;
+typedef struct { double due; PyObject *frame; double model_due; } Line; /* Port.inflight item */
+typedef struct { Line *buf; size_t cap, head, len; } LineQ;
+
+static int grow(void **buf, size_t *cap, size_t head, size_t len, size_t size) {
+    size_t ncap = *cap ? *cap * 2 : 64;
+    char *nb = PyMem_Malloc(ncap * size);
+    if (nb == NULL) { PyErr_NoMemory(); return -1; }
+    for (size_t i = 0; i < len; i++)
+        memcpy(nb + i * size, (char *)*buf + ((head + i) % *cap) * size, size);
+    PyMem_Free(*buf);
+    *buf = nb;
+    *cap = ncap;
+    return 0;
+}
+
+static int fifo_push(Fifo *f, Entry e) {
+    if (f->len == f->cap) {
+        if (grow((void **)&f->buf, &f->cap, f->head, f->len, sizeof(Entry)) < 0) return -1;
+        f->head = 0;
+    }
+    f->buf[(f->head + f->len++) % f->cap] = e;
+    return 0;
+}
+static Entry *fifo_head(Fifo *f) { return &f->buf[f->head]; }
+static Entry fifo_pop(Fifo *f) {
+    Entry e = f->buf[f->head];
+    f->head = (f->head + 1) % f->cap;
+    f->len--;
+    return e;
+}
+static int line_push(LineQ *l, Line x) {
+    if (l->len == l->cap) {
+        if (grow((void **)&l->buf, &l->cap, l->head, l->len, sizeof(Line)) < 0) return -1;
+        l->head = 0;
+    }
+    l->buf[(l->head + l->len++) % l->cap] = x;
+    return 0;
+}
+
+/* queues.Drr: deficit round robin, its active list a ring of at most 8 */
+typedef struct {
+    long long quantum[NQ], deficit[NQ];
+    int topped[NQ];
+    int active[NQ], ahead, alen;
+} Drr;
+
+static void drr_activate(Drr *d, int q) { d->active[(d->ahead + d->alen++) % NQ] = q; }
+static void drr_rotate(Drr *d) {  /* active.rotate(-1) */
+    d->active[(d->ahead + d->alen) % NQ] = d->active[d->ahead];
+    d->ahead = (d->ahead + 1) % NQ;
+}
+
+/* Drr.pick: charge and return the queue whose head goes next, or -1 if all paused */
+static int drr_pick(Drr *d, Fifo *fifo, int paused_mask) {
+    int paused_run = 0;
+    while (d->alen) {
+        int q = d->active[d->ahead];
+        if (paused_mask >> q & 1) {
+            if (++paused_run >= d->alen) return -1;
+            drr_rotate(d);
+            continue;
+        }
+        paused_run = 0;
+        if (!d->topped[q]) { d->deficit[q] += d->quantum[q]; d->topped[q] = 1; }
+        long long size = PyBytes_GET_SIZE(fifo_head(&fifo[q])->frame);
+        if (size <= d->deficit[q]) {
+            if (fifo[q].len == 1) {
+                d->ahead = (d->ahead + 1) % NQ;
+                d->alen--;
+                d->deficit[q] = 0;
+                d->topped[q] = 0;
+            } else {
+                d->deficit[q] -= size;
+            }
+            return q;
+        }
+        d->topped[q] = 0;
+        drr_rotate(d);
+    }
+    return -1;
+}
+
+/* queues.PortQueues */
+typedef struct {
+    Fifo fifo[NQ];
+    long long qbytes[NQ], limit[NQ], packets, bytes;
+    double avg[NQ];
+    int has_wred[NQ], wweight[NQ], wecn[NQ];
+    long long wmin[NQ], wmax[NQ];
+    double wmax_prob[NQ];
+    long long *bin_seen[NQ], *bin_marked[NQ], *bin_dropped[NQ];
+    int nbins[NQ];
+    int strict[NQ], nstrict, tier_of[NQ]; /* tier: 0 none, 1 weighted, 2 scavenger */
+    Drr weighted, scavenger;
+    long long enq_packets[NQ], enq_bytes[NQ], deq_packets[NQ], deq_bytes[NQ], marks[NQ],
+        max_qbytes[NQ], drops[NQ][ND_QUEUE], sojourn_hist[NQ][NSOJ + 1];
+    double sojourn_max[NQ];
+    Mt rng;
+} PortQueues;
+
+typedef struct {
+    unsigned char mac[6];
+    int vlan; /* -1: none (routed port) */
+    double rate_Bps, burst_s, free_at; /* shaper.Shaper */
+    double delay, eligible_at, pause_next_expiry;
+    LineQ inflight, ctrl;
+    long long rx_packets, rx_bytes, tx_packets, tx_bytes, drops[ND_PORT];
+    PortQueues q;
+    /* pfc.IngressPfc of this port as an ingress */
+    int enabled[NQ], paused[NQ];
+    long long held[NQ], max_held[NQ], xoff, xon, drop_above, xoff_sent[NQ], xon_sent[NQ],
+        headroom_drops[NQ];
+    double refresh_at[NQ], next_refresh, refresh_s;
+    PyObject *pause_frames[NQ], *resume_frames[NQ];
+    long long pause_tx[NQ], resume_tx[NQ];
+    /* watchdog.PfcWatchdog masks (changed only by its poll, not in this file) */
+    int has_wd, wd_drop_mask, wd_ignore_mask;
+    long long wd_dropped[NQ];
+} Port;
+
+/* flow cache (switch_agent.flowcache): open addressing, key = up to 20 bytes + length */
+typedef struct {
+    unsigned char key[20], klen, used;
+    int port; /* -1: a drop route */
+    int drop; /* its PORT_DROPS reason */
+    unsigned char l2[14];
+    long long packets, bytes;
+} Flow;
+typedef struct { Flow *slot; size_t cap, count; } FlowTable;
+
+typedef struct {
+    PyObject_HEAD
+    int nports;
+    Port *ports;
+    double tdf;
+    unsigned char q_by_tos[256], p_by_tos[256];
+    unsigned char (*router_macs)[6]; int nrouter;
+    unsigned char (*dlb_macs)[6]; int ndlb;
+    uint32_t *local; int nlocal;
+    unsigned char (*l2_mac)[6]; int *l2_port; int nl2;
+    FlowTable flows[3]; /* FlowCache.fast[6], fast[17], flows */
+    long long flushes;
+    int *backlog; int nbacklog; int *in_backlog; /* Agent.backlog, insertion-ordered */
+} Pipeline;
+
+static void backlog_add(Pipeline *P, int i) {
+    if (!P->in_backlog[i]) { P->in_backlog[i] = 1; P->backlog[P->nbacklog++] = i; }
+}
+static void backlog_discard(Pipeline *P, int i) {
+    if (!P->in_backlog[i]) return;
+    P->in_backlog[i] = 0;
+    int k = 0;
+    for (int j = 0; j < P->nbacklog; j++) if (P->backlog[j] != i) P->backlog[k++] = P->backlog[j];
+    P->nbacklog = k;
+}
+
+static uint64_t fnv(const unsigned char *k, int n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < n; i++) { h ^= k[i]; h *= 1099511628211ULL; }
+    return h;
+}
+
+static Flow *flow_find(FlowTable *t, const unsigned char *key, int klen) {
+    if (!t->cap) return NULL;
+    size_t i = fnv(key, klen) & (t->cap - 1);
+    while (t->slot[i].used) {
+        Flow *f = &t->slot[i];
+        if (f->klen == klen && memcmp(f->key, key, klen) == 0) return f;
+        i = (i + 1) & (t->cap - 1);
+    }
+    return NULL;
+}
+
+/* FlowCache.fast / forward.flow_key: which cache and key a routed frame uses */
+static int flow_key(const unsigned char *fr, Py_ssize_t n, unsigned char *key, int *klen) {
+    if (fr[14] == 0x45 && (fr[23] == 6 || fr[23] == 17)) {
+        int k = (int)(n < 38 ? n - 26 : 12); /* frame[26:38] */
+        memcpy(key, fr + 26, k);
+        *klen = k;
+        return fr[23] == 6 ? 0 : 1;
+    }
+    int ihl = (fr[14] & 0x0F) * 4, proto = fr[23];
+    memcpy(key, fr + 26, 8);
+    key[8] = (unsigned char)proto;
+    *klen = 9;
+    if ((proto == 6 || proto == 17) && n >= 14 + ihl + 4) {
+        memcpy(key + 9, fr + 14 + ihl, 4);
+        *klen = 13;
+    }
+    return 2;
+}
+
+/* -- the stages -------------------------------------------------------------------- */
+static void port_drop(Port *p, int reason) { p->drops[reason]++; } /* Port.drop */
+
+static void queues_drop(PortQueues *pq, int q, int reason, long long n) { /* PortQueues.drop */
+    pq->drops[q][reason] += n;
+}
+
+static int send_ctrl(Port *p, PyObject *frame, double now) { /* Port.send_ctrl */
+    double due = now + p->delay;
+    Py_INCREF(frame);
+    return line_push(&p->ctrl, (Line){due, frame, due});
+}
+
+/* pfc.IngressPfc.release + ingress.IngressBuffers.release */
+static int release(Pipeline *P, int inp, int prio, long long nbytes, double now) {
+    Port *p = &P->ports[inp];
+    (void)now;
+    if (!p->enabled[prio]) return 0;
+    long long h = p->held[prio] - nbytes;
+    p->held[prio] = h;
+    if (h < p->xon && p->paused[prio]) {
+        p->paused[prio] = 0;
+        p->xon_sent[prio]++;
+        p->refresh_at[prio] = INFINITY;
+        double m = INFINITY;
+        for (int i = 0; i < NQ; i++) if (p->refresh_at[i] < m) m = p->refresh_at[i];
+        p->next_refresh = m;
+        if (send_ctrl(p, p->resume_frames[prio], now) < 0) return -1;
+        p->resume_tx[prio]++;
+        backlog_add(P, inp);
+    }
+    return 0;
+}
+
+/* classify.mark_ce: a copy with CE set and the checksum patched (RFC 1624 eqn. 3) */
+static PyObject *mark_ce(PyObject *frame) {
+    const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
+    int tos = f[15];
+    if ((tos & 3) == 0 || (tos & 3) == 3) { Py_INCREF(frame); return frame; }
+    int hc = (f[24] << 8) | f[25], m = (f[14] << 8) | tos;
+    int s = (~hc & 0xFFFF) + (~m & 0xFFFF) + (m | 3);
+    s = (s & 0xFFFF) + (s >> 16);
+    s = (s & 0xFFFF) + (s >> 16);
+    hc = ~s & 0xFFFF;
+    PyObject *out = PyBytes_FromStringAndSize((const char *)f, PyBytes_GET_SIZE(frame));
+    if (out == NULL) return NULL;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    o[15] = (unsigned char)(tos | 3);
+    o[24] = (unsigned char)(hc >> 8);
+    o[25] = (unsigned char)(hc & 0xFF);
+    return out;
+}
+
+/* wred.wred_decide */
+static int wred_decide(double depth, int ecn, PortQueues *pq, int q, double rand, long long limit) {
+    if (depth < (double)pq->wmin[q]) return FORWARD;
+    if (depth > (double)limit) return DROP;
+    if (depth < (double)pq->wmax[q]) {
+        double p = pq->wmax_prob[q] * (depth - (double)pq->wmin[q]) /
+                   (double)(pq->wmax[q] - pq->wmin[q]);
+        if (rand >= p) return FORWARD;
+    }
+    return ecn && pq->wecn[q] ? MARK : DROP;
+}
+
+/* PortQueues.enqueue: tail drop, WRED, append; steals the caller's reference to *frame
+ * only when queued (returns the verdict, -1 on error) */
+static int queues_enqueue(PortQueues *pq, int q, PyObject *frame, int ingress, int tos,
+                          double now, int prio) {
+    long long depth = pq->qbytes[q], n = PyBytes_GET_SIZE(frame), limit = pq->limit[q], b = 0;
+    int verdict = FORWARD;
+    if (pq->has_wred[q]) {
+        b = depth / WRED_BIN_BYTES;
+        pq->bin_seen[q][b]++;
+    }
+    if (depth + n > limit) {
+        queues_drop(pq, q, QD_FULL, 1);
+        if (pq->has_wred[q]) pq->bin_dropped[q][b]++;
+        return DROP;
+    }
+    Py_INCREF(frame);
+    if (pq->has_wred[q]) {
+        double seen = (double)depth;
+        if (pq->wweight[q]) /* wred.ewma_depth */
+            seen = pq->avg[q] = pq->avg[q] + ((double)depth - pq->avg[q]) / (double)(1 << pq->wweight[q]);
+        if (seen >= (double)pq->wmin[q]) {
+            verdict = wred_decide(seen, tos & 3, pq, q, random_random(&pq->rng), limit);
+            if (verdict == DROP) {
+                queues_drop(pq, q, QD_WRED, 1);
+                pq->bin_dropped[q][b]++;
+                Py_DECREF(frame);
+                return verdict;
+            }
+            if (verdict == MARK) {
+                PyObject *marked = mark_ce(frame);
+                Py_DECREF(frame);
+                if (marked == NULL) return -1;
+                frame = marked;
+                pq->bin_marked[q][b]++;
+                pq->marks[q]++;
+            }
+        }
+    }
+    Fifo *entries = &pq->fifo[q];
+    if (!entries->len) {
+        if (pq->tier_of[q] == 1) drr_activate(&pq->weighted, q);
+        else if (pq->tier_of[q] == 2) drr_activate(&pq->scavenger, q);
+    }
+    if (fifo_push(entries, (Entry){frame, ingress, prio, now}) < 0) { Py_DECREF(frame); return -1; }
+    long long after = depth + n;
+    pq->qbytes[q] = after;
+    if (after > pq->max_qbytes[q]) pq->max_qbytes[q] = after;
+    pq->packets++;
+    pq->bytes += n;
+    pq->enq_packets[q]++;
+    pq->enq_bytes[q] += n;
+    return verdict;
+}
+
+/* Agent.enqueue: WRED + enqueue; a dropped frame releases its ingress bytes */
+static int agent_enqueue(Pipeline *P, int out, int q, PyObject *frame, int ingress, int tos,
+                         double now, int prio) {
+    Port *o = &P->ports[out];
+    int verdict = queues_enqueue(&o->q, q, frame, ingress, tos, now, prio);
+    if (verdict < 0) return -1;
+    if (verdict == DROP) {
+        if (ingress >= 0) return release(P, ingress, prio, PyBytes_GET_SIZE(frame), now);
+        return 0;
+    }
+    if (o->q.packets == 1) o->eligible_at = now;
+    backlog_add(P, out);
+    return 0;
+}
+
+/* Agent.admit: classify, account at the ingress (PFC), then WRED + enqueue */
+static int admit(Pipeline *P, int inp, int out, PyObject *frame, double now) {
+    const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
+    Py_ssize_t n = PyBytes_GET_SIZE(frame);
+    if (!(f[12] == 8 && f[13] == 0)) return agent_enqueue(P, out, 0, frame, -1, 0, now, 0);
+    int tos = f[15], q = P->q_by_tos[tos], prio = P->p_by_tos[tos];
+    Port *o = &P->ports[out], *ip = &P->ports[inp];
+    if (o->has_wd && (o->wd_drop_mask >> q & 1)) {
+        o->wd_dropped[q]++;
+        queues_drop(&o->q, q, QD_WATCHDOG, 1);
+        return 0;
+    }
+    if (ip->enabled[prio]) { /* IngressPfc.admit */
+        long long h = ip->held[prio] + n;
+        if (h > ip->drop_above) {
+            ip->headroom_drops[prio]++;
+            port_drop(ip, D_HEADROOM);
+            return 0;
+        }
+        ip->held[prio] = h;
+        if (h > ip->max_held[prio]) ip->max_held[prio] = h;
+        if (h > ip->xoff && !ip->paused[prio]) { /* XOFF: IngressBuffers.xoff */
+            ip->paused[prio] = 1;
+            ip->xoff_sent[prio]++;
+            double t = now + ip->refresh_s;
+            ip->refresh_at[prio] = t;
+            if (t < ip->next_refresh) ip->next_refresh = t;
+            if (send_ctrl(ip, ip->pause_frames[prio], now) < 0) return -1;
+            ip->pause_tx[prio]++;
+            backlog_add(P, inp);
+        }
+        return agent_enqueue(P, out, q, frame, inp, tos, now, prio);
+    }
+    return agent_enqueue(P, out, q, frame, -1, tos, now, prio);
+}
+
+static int mac_in(unsigned char (*macs)[6], int n, const unsigned char *m) {
+    for (int i = 0; i < n; i++) if (memcmp(macs[i], m, 6) == 0) return 1;
+    return 0;
+}
+
+/* forward.route_rewrite: the routed copy (caller checked TTL > 1) */
+static PyObject *route_rewrite(const unsigned char *fr, Py_ssize_t n, const unsigned char *l2) {
+    int s = (~((fr[24] << 8) | fr[25]) & 0xFFFF) + 0xFEFF;
+    s = (s & 0xFFFF) + (s >> 16);
+    PyObject *out = PyBytes_FromStringAndSize((const char *)fr, n);
+    if (out == NULL) return NULL;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    memcpy(o, l2, 14);
+    o[22] = (unsigned char)(fr[22] - 1);
+    o[24] = (unsigned char)((~s >> 8) & 0xFF);
+    o[25] = (unsigned char)(~s & 0xFF);
+    return out;
+}
+
+/* Agent.on_frame: one received frame (the hot path); HANDLED or a MISS_* for Python */
+static int on_frame(Pipeline *P, int i, PyObject *frame, double now) {
+    Port *port = &P->ports[i];
+    const unsigned char *fr = (const unsigned char *)PyBytes_AS_STRING(frame);
+    Py_ssize_t n = PyBytes_GET_SIZE(frame);
+    int ipv4 = n >= 14 && fr[12] == 8 && fr[13] == 0;
+    if (n < 34 && (n < 14 || ipv4)) {
+        port->rx_packets++; port->rx_bytes += n;
+        port_drop(port, D_MALFORMED);
+        return HANDLED;
+    }
+    if (mac_in(P->router_macs, P->nrouter, fr)) {
+        int dlb = mac_in(P->dlb_macs, P->ndlb, fr);
+        if ((memcmp(fr, port->mac, 6) != 0 && !dlb) || !ipv4) {
+            port->rx_packets++; port->rx_bytes += n;
+            return HANDLED; /* not routed here: the kernel's */
+        }
+        uint32_t dst;
+        memcpy(&dst, fr + 30, 4);
+        for (int k = 0; k < P->nlocal; k++)
+            if (P->local[k] == dst) { port->rx_packets++; port->rx_bytes += n; return HANDLED; }
+        unsigned char key[20];
+        int klen, c = flow_key(fr, n, key, &klen);
+        Flow *route = flow_find(&P->flows[c], key, klen);
+        if (route == NULL) return MISS_FLOW; /* nothing counted: Python decides, then again */
+        port->rx_packets++; port->rx_bytes += n;
+        if (route->port < 0) { port_drop(port, route->drop); return HANDLED; }
+        if (fr[22] <= 1) { port_drop(port, D_TTL_EXPIRED); return MISS_TTL; }
+        PyObject *out = route_rewrite(fr, n, route->l2);
+        if (out == NULL) return -1;
+        route->packets++;
+        route->bytes += n;
+        int r = admit(P, i, route->port, out, now);
+        Py_DECREF(out);
+        return r < 0 ? -1 : HANDLED;
+    }
+    port->rx_packets++; port->rx_bytes += n;
+    if (fr[0] == 0x01 && fr[1] == 0x80 && fr[2] == 0xc2) return MISS_LINK_LOCAL;
+    if (port->vlan < 0) {
+        if ((fr[0] & 1) == 0) port_drop(port, D_NOT_FOR_US);
+        return HANDLED;
+    }
+    for (int k = 0; k < P->nl2; k++) {
+        if (memcmp(P->l2_mac[k], fr, 6) == 0) {
+            int o = P->l2_port[k];
+            if (o != i && admit(P, i, o, frame, now) < 0) return -1;
+            return HANDLED;
+        }
+    }
+    int prio = ipv4 ? P->p_by_tos[fr[15]] : 0; /* Agent.prio_of */
+    for (int k = 0; k < P->nports; k++) /* flood in the VLAN */
+        if (k != i && P->ports[k].vlan == port->vlan &&
+            agent_enqueue(P, k, 0, frame, -1, 0, now, prio) < 0) return -1;
+    return HANDLED;
+}
+
+/* PortQueues._pop */
+static Entry queues_pop(PortQueues *pq, int q) {
+    Entry e = fifo_pop(&pq->fifo[q]);
+    long long n = PyBytes_GET_SIZE(e.frame);
+    pq->qbytes[q] -= n;
+    pq->packets--;
+    pq->bytes -= n;
+    pq->deq_packets[q]++;
+    pq->deq_bytes[q] += n;
+    return e;
+}
+
+/* PortQueues.dequeue (no trimmed class: the wrapper refuses trimming); q = -1: none */
+static int queues_dequeue(PortQueues *pq, int paused_mask, Entry *e) {
+    if (!pq->packets) return -1;
+    for (int k = 0; k < pq->nstrict; k++) {
+        int q = pq->strict[k];
+        if (pq->fifo[q].len && !(paused_mask >> q & 1)) { *e = queues_pop(pq, q); return q; }
+    }
+    int q = pq->weighted.alen ? drr_pick(&pq->weighted, pq->fifo, paused_mask) : -1;
+    if (q < 0 && pq->scavenger.alen) q = drr_pick(&pq->scavenger, pq->fifo, paused_mask);
+    if (q < 0) return -1;
+    *e = queues_pop(pq, q);
+    return q;
+}
+
+/* PortQueues.note_sojourn */
+static void note_sojourn(PortQueues *pq, int q, double us) {
+    if (us > pq->sojourn_max[q]) pq->sojourn_max[q] = us;
+    int b = 0;
+    while (b < NSOJ && SOJOURN_EDGES_US[b] <= us) b++; /* bisect_right */
+    pq->sojourn_hist[q][b]++;
+}
+
+static int line_flush(Port *p, LineQ *line, PyObject *sent, int idx, double now, double *nxt) {
+    while (line->len) {
+        Line *x = &line->buf[line->head];
+        if (x->due > now) {
+            if (isnan(*nxt) || x->due < *nxt) *nxt = x->due;
+            break;
+        }
+        PyObject *frame = x->frame;
+        line->head = (line->head + 1) % line->cap;
+        line->len--;
+        PyObject *t = Py_BuildValue("(iN)", idx, frame); /* steals the line's reference */
+        if (t == NULL) return -1;
+        int r = PyList_Append(sent, t);
+        Py_DECREF(t);
+        if (r < 0) return -1;
+        p->tx_packets++;
+        p->tx_bytes += PyBytes_GET_SIZE(frame);
+    }
+    return 0;
+}
+
+/* Agent.flush: control frames, then frames whose arrival time has come; next due (NAN: none) */
+static int flush(Port *p, PyObject *sent, int idx, double now, double *nxt) {
+    *nxt = NAN;
+    if (line_flush(p, &p->ctrl, sent, idx, now, nxt) < 0) return -1;
+    return line_flush(p, &p->inflight, sent, idx, now, nxt);
+}
+
+/* Agent.service: queue -> shaper -> delay line -> wire; next wake (NAN: none) */
+static int service(Pipeline *P, double now, PyObject *sent, double *wake) {
+    *wake = NAN;
+    double us = 1e6 / P->tdf;
+    int snap[P->nbacklog > 0 ? P->nbacklog : 1], nsnap = P->nbacklog;
+    int done[P->nbacklog > 0 ? P->nbacklog : 1], ndone = 0;
+    memcpy(snap, P->backlog, sizeof(int) * nsnap);
+    for (int s = 0; s < nsnap; s++) {
+        Port *p = &P->ports[snap[s]];
+        PortQueues *pq = &p->q;
+        int blocked = 0;
+        if (pq->packets) {
+            int mask = 0; /* Port.paused_mask: no pause received here, so nothing to ignore */
+            while (pq->packets && p->free_at - now <= p->burst_s) { /* Shaper.can_send */
+                Entry e;
+                int q = queues_dequeue(pq, mask, &e);
+                if (q < 0) { blocked = 1; break; }
+                Py_ssize_t n = PyBytes_GET_SIZE(e.frame);
+                if (e.ingress >= 0 && release(P, e.ingress, e.prio, n, now) < 0) {
+                    Py_DECREF(e.frame);
+                    return -1;
+                }
+                double free = p->free_at; /* Shaper.depart */
+                double start0 = p->free_at > now ? p->free_at : now;
+                p->free_at = start0 + (double)n / p->rate_Bps;
+                double due = p->free_at + p->delay, start, model_due;
+                if (now > free && now > p->eligible_at) {
+                    start = free > p->eligible_at ? free : p->eligible_at;
+                    model_due = due - now + start;
+                } else {
+                    start = free > now ? free : now;
+                    model_due = due;
+                }
+                if (line_push(&p->inflight, (Line){due, e.frame, model_due}) < 0) {
+                    Py_DECREF(e.frame);
+                    return -1;
+                }
+                note_sojourn(pq, q, start > e.queued ? (start - e.queued) * us : 0.0);
+            }
+        }
+        double t;
+        if (flush(p, sent, snap[s], now, &t) < 0) return -1;
+        if (pq->packets) {
+            double r;
+            if (blocked) r = p->eligible_at = p->pause_next_expiry;
+            else r = p->free_at - p->burst_s; /* Shaper.ready_at */
+            if (isnan(t) || r < t) t = r;
+        }
+        if (isnan(t)) done[ndone++] = snap[s];
+        else if (isnan(*wake) || t < *wake) *wake = t;
+    }
+    for (int k = 0; k < ndone; k++) backlog_discard(P, done[k]);
+    return 0;
+}
+
+/* -- the Python object: tables pushed in by switch_agent.fast, state read back out ---- */
+static Port *port_arg(Pipeline *P, int i) {
+    if (i < 0 || i >= P->nports) { PyErr_Format(PyExc_IndexError, "port %d", i); return NULL; }
+    return &P->ports[i];
+}
+
+static int bytes_arg(PyObject *o, Py_ssize_t n, const char *what) {
+    if (!PyBytes_Check(o) || PyBytes_GET_SIZE(o) != n) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd bytes", what, n);
+        return -1;
+    }
+    return 0;
+}
+
+static void flows_free(FlowTable *t) { PyMem_Free(t->slot); t->slot = NULL; t->cap = t->count = 0; }
+
+static void Pipeline_dealloc(Pipeline *P) {
+    for (int i = 0; i < P->nports; i++) {
+        Port *p = &P->ports[i];
+        for (int q = 0; q < NQ; q++) {
+            Fifo *f = &p->q.fifo[q];
+            for (size_t k = 0; k < f->len; k++) Py_DECREF(f->buf[(f->head + k) % f->cap].frame);
+            PyMem_Free(f->buf);
+            PyMem_Free(p->q.bin_seen[q]);
+            PyMem_Free(p->q.bin_marked[q]);
+            PyMem_Free(p->q.bin_dropped[q]);
+            Py_XDECREF(p->pause_frames[q]);
+            Py_XDECREF(p->resume_frames[q]);
+        }
+        LineQ *lines[2] = {&p->inflight, &p->ctrl};
+        for (int l = 0; l < 2; l++) {
+            for (size_t k = 0; k < lines[l]->len; k++)
+                Py_DECREF(lines[l]->buf[(lines[l]->head + k) % lines[l]->cap].frame);
+            PyMem_Free(lines[l]->buf);
+        }
+    }
+    for (int c = 0; c < 3; c++) flows_free(&P->flows[c]);
+    PyMem_Free(P->ports);
+    PyMem_Free(P->router_macs);
+    PyMem_Free(P->dlb_macs);
+    PyMem_Free(P->local);
+    PyMem_Free(P->l2_mac);
+    PyMem_Free(P->l2_port);
+    PyMem_Free(P->backlog);
+    PyMem_Free(P->in_backlog);
+    Py_TYPE(P)->tp_free((PyObject *)P);
+}
+
+static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    int nports;
+    double tdf;
+    Py_buffer qt, pt;
+    (void)kw;
+    if (!PyArg_ParseTuple(args, "idy*y*", &nports, &tdf, &qt, &pt)) return NULL;
+    if (nports < 1 || qt.len != 256 || pt.len != 256 || !(tdf > 0)) {
+        PyBuffer_Release(&qt);
+        PyBuffer_Release(&pt);
+        PyErr_SetString(PyExc_ValueError, "Pipeline(nports >= 1, tdf > 0, 256-byte tables)");
+        return NULL;
+    }
+    Pipeline *P = (Pipeline *)type->tp_alloc(type, 0);
+    if (P == NULL) { PyBuffer_Release(&qt); PyBuffer_Release(&pt); return NULL; }
+    memcpy(P->q_by_tos, qt.buf, 256);
+    memcpy(P->p_by_tos, pt.buf, 256);
+    PyBuffer_Release(&qt);
+    PyBuffer_Release(&pt);
+    P->tdf = tdf;
+    P->ports = PyMem_Calloc(nports, sizeof(Port));
+    P->backlog = PyMem_Calloc(nports, sizeof(int));
+    P->in_backlog = PyMem_Calloc(nports, sizeof(int));
+    if (!P->ports || !P->backlog || !P->in_backlog) { Py_DECREF(P); return PyErr_NoMemory(); }
+    P->nports = nports;
+    for (int i = 0; i < nports; i++) {
+        Port *p = &P->ports[i];
+        p->vlan = -1;
+        p->next_refresh = INFINITY;
+        p->pause_next_expiry = INFINITY;
+        for (int q = 0; q < NQ; q++) p->refresh_at[q] = INFINITY;
+    }
+    return (PyObject *)P;
+}
+
+/* set_port(i, mac, vlan or -1, rate_Bps, burst_s, delay) */
+static PyObject *Pipeline_set_port(Pipeline *P, PyObject *args) {
+    int i, vlan;
+    PyObject *mac;
+    double rate, burst, delay;
+    if (!PyArg_ParseTuple(args, "iSiddd", &i, &mac, &vlan, &rate, &burst, &delay)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL || bytes_arg(mac, 6, "mac") < 0) return NULL;
+    memcpy(p->mac, PyBytes_AS_STRING(mac), 6);
+    p->vlan = vlan;
+    p->rate_Bps = rate;
+    p->burst_s = burst;
+    p->delay = delay;
+    Py_RETURN_NONE;
+}
+
+/* set_queue(i, q, limit, tier, quantum, wred: None or (min, max, max_prob, weight, ecn)) */
+static PyObject *Pipeline_set_queue(Pipeline *P, PyObject *args) {
+    int i, q, tier;
+    long long limit, quantum;
+    PyObject *wred;
+    if (!PyArg_ParseTuple(args, "iiLiLO", &i, &q, &limit, &tier, &quantum, &wred)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL) return NULL;
+    if (q < 0 || q >= NQ || tier < 0 || tier > 2 || limit <= 0) {
+        PyErr_SetString(PyExc_ValueError, "set_queue: bad queue, tier or limit");
+        return NULL;
+    }
+    PortQueues *pq = &p->q;
+    pq->limit[q] = limit;
+    pq->tier_of[q] = tier;
+    if (tier == 1) pq->weighted.quantum[q] = quantum;
+    if (tier == 2) pq->scavenger.quantum[q] = quantum;
+    if (wred != Py_None) {
+        if (!PyArg_ParseTuple(wred, "LLdip", &pq->wmin[q], &pq->wmax[q], &pq->wmax_prob[q],
+                              &pq->wweight[q], &pq->wecn[q])) return NULL;
+        if (pq->wweight[q] < 0 || pq->wweight[q] > 15 || pq->wmin[q] > pq->wmax[q]) {
+            PyErr_SetString(PyExc_ValueError, "set_queue: bad WRED");
+            return NULL;
+        }
+        int n = (int)(limit / WRED_BIN_BYTES + 1);
+        PyMem_Free(pq->bin_seen[q]);
+        PyMem_Free(pq->bin_marked[q]);
+        PyMem_Free(pq->bin_dropped[q]);
+        pq->has_wred[q] = 1;
+        pq->nbins[q] = n;
+        pq->bin_seen[q] = PyMem_Calloc(n, sizeof(long long));
+        pq->bin_marked[q] = PyMem_Calloc(n, sizeof(long long));
+        pq->bin_dropped[q] = PyMem_Calloc(n, sizeof(long long));
+        if (!pq->bin_seen[q] || !pq->bin_marked[q] || !pq->bin_dropped[q]) return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+/* set_strict(i, queues highest first) */
+static PyObject *Pipeline_set_strict(Pipeline *P, PyObject *args) {
+    int i;
+    PyObject *t;
+    if (!PyArg_ParseTuple(args, "iO!", &i, &PyTuple_Type, &t)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    if (n > NQ) { PyErr_SetString(PyExc_ValueError, "set_strict: at most 8"); return NULL; }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        long q = PyLong_AsLong(PyTuple_GET_ITEM(t, k));
+        if (q < 0 || q >= NQ) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "set_strict: bad queue");
+            return NULL;
+        }
+        p->q.strict[k] = (int)q;
+    }
+    p->q.nstrict = (int)n;
+    Py_RETURN_NONE;
+}
+
+/* set_rng(i, random.Random.getstate()[1]): the 624 words and the index */
+static PyObject *Pipeline_set_rng(Pipeline *P, PyObject *args) {
+    int i;
+    PyObject *t;
+    if (!PyArg_ParseTuple(args, "iO!", &i, &PyTuple_Type, &t)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL) return NULL;
+    if (PyTuple_GET_SIZE(t) != 625) { PyErr_SetString(PyExc_ValueError, "set_rng: 625 ints"); return NULL; }
+    for (int k = 0; k < 624; k++) {
+        unsigned long w = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(t, k));
+        if (w == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+        p->q.rng.mt[k] = (uint32_t)w;
+    }
+    long idx = PyLong_AsLong(PyTuple_GET_ITEM(t, 624));
+    if (idx < 0 || idx > 624) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "set_rng: bad index");
+        return NULL;
+    }
+    p->q.rng.mti = (int)idx;
+    Py_RETURN_NONE;
+}
+
+/* set_ingress(i, enabled mask, xoff, xon, drop_above, refresh_s, pause frames, resume
+ * frames, watchdog on) */
+static PyObject *Pipeline_set_ingress(Pipeline *P, PyObject *args) {
+    int i, mask, wd;
+    long long xoff, xon, above;
+    double refresh_s;
+    PyObject *pf, *rf;
+    if (!PyArg_ParseTuple(args, "iiLLLdO!O!p", &i, &mask, &xoff, &xon, &above, &refresh_s,
+                          &PyTuple_Type, &pf, &PyTuple_Type, &rf, &wd)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL) return NULL;
+    if (PyTuple_GET_SIZE(pf) != NQ || PyTuple_GET_SIZE(rf) != NQ) {
+        PyErr_SetString(PyExc_ValueError, "set_ingress: 8 pause and 8 resume frames");
+        return NULL;
+    }
+    for (int q = 0; q < NQ; q++) {
+        PyObject *a = PyTuple_GET_ITEM(pf, q), *b = PyTuple_GET_ITEM(rf, q);
+        if (!PyBytes_CheckExact(a) || !PyBytes_CheckExact(b)) {
+            PyErr_SetString(PyExc_TypeError, "set_ingress: frames must be bytes");
+            return NULL;
+        }
+        Py_INCREF(a); Py_XSETREF(p->pause_frames[q], a);
+        Py_INCREF(b); Py_XSETREF(p->resume_frames[q], b);
+        p->enabled[q] = mask >> q & 1;
+    }
+    p->xoff = xoff; p->xon = xon; p->drop_above = above; p->refresh_s = refresh_s;
+    p->has_wd = wd;
+    Py_RETURN_NONE;
+}
+
+static int macs_arg(PyObject *t, unsigned char (**out)[6], int *n) {
+    Py_ssize_t k = PyTuple_GET_SIZE(t);
+    unsigned char (*m)[6] = PyMem_Calloc(k ? k : 1, 6);
+    if (m == NULL) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (bytes_arg(PyTuple_GET_ITEM(t, j), 6, "mac") < 0) { PyMem_Free(m); return -1; }
+        memcpy(m[j], PyBytes_AS_STRING(PyTuple_GET_ITEM(t, j)), 6);
+    }
+    PyMem_Free(*out);
+    *out = m;
+    *n = (int)k;
+    return 0;
+}
+
+/* set_tables(router macs, dlb macs, local addresses (4 bytes each), l2 ((mac, port), ...)) */
+static PyObject *Pipeline_set_tables(Pipeline *P, PyObject *args) {
+    PyObject *rm, *dm, *loc, *l2;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyTuple_Type, &rm, &PyTuple_Type, &dm,
+                          &PyTuple_Type, &loc, &PyTuple_Type, &l2)) return NULL;
+    if (macs_arg(rm, &P->router_macs, &P->nrouter) < 0 || macs_arg(dm, &P->dlb_macs, &P->ndlb) < 0)
+        return NULL;
+    Py_ssize_t nl = PyTuple_GET_SIZE(loc), n2 = PyTuple_GET_SIZE(l2);
+    uint32_t *local = PyMem_Calloc(nl ? nl : 1, 4);
+    unsigned char (*l2m)[6] = PyMem_Calloc(n2 ? n2 : 1, 6);
+    int *l2p = PyMem_Calloc(n2 ? n2 : 1, sizeof(int));
+    if (!local || !l2m || !l2p) goto fail;
+    for (Py_ssize_t j = 0; j < nl; j++) {
+        if (bytes_arg(PyTuple_GET_ITEM(loc, j), 4, "local") < 0) goto fail;
+        memcpy(&local[j], PyBytes_AS_STRING(PyTuple_GET_ITEM(loc, j)), 4);
+    }
+    for (Py_ssize_t j = 0; j < n2; j++) {
+        PyObject *mac;
+        int port;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(l2, j), "Si", &mac, &port) ||
+            bytes_arg(mac, 6, "l2 mac") < 0 || port_arg(P, port) == NULL) goto fail;
+        memcpy(l2m[j], PyBytes_AS_STRING(mac), 6);
+        l2p[j] = port;
+    }
+    PyMem_Free(P->local); PyMem_Free(P->l2_mac); PyMem_Free(P->l2_port);
+    P->local = local; P->nlocal = (int)nl;
+    P->l2_mac = l2m; P->l2_port = l2p; P->nl2 = (int)n2;
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(local); PyMem_Free(l2m); PyMem_Free(l2p);
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    return NULL;
+}
+
+static int flows_grow(FlowTable *t) {
+    size_t ncap = t->cap ? t->cap * 2 : 1024;
+    Flow *ns = PyMem_Calloc(ncap, sizeof(Flow));
+    if (ns == NULL) { PyErr_NoMemory(); return -1; }
+    for (size_t k = 0; k < t->cap; k++) {
+        if (!t->slot[k].used) continue;
+        size_t j = fnv(t->slot[k].key, t->slot[k].klen) & (ncap - 1);
+        while (ns[j].used) j = (j + 1) & (ncap - 1);
+        ns[j] = t->slot[k];
+    }
+    PyMem_Free(t->slot);
+    t->slot = ns;
+    t->cap = ncap;
+    return 0;
+}
+
+/* FlowCache.add: install(frame) after Python decided route (port or -1, l2, drop reason) */
+static PyObject *Pipeline_install(Pipeline *P, PyObject *args) {
+    Py_buffer fb;
+    int port, drop;
+    PyObject *l2;
+    if (!PyArg_ParseTuple(args, "y*iSi", &fb, &port, &l2, &drop)) return NULL;
+    const unsigned char *fr = fb.buf;
+    if (fb.len < 34 || (port >= 0 && (port_arg(P, port) == NULL || bytes_arg(l2, 14, "l2") < 0)) ||
+        (port < 0 && (drop < 0 || drop >= ND_PORT))) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "install: bad frame or route");
+        PyBuffer_Release(&fb);
+        return NULL;
+    }
+    unsigned char key[20];
+    int klen, c = flow_key(fr, fb.len, key, &klen);
+    PyBuffer_Release(&fb);
+    FlowTable *t = &P->flows[c];
+    if (t->count >= FLOW_CACHE_MAX) { /* bounded: UET sprays a flow per EV */
+        memset(t->slot, 0, t->cap * sizeof(Flow));
+        t->count = 0;
+        P->flushes++;
+    }
+    if (flow_find(t, key, klen) != NULL) {
+        PyErr_SetString(PyExc_ValueError, "install: flow already cached");
+        return NULL;
+    }
+    if ((t->count + 1) * 2 > t->cap && flows_grow(t) < 0) return NULL;
+    size_t j = fnv(key, klen) & (t->cap - 1);
+    while (t->slot[j].used) j = (j + 1) & (t->cap - 1);
+    Flow *f = &t->slot[j];
+    memset(f, 0, sizeof(Flow));
+    memcpy(f->key, key, klen);
+    f->klen = (unsigned char)klen;
+    f->used = 1;
+    f->port = port;
+    f->drop = drop;
+    if (port >= 0) memcpy(f->l2, PyBytes_AS_STRING(l2), 14);
+    t->count++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pipeline_clear_flows(Pipeline *P, PyObject *noargs) {
+    (void)noargs;
+    for (int c = 0; c < 3; c++) if (P->flows[c].cap) {
+        memset(P->flows[c].slot, 0, P->flows[c].cap * sizeof(Flow));
+        P->flows[c].count = 0;
+    }
+    Py_RETURN_NONE;
+}
+
+/* flows(): [(cache 0 tcp / 1 udp / 2 other, key, port or -1, packets, bytes), ...] */
+static PyObject *Pipeline_flows(Pipeline *P, PyObject *noargs) {
+    (void)noargs;
+    PyObject *out = PyList_New(0);
+    for (int c = 0; out && c < 3; c++)
+        for (size_t k = 0; k < P->flows[c].cap; k++) {
+            Flow *f = &P->flows[c].slot[k];
+            if (!f->used) continue;
+            PyObject *t = Py_BuildValue("(iy#iLL)", c, (const char *)f->key, (Py_ssize_t)f->klen,
+                                        f->port, f->packets, f->bytes);
+            if (t == NULL || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_CLEAR(out); break; }
+            Py_DECREF(t);
+        }
+    return out;
+}
+
+static PyObject *frame_arg(PyObject *o) {  /* a new reference to the frame as bytes */
+    if (PyBytes_CheckExact(o)) { Py_INCREF(o); return o; }
+    return PyBytes_FromObject(o);
+}
+
+/* on_frame(i, frame, now) -> HANDLED or a MISS_* */
+static PyObject *Pipeline_on_frame(Pipeline *P, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "on_frame(port, frame, now)"); return NULL; }
+    int i = (int)PyLong_AsLong(args[0]);
+    double now = PyFloat_AsDouble(args[2]);
+    if (PyErr_Occurred() || port_arg(P, i) == NULL) return NULL;
+    PyObject *frame = frame_arg(args[1]);
+    if (frame == NULL) return NULL;
+    int r = on_frame(P, i, frame, now);
+    Py_DECREF(frame);
+    return r < 0 ? NULL : PyLong_FromLong(r);
+}
+
+/* enqueue(out, q, frame, now, prio): Agent.enqueue of a frame not accounted at an ingress
+ * (an ICMP reply from the Python path) */
+static PyObject *Pipeline_enqueue(Pipeline *P, PyObject *args) {
+    int out, q, prio;
+    PyObject *f;
+    double now;
+    if (!PyArg_ParseTuple(args, "iiOdi", &out, &q, &f, &now, &prio)) return NULL;
+    if (port_arg(P, out) == NULL) return NULL;
+    if (q < 0 || q >= NQ || prio < 0 || prio >= NQ) {
+        PyErr_SetString(PyExc_ValueError, "enqueue: bad queue or priority");
+        return NULL;
+    }
+    PyObject *frame = frame_arg(f);
+    if (frame == NULL) return NULL;
+    int r = agent_enqueue(P, out, q, frame, -1, 0, now, prio);
+    Py_DECREF(frame);
+    if (r < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* service(now, sent) -> next wake or None; appends (port, frame) to the list `sent` */
+static PyObject *Pipeline_service(Pipeline *P, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "service(now, sent: list)");
+        return NULL;
+    }
+    double now = PyFloat_AsDouble(args[0]), wake;
+    if (PyErr_Occurred()) return NULL;
+    if (service(P, now, args[1], &wake) < 0) return NULL;
+    if (isnan(wake)) Py_RETURN_NONE;
+    return PyFloat_FromDouble(wake);
+}
+
+static PyObject *ll_list(const long long *v, int n) {
+    PyObject *l = PyList_New(n);
+    for (int k = 0; l && k < n; k++) {
+        PyObject *x = PyLong_FromLongLong(v[k]);
+        if (x == NULL) { Py_CLEAR(l); break; }
+        PyList_SET_ITEM(l, k, x);
+    }
+    return l;
+}
+
+static PyObject *d_list(const double *v, int n) {
+    PyObject *l = PyList_New(n);
+    for (int k = 0; l && k < n; k++) {
+        PyObject *x = PyFloat_FromDouble(v[k]);
+        if (x == NULL) { Py_CLEAR(l); break; }
+        PyList_SET_ITEM(l, k, x);
+    }
+    return l;
+}
+
+static PyObject *reasons(const long long *v, const char **names, int n) {
+    PyObject *d = PyDict_New();
+    for (int k = 0; d && k < n; k++) {
+        if (!v[k]) continue;
+        PyObject *x = PyLong_FromLongLong(v[k]);
+        if (x == NULL || PyDict_SetItemString(d, names[k], x) < 0) { Py_XDECREF(x); Py_CLEAR(d); break; }
+        Py_DECREF(x);
+    }
+    return d;
+}
+
+static PyObject *line_list(LineQ *l) {
+    PyObject *out = PyList_New((Py_ssize_t)l->len);
+    for (size_t k = 0; out && k < l->len; k++) {
+        Line *x = &l->buf[(l->head + k) % l->cap];
+        PyObject *t = Py_BuildValue("(dOd)", x->due, x->frame, x->model_due);
+        if (t == NULL) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, (Py_ssize_t)k, t);
+    }
+    return out;
+}
+
+/* state(i): the port's state under the Python attribute names (Port, PortQueues,
+ * IngressPfc, Shaper) for the differential test and the wrapper's counters */
+static PyObject *Pipeline_state(Pipeline *P, PyObject *args) {
+    int i;
+    if (!PyArg_ParseTuple(args, "i", &i)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL) return NULL;
+    PortQueues *pq = &p->q;
+    PyObject *qdrops = PyList_New(NQ), *hist = PyList_New(NQ), *bins[3], *fifo = PyList_New(NQ);
+    long long **src[3] = {pq->bin_seen, pq->bin_marked, pq->bin_dropped};
+    for (int b = 0; b < 3; b++) bins[b] = PyList_New(NQ);
+    long long paused[NQ], enabled[NQ];
+    for (int q = 0; q < NQ; q++) {
+        paused[q] = p->paused[q];
+        enabled[q] = p->enabled[q];
+        if (qdrops) PyList_SET_ITEM(qdrops, q, reasons(pq->drops[q], QUEUE_DROPS, ND_QUEUE));
+        if (hist) PyList_SET_ITEM(hist, q, ll_list(pq->sojourn_hist[q], NSOJ + 1));
+        if (fifo) PyList_SET_ITEM(fifo, q, PyLong_FromSize_t(pq->fifo[q].len));
+        for (int b = 0; b < 3; b++) {
+            if (bins[b] == NULL) continue;
+            PyObject *x = pq->has_wred[q] ? ll_list(src[b][q], pq->nbins[q]) : Py_NewRef(Py_None);
+            PyList_SET_ITEM(bins[b], q, x);
+        }
+    }
+    return Py_BuildValue(
+        "{s:L,s:L,s:L,s:L,s:N,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:N,"
+        "s:{s:N,s:N,s:L,s:L,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N},"
+        "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:d}}",
+        "rx_packets", p->rx_packets, "rx_bytes", p->rx_bytes, "tx_packets", p->tx_packets,
+        "tx_bytes", p->tx_bytes, "drops", reasons(p->drops, PORT_DROPS, ND_PORT),
+        "free_at", p->free_at, "eligible_at", p->eligible_at, "delay", p->delay,
+        "inflight", line_list(&p->inflight), "ctrl", line_list(&p->ctrl),
+        "pause_tx", ll_list(p->pause_tx, NQ), "resume_tx", ll_list(p->resume_tx, NQ),
+        "wd_dropped", ll_list(p->wd_dropped, NQ),
+        "queues",
+        "fifo", fifo, "qbytes", ll_list(pq->qbytes, NQ), "packets", pq->packets, "bytes", pq->bytes,
+        "avg", d_list(pq->avg, NQ), "enq_packets", ll_list(pq->enq_packets, NQ),
+        "enq_bytes", ll_list(pq->enq_bytes, NQ), "deq_packets", ll_list(pq->deq_packets, NQ),
+        "deq_bytes", ll_list(pq->deq_bytes, NQ), "marks", ll_list(pq->marks, NQ),
+        "max_qbytes", ll_list(pq->max_qbytes, NQ), "drops", qdrops,
+        "sojourn_max", d_list(pq->sojourn_max, NQ), "sojourn_hist", hist,
+        "bin_seen", bins[0], "bin_marked", bins[1], "bin_dropped", bins[2],
+        "ingress",
+        "enabled", ll_list(enabled, NQ), "held", ll_list(p->held, NQ),
+        "max_held", ll_list(p->max_held, NQ), "paused", ll_list(paused, NQ),
+        "xoff_sent", ll_list(p->xoff_sent, NQ), "xon_sent", ll_list(p->xon_sent, NQ),
+        "headroom_drops", ll_list(p->headroom_drops, NQ),
+        "refresh_at", d_list(p->refresh_at, NQ), "next_refresh", p->next_refresh);
+}
+
+/* draw(i): the next WRED draw of port i (random.Random.random) */
+static PyObject *Pipeline_draw(Pipeline *P, PyObject *args) {
+    int i;
+    if (!PyArg_ParseTuple(args, "i", &i)) return NULL;
+    Port *p = port_arg(P, i);
+    return p == NULL ? NULL : PyFloat_FromDouble(random_random(&p->q.rng));
+}
+
+/* rng_state(i): port i's generator as random.Random.getstate()[1] has it */
+static PyObject *Pipeline_rng_state(Pipeline *P, PyObject *args) {
+    int i;
+    if (!PyArg_ParseTuple(args, "i", &i)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL) return NULL;
+    PyObject *t = PyTuple_New(625);
+    for (int k = 0; t && k < 625; k++) {
+        PyObject *x = k < 624 ? PyLong_FromUnsignedLong(p->q.rng.mt[k]) : PyLong_FromLong(p->q.rng.mti);
+        if (x == NULL) { Py_CLEAR(t); break; }
+        PyTuple_SET_ITEM(t, k, x);
+    }
+    return t;
+}
+
+static PyObject *Pipeline_flushes(Pipeline *P, PyObject *noargs) {
+    (void)noargs;
+    return PyLong_FromLongLong(P->flushes);
+}
+
+static PyMethodDef Pipeline_methods[] = {
+    {"set_port", (PyCFunction)Pipeline_set_port, METH_VARARGS, "set_port(i, mac, vlan, rate_Bps, burst_s, delay)"},
+    {"set_queue", (PyCFunction)Pipeline_set_queue, METH_VARARGS, "set_queue(i, q, limit, tier, quantum, wred)"},
+    {"set_strict", (PyCFunction)Pipeline_set_strict, METH_VARARGS, "set_strict(i, queues)"},
+    {"set_rng", (PyCFunction)Pipeline_set_rng, METH_VARARGS, "set_rng(i, mt state)"},
+    {"set_ingress", (PyCFunction)Pipeline_set_ingress, METH_VARARGS, "set_ingress(i, ...)"},
+    {"set_tables", (PyCFunction)Pipeline_set_tables, METH_VARARGS, "set_tables(router, dlb, local, l2)"},
+    {"install", (PyCFunction)Pipeline_install, METH_VARARGS, "install(frame, port, l2, drop)"},
+    {"clear_flows", (PyCFunction)Pipeline_clear_flows, METH_NOARGS, "forget every flow"},
+    {"flows", (PyCFunction)Pipeline_flows, METH_NOARGS, "the cached flows"},
+    {"flushes", (PyCFunction)Pipeline_flushes, METH_NOARGS, "caches emptied when full"},
+    {"on_frame", (PyCFunction)(void (*)(void))Pipeline_on_frame, METH_FASTCALL, "on_frame(i, frame, now)"},
+    {"enqueue", (PyCFunction)Pipeline_enqueue, METH_VARARGS, "enqueue(out, q, frame, now, prio)"},
+    {"service", (PyCFunction)(void (*)(void))Pipeline_service, METH_FASTCALL, "service(now, sent)"},
+    {"state", (PyCFunction)Pipeline_state, METH_VARARGS, "state(i)"},
+    {"draw", (PyCFunction)Pipeline_draw, METH_VARARGS, "draw(i): port i's next WRED draw"},
+    {"rng_state", (PyCFunction)Pipeline_rng_state, METH_VARARGS, "rng_state(i)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PipelineType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "switch_agent.fast._pipeline.Pipeline",
+    .tp_basicsize = sizeof(Pipeline),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The switch agent's per-frame pipeline (switch_agent.fast builds it).",
+    .tp_new = Pipeline_new,
+    .tp_dealloc = (destructor)Pipeline_dealloc,
+    .tp_methods = Pipeline_methods,
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_pipeline", "The switch agent's per-frame pipeline in C.", -1,
+    NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__pipeline(void) {
+    if (PyType_Ready(&PipelineType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL) return NULL;
+    PyObject *pd = PyTuple_New(ND_PORT), *qd = PyTuple_New(ND_QUEUE);
+    for (int k = 0; pd && k < ND_PORT; k++) PyTuple_SET_ITEM(pd, k, PyUnicode_FromString(PORT_DROPS[k]));
+    for (int k = 0; qd && k < ND_QUEUE; k++) PyTuple_SET_ITEM(qd, k, PyUnicode_FromString(QUEUE_DROPS[k]));
+    if (PyModule_AddObject(m, "PORT_DROPS", pd) < 0 || PyModule_AddObject(m, "QUEUE_DROPS", qd) < 0 ||
+        PyModule_AddIntConstant(m, "HANDLED", HANDLED) < 0 ||
+        PyModule_AddIntConstant(m, "MISS_FLOW", MISS_FLOW) < 0 ||
+        PyModule_AddIntConstant(m, "MISS_TTL", MISS_TTL) < 0 ||
+        PyModule_AddIntConstant(m, "MISS_LINK_LOCAL", MISS_LINK_LOCAL) < 0 ||
+        PyModule_AddIntConstant(m, "FLOW_CACHE_MAX", FLOW_CACHE_MAX) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&PipelineType);
+    if (PyModule_AddObject(m, "Pipeline", (PyObject *)&PipelineType) < 0) { Py_DECREF(m); return NULL; }
+    return m;
+}

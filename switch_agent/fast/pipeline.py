@@ -1,0 +1,190 @@
+"""The switch agent's per-frame pipeline in C (`switch_agent/fast/pipeline.c`, built as
+`_pipeline`), built from the same `AgentConfig` and QoS config as the Python agent and
+driven like it: `on_frame(port, frame, now)`, `service(now)` (issue 30, first slice: the
+pure stages, no socket or ring I/O; docs/DATAPATH.md).
+
+The C code mirrors, under the same names, `switch_agent.agent.Agent.on_frame` / `admit` /
+`enqueue` / `service` / `flush`, `forward.route_rewrite`, the classifier's tables
+(`emucore.qos.classify`), `emucore.qos.pfc.IngressPfc.admit` / `release` with the pause
+and resume frames of `switch_agent.ingress.IngressBuffers`, `emucore.qos.wred` (the same
+draws: each port's `random.Random` state is handed to C, which runs CPython's Mersenne
+Twister), `switch_agent.queues.PortQueues` / `Drr` and `switch_agent.shaper.Shaper`
+(book ch.11, ch.12). tests/unit/test_fast_pipeline.py holds the two equal, also under
+ASan + UBSan.
+
+Python stays the control plane: a `switch_agent.agent.Agent` built without sockets holds
+the FIB, the neighbours and the load balancer. A flow the C cache misses is decided there
+(`FlowCache.decide`) and installed; an expired TTL is counted in C and answered here
+(`Agent.time_exceeded`'s ICMP, queued through C); a link-local frame (LLDP, PFC) is
+returned to the caller as a miss, never approximated. The configuration the C stages do
+not implement is refused (`Unsupported`, naming the field): the event log, the test drop
+hook, trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode auto (it needs
+LLDP/DCBX). Not here yet: received pauses, the timers (pause refresh, watchdog poll,
+LLDP), the lag meter, degraded links.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from pathlib import Path
+
+from emucore import cbuild
+from switch_agent.agent import Agent
+from switch_agent.agentconfig import AgentConfig
+from switch_agent.forward import time_exceeded_reply
+
+MODULE = "switch_agent.fast._pipeline"
+
+try:  # the compiled half of this module, beside it
+    _pipeline = importlib.import_module(MODULE)
+except ImportError as e:
+    raise ImportError(f"{MODULE} is not built: run ./setup.sh (or python -m emucore.cbuild)") from e
+if Path(_pipeline.__file__) == cbuild.target(MODULE) and not cbuild.is_current(MODULE):
+    raise ImportError(f"{MODULE} is not built from today's sources: run ./setup.sh")
+
+LINK_LOCAL = "link_local"  #: on_frame's answer for a frame the caller's Python must handle
+
+
+class Unsupported(ValueError):
+    """A configuration the C pipeline does not implement (the message names the field)."""
+
+
+def check_config(cfg: AgentConfig) -> None:
+    """Raise Unsupported for the first field of `cfg` the C pipeline does not implement."""
+    q = cfg.qos or {}
+    refused = (("events_path", cfg.events_path is not None),
+               ("test_drop_rate", cfg.test_drop_rate != 0),
+               ("qos.trim", bool(q.get("trim"))), ("qos.llr", bool(q.get("llr"))),
+               ("qos.cbfc", bool(q.get("cbfc"))))
+    for name, bad in refused:
+        if bad:
+            raise Unsupported(f"{name}: not implemented by the C pipeline")
+
+
+def check_agent(agent: Agent) -> None:
+    """Raise Unsupported for what the agent built from the config that C does not run."""
+    if agent.lb.mode != "ecmp":
+        raise Unsupported(f"lb.mode: {agent.lb.mode!r} not implemented by the C pipeline "
+                          "(flow ECMP only)")
+    for p in agent.ports.values():
+        if p.pfc_mode == "auto":
+            raise Unsupported(f"qos.interfaces[{p.name}].pfc_mode: 'auto' needs LLDP/DCBX, "
+                              "not in the C pipeline")
+        if p.queues.trim_q >= 0:
+            raise Unsupported("qos.trim: not implemented by the C pipeline")
+
+
+class FastPipeline:
+    """The C pipeline of one switch and the Python control plane that feeds it."""
+
+    def __init__(self, cfg: AgentConfig, control: Agent | None = None) -> None:
+        check_config(cfg)
+        self.agent = control if control is not None else Agent(cfg, open_sockets=False)
+        check_agent(self.agent)
+        ports = list(self.agent.ports.values())
+        self.names = [p.name for p in ports]
+        self.index = {p.name: i for i, p in enumerate(ports)}
+        a = self.agent
+        self.c = c = _pipeline.Pipeline(len(ports), cfg.tdf, bytes(a.q_by_tos), bytes(a.p_by_tos))
+        for i, p in enumerate(ports):
+            c.set_port(i, p.mac, -1 if p.vlan is None else p.vlan, p.shaper.rate_Bps,
+                       p.shaper.burst_s, p.delay)
+            pq = p.queues
+            for q in range(8):
+                tier = pq.tier_of[q]
+                w = pq.wred[q]
+                c.set_queue(i, q, pq.limit[q], 0 if tier is None else 1 if tier is pq.weighted else 2,
+                            0 if tier is None else tier.quantum[q],
+                            None if w is None else (w.min_bytes, w.max_bytes, w.max_prob,
+                                                    w.weight, w.ecn))
+            c.set_strict(i, tuple(pq.strict))
+            c.set_rng(i, tuple(pq.rng.__self__.getstate()[1]))
+            ing = p.ingress
+            c.set_ingress(i, sum(1 << k for k in range(8) if ing.enabled[k]), ing.xoff, ing.xon,
+                          ing.drop_above, ing.refresh_s, tuple(map(bytes, ing.pause_frames)),
+                          tuple(map(bytes, ing.resume_frames)), p.watchdog is not None)
+        self.tables()
+
+    def tables(self) -> None:
+        """Push the agent's MAC, local-address and layer-2 tables; forget every flow."""
+        a = self.agent
+        self.c.set_tables(tuple(a.router_macs), tuple(a.dlb_macs), tuple(a.local),
+                          tuple((mac, self.index[p.name]) for mac, p in a.l2.items()))
+        self.c.clear_flows()
+
+    def install_fib(self, routes, neighbours, local_ips) -> None:
+        """`Agent.install_fib` on the control plane, then the C tables (flows forgotten)."""
+        self.agent.install_fib(routes, neighbours, local_ips)
+        self.tables()
+
+    def on_frame(self, port: str, frame: bytes, now: float) -> str | None:
+        """`Agent.on_frame`: None when handled (in C, or its ICMP here); LINK_LOCAL for a
+        frame the caller's MAC control must take (C counted it received)."""
+        i = self.index[port]
+        r = self.c.on_frame(i, frame, now)
+        if r == _pipeline.MISS_FLOW:
+            self.decide(frame, now)
+            r = self.c.on_frame(i, frame, now)
+        if r == _pipeline.MISS_TTL:
+            self.time_exceeded(port, frame, now)
+        elif r == _pipeline.MISS_LINK_LOCAL:
+            return LINK_LOCAL
+        return None
+
+    def decide(self, frame: bytes, now: float) -> None:
+        """`FlowCache.add` for the C cache: the flow's decision made by the control plane."""
+        a = self.agent
+        route = a.flowcache.decide(a.fib, frame, now)
+        if route.path is not None:
+            self.c.install(frame, self.index[route.path.port.name], route.path.l2, -1)
+        elif route.drop is not None:
+            self.c.install(frame, -1, b"", _pipeline.PORT_DROPS.index(route.drop))
+        else:  # check_agent refused the modes that balance per packet
+            raise Unsupported("lb.mode: a balanced route reached the C pipeline")
+
+    def time_exceeded(self, port: str, frame: bytes, now: float) -> None:
+        """`Agent.time_exceeded`: the ICMP Time Exceeded, queued through C."""
+        a = self.agent
+        reply = time_exceeded_reply(a.fib, a.port_ip.get(port), frame)
+        if reply is not None:
+            out = reply[1]
+            self.c.enqueue(self.index[reply[0]], 0, out, now, a.prio_of(out))
+
+    def service(self, now: float, sent: list) -> float | None:
+        """`Agent.service`: the frames sent go to `sent` as (port name, frame); the next
+        wake time."""
+        out: list = []
+        wake = self.c.service(now, out)
+        names = self.names
+        sent.extend((names[i], f) for i, f in out)
+        return wake
+
+    def state(self, port: str) -> dict:
+        """The port's state under the Python stages' attribute names."""
+        return self.c.state(self.index[port])
+
+    def flows(self) -> list[tuple]:
+        """The cached flows: (cache 0 TCP / 1 UDP / 2 other, key, port name or None,
+        packets, bytes)."""
+        return [(c, k, self.names[p] if p >= 0 else None, n, b)
+                for c, k, p, n, b in self.c.flows()]
+
+
+def time_frames(fast: FastPipeline, frame: bytes, n: int, port: str = "eth1",
+                clock=time.perf_counter) -> float:
+    """Seconds per frame through the C pipeline, driven as `emu.observe.calibrate.
+    time_frames` drives the Python agent: `n` frames at time 0, a service every 16."""
+    c, i, sent = fast.c, fast.index[port], []
+    on_frame, service = c.on_frame, c.service
+    if on_frame(i, frame, 0.0) == _pipeline.MISS_FLOW:  # the flow's decision, untimed
+        fast.decide(frame, 0.0)
+    service(0.0, sent)
+    t0 = clock()
+    for k in range(n):
+        on_frame(i, frame, 0.0)
+        if k & 15 == 15:
+            service(0.0, sent)
+            sent.clear()
+    service(0.0, sent)
+    return (clock() - t0) / n

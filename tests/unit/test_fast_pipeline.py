@@ -1,0 +1,342 @@
+"""The C pipeline (switch_agent.fast) against the Python agent, its reference: one config,
+the same timed frame traces, identical (port, send time, bytes) sequences, wake times,
+per-port state (counters, queues, WRED bins, sojourns, ingress PFC, shaper, delay line)
+and flow cache (issue 30, docs/DATAPATH.md "Keeping Python the reference").
+
+The Python agent keeps the ports with work in a set, whose order (object ids) decides
+which port `service` visits first - and so, within one call, whether a resume a frame
+frees on another port leaves now or at the next wake-up. The reference here gets an
+insertion-ordered set (one of the orders a set may have); the C pipeline keeps that order.
+Traces: several flows (UDP and TCP, IHL 5 and with options), DSCP classes, ECT and
+Not-ECT, bursts past the WRED and xOFF thresholds, TTL 1 and 2, switched, flooded,
+unroutable and local frames, and the malformed frames of emu.bench.malformed. The same
+run under ASan + UBSan: test_sanitized.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emu.bench.malformed import base_frames, malformed_frames
+from emucore import cbuild
+from emucore.qos.classify import BOOK_CLASSES, Classification, TrafficClass
+from emucore.qos.pfc import Pfc
+from emucore.qos.qosconfig import InterfaceQos, QosConfig
+from emucore.qos.queuing import QueueConfig, Queuing
+from emucore.qos.wred import Wred
+from emucore.wire.ether import mac_bytes
+from switch_agent.agent import Agent
+from switch_agent.agentconfig import AgentConfig, PortConfig
+from switch_agent.forward import FibRoute, ipv4_checksum
+from switch_agent.fast.pipeline import LINK_LOCAL, FastPipeline, Unsupported
+from traffic.tools.rawgen import build_frame
+
+ROUTER, SPINE_MAC = "02:00:00:00:05:00", "02:00:00:00:07:01"
+HOSTS = {"eth1": ("02:00:00:00:01:01", "10.0.1.11"), "eth2": ("02:00:00:00:02:01", "10.0.1.12"),
+         "eth3": ("02:00:00:00:03:01", "10.0.1.13")}
+UPLINKS = {"eth5": "02:00:00:00:05:05", "eth6": "02:00:00:00:05:06"}
+TDF = 1000.0
+#: drops the MAC control counts (switch_agent.maccontrol, .dcbx): link-local frames are
+#: handed back by the C pipeline, so their drops are its caller's
+MAC_CONTROL_DROPS = ("bad_lldp", "bad_cbfc")
+
+
+class OrderedBacklog(dict):
+    """A set of ports in insertion order (the reference's `Agent.backlog`)."""
+
+    def add(self, p) -> None:
+        self.setdefault(p, None)
+
+    def discard(self, p) -> None:
+        self.pop(p, None)
+
+
+def config(qos: QosConfig | None, shaped: bool = True, queue_limit: int = 200_000) -> AgentConfig:
+    """A rail switch: three hosts in VLAN 101 and two uplinks (ECMP) at half their rate."""
+    ports = tuple(PortConfig(n, ROUTER, 200e9, 200e9 / TDF if shaped else math.inf,
+                             0.001 if shaped else 0.0, 101, f"h{n[-1]}:nic1") for n in HOSTS)
+    ports += tuple(PortConfig(n, mac, 400e9, 100e9 / TDF if shaped else math.inf,
+                              0.001 if shaped else 0.0, None, f"spine{n[-1]}:eth1")
+                   for n, mac in UPLINKS.items())
+    return AgentConfig("rail1", TDF, "/nonexistent", ports, queue_limit_bytes=queue_limit,
+                       svi={"vlan101": {mac: n for n, (mac, _) in HOSTS.items()}},
+                       qos=qos.to_dict() if qos is not None else None)
+
+
+def small_qos(ecn: bool = True, weight: int = 0) -> QosConfig:
+    """The book's policies with thresholds a short trace crosses: WRED on queue 3 (and a
+    Not-ECN WRED on queue 0), xOFF 50 KB / xON 15 KB, short queues."""
+    q = [QueueConfig() for _ in range(8)]
+    q[0] = QueueConfig(bandwidth_percent=30, limit_bytes=60_000,
+                       wred=Wred(15_000, 45_000, 30.0, weight, False))
+    q[3] = QueueConfig(bandwidth_percent=70, wred=Wred(20_000, 80_000, 20.0, weight, ecn),
+                       limit_bytes=200_000)
+    q[7] = QueueConfig(strict=True, limit_bytes=50_000)
+    q[5] = QueueConfig(limit_bytes=40_000)  # a 0 % (scavenger) queue
+    return QosConfig(classification=Classification(
+        classes=BOOK_CLASSES + (TrafficClass("scavenger", (20,), 5),)),
+        queuing=Queuing(queues=tuple(q)),
+        pfc=Pfc(xoff_bytes=50_000, xon_bytes=15_000, headroom_bytes=40_000),
+        default_interface=InterfaceQos(pfc_mode="on"))
+
+
+FIB = ([FibRoute("10.0.1.0/24", ((None, "vlan101"),)),
+        FibRoute("10.0.2.0/24", (("172.16.1.1", "eth5"), ("172.16.2.1", "eth6")))],
+       {**{("vlan101", ip): mac for mac, ip in HOSTS.values()},
+        ("eth5", "172.16.1.1"): SPINE_MAC, ("eth6", "172.16.2.1"): SPINE_MAC},
+       {"10.0.1.1": "vlan101"})
+
+
+def tcp(frame: bytearray) -> bytearray:
+    frame[23] = 6
+    frame[24:26] = b"\0\0"
+    frame[24:26] = ipv4_checksum(bytes(frame[14:34])).to_bytes(2, "big")
+    return frame
+
+
+def with_options(frame: bytearray) -> bytearray:
+    """The same packet with a 4-byte IPv4 option (IHL 6): keyed by forward.flow_key."""
+    out = bytearray(frame[:34]) + b"\x01\x01\x01\x00" + frame[34:]
+    out[14] = 0x46
+    out[16:18] = (len(out) - 14).to_bytes(2, "big")
+    out[24:26] = b"\0\0"
+    out[24:26] = ipv4_checksum(bytes(out[14:38])).to_bytes(2, "big")
+    return out
+
+
+def trace(seed: int, bursts: int = 30) -> list[tuple[float, str, bytes]]:
+    """Timed frames (lab s, ingress port, frame): bursts of routed, switched and odd frames."""
+    rng = random.Random(seed)
+    odd = [f for _, f in malformed_frames(seed, 180, base_frames(), dst_mac=ROUTER,
+                                          dst_ip="10.0.2.14")]
+    out, t = [], 0.0
+    for _ in range(bursts):
+        t += rng.choice((0.5e-3, 2e-3, 10e-3))
+        gap = rng.choice((0.0, 1e-6, 10e-6, 100e-6))
+        for k in range(rng.randint(20, 150)):
+            port = rng.choice(("eth1", "eth2", "eth3", "eth5"))
+            dscp = rng.choice((24, 24, 24, 0, 48, 10, 20))
+            ecn = rng.choice((0, 1, 2, 2, 3))
+            size = rng.choice((4170, 4170, 1100, 90)) if dscp != 48 else 90
+            ttl = rng.choice((64,) * 30 + (1, 2))
+            sport = 49152 + rng.randrange(6)
+            kind = rng.random()
+            if port == "eth5":
+                src, dst = mac_bytes(SPINE_MAC), mac_bytes(UPLINKS["eth5"])
+                sip, dip = f"10.0.2.{rng.randrange(10, 16)}", rng.choice([h[1] for h in HOSTS.values()])
+            else:
+                src, sip = mac_bytes(HOSTS[port][0]), HOSTS[port][1]
+                dst, dip = mac_bytes(ROUTER), f"10.0.2.{rng.randrange(10, 16)}"
+            if kind < 0.08 and port != "eth5":  # switched inside the rail
+                other = rng.choice([n for n in HOSTS if n != port])
+                dst, dip = mac_bytes(HOSTS[other][0]), HOSTS[other][1]
+            f = build_frame(src, dst, sip, dip, size, sport=sport, dport=4791, dscp=dscp,
+                            ecn=ecn, ttl=ttl)
+            if 0.08 <= kind < 0.15:
+                f = tcp(f)
+            elif 0.15 <= kind < 0.19:
+                f = with_options(f)
+            elif 0.19 <= kind < 0.21:  # unroutable, for the switch itself, ARP broadcast
+                f = rng.choice((build_frame(src, mac_bytes(ROUTER), sip, "192.168.9.9", 200),
+                                build_frame(src, mac_bytes(ROUTER), sip, "10.0.1.1", 200),
+                                bytearray(b"\xff" * 6) + src + b"\x08\x06" + bytes(46)))
+            elif 0.21 <= kind < 0.27:
+                f, port = rng.choice(odd), "eth1"
+            out.append((t, port, bytes(f)))
+            t += gap
+    return out
+
+
+def reference(cfg: AgentConfig, now: list[float], sent: list) -> Agent:
+    """The Python agent with a fake clock, sockets that record (port, time, bytes) and an
+    insertion-ordered backlog."""
+    a = Agent(cfg, open_sockets=False)
+    a.backlog = a.buffers.backlog = a.mac_control.backlog = OrderedBacklog()
+    a.install_fib(*FIB)
+    a.next_lldp = math.inf
+    a.clock = lambda: now[0]
+
+    class Sock:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def send(self, frame) -> int:
+            sent.append((self.name, now[0], bytes(frame)))
+            return len(frame)
+
+    for p in a.ports.values():
+        p.sock = Sock(p.name)
+    return a
+
+
+def py_state(p) -> dict:
+    """A Python port's state in the shape of the C pipeline's `state`."""
+    pq, ing = p.queues, p.ingress
+    return {"rx_packets": p.rx_packets, "rx_bytes": p.rx_bytes, "tx_packets": p.tx_packets,
+            "tx_bytes": p.tx_bytes,
+            "drops": {k: n for k, n in p.drops.items() if k not in MAC_CONTROL_DROPS},
+            "free_at": p.shaper.free_at,
+            "eligible_at": p.eligible_at, "delay": p.delay, "inflight": list(p.inflight),
+            "ctrl": list(p.ctrl), "pause_tx": p.pause_tx, "resume_tx": p.resume_tx,
+            "wd_dropped": p.watchdog.dropped if p.watchdog else [0] * 8,
+            "queues": {"fifo": [len(f) for f in pq.fifo], "qbytes": pq.qbytes,
+                       "packets": pq.packets, "bytes": pq.bytes, "avg": pq.avg,
+                       **{k: getattr(pq, k) for k in (
+                           "enq_packets", "enq_bytes", "deq_packets", "deq_bytes", "marks",
+                           "max_qbytes", "drops", "sojourn_max", "sojourn_hist", "bin_seen",
+                           "bin_marked", "bin_dropped")}},
+            "ingress": {"enabled": [int(e) for e in ing.enabled], "held": ing.held,
+                        "max_held": ing.max_held, "paused": [int(x) for x in ing.paused],
+                        "xoff_sent": ing.xoff_sent, "xon_sent": ing.xon_sent,
+                        "headroom_drops": ing.headroom_drops, "refresh_at": ing.refresh_at,
+                        "next_refresh": ing.next_refresh}}
+
+
+def py_flows(a: Agent) -> list[tuple]:
+    fc = a.flowcache
+    out = []
+    for c, cache in ((0, fc.fast[6]), (1, fc.fast[17]), (2, fc.flows)):
+        for key, r in cache.items():
+            p = r.path
+            out.append((c, key, p.port.name if p else None, p.packets if p else 0,
+                        p.bytes if p else 0))
+    return sorted(out)
+
+
+def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]]) -> dict:
+    """Run both on `frames`, serving at every arrival and every wake time; assert them
+    equal; return what happened (for the tests' own checks)."""
+    now, py_sent, c_sent, local = [0.0], [], [], []
+    ref = reference(cfg, now, py_sent)
+    fast = FastPipeline(cfg)
+    fast.install_fib(*FIB)
+    i, wake, wakes = 0, None, 0
+    while i < len(frames) or wake is not None:
+        t = min(frames[i][0] if i < len(frames) else math.inf,
+                wake if wake is not None else math.inf)
+        now[0] = t
+        while i < len(frames) and frames[i][0] == t:
+            _, port, frame = frames[i]
+            ref.on_frame(ref.ports[port], frame, t)
+            if fast.on_frame(port, frame, t) == LINK_LOCAL:
+                local.append(frame)
+            i += 1
+        w = ref.service(t)
+        out: list = []
+        assert fast.service(t, out) == w, f"wake at {t}"
+        c_sent.extend((p, t, bytes(f)) for p, f in out)
+        wake, wakes = w, wakes + 1
+        if wake is not None and wake <= t:  # ready_at rounds onto now: the clock moves on
+            wake = math.nextafter(t, math.inf)
+    assert c_sent == py_sent
+    for name, p in ref.ports.items():
+        assert fast.state(name) == py_state(p), name
+    for i, p in enumerate(ref.ports.values()):  # as many WRED draws as Python's
+        assert fast.c.rng_state(i) == p.queues.rng.__self__.getstate()[1]
+    assert sorted(fast.flows()) == py_flows(ref)
+    assert fast.c.flushes() == ref.flowcache.flushes
+    return {"sent": py_sent, "local": local, "ref": ref, "wakes": wakes}
+
+
+CASES = {"book-small": lambda: config(small_qos()),
+         "weighted-not-ecn": lambda: config(small_qos(ecn=False, weight=2)),
+         "plain": lambda: config(None, queue_limit=40_000),
+         "book-unshaped": lambda: config(QosConfig(default_interface=InterfaceQos(pfc_mode="on")),
+                                         shaped=False)}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("seed", [1, 2])
+def test_differential(case: str, seed: int) -> None:
+    r = differential(CASES[case](), trace(seed))
+    assert r["sent"]
+
+
+def test_trace_reaches_every_stage() -> None:
+    """The book-small trace crosses what it is meant to: WRED marks and drops, tail drops,
+    xOFF and xON, TTL-expired ICMP, strict and scavenger queues, link-local misses."""
+    r = differential(config(small_qos()), trace(1))
+    ports = r["ref"].ports.values()
+    total = lambda f: sum(f(p) for p in ports)  # noqa: E731
+    assert total(lambda p: sum(p.queues.marks)) > 0
+    assert total(lambda p: sum(d.get("wred", 0) for d in p.queues.drops)) > 0
+    assert total(lambda p: sum(d.get("queue_full", 0) for d in p.queues.drops)) > 0
+    assert total(lambda p: sum(p.pause_tx)) > 0 and total(lambda p: sum(p.resume_tx)) > 0
+    assert total(lambda p: p.drops.get("ttl_expired", 0)) > 0
+    assert total(lambda p: p.drops.get("malformed", 0)) > 0
+    assert total(lambda p: p.drops.get("no_route", 0)) > 0
+    assert total(lambda p: p.queues.deq_packets[7] + p.queues.deq_packets[5]) > 0
+    icmp = [f for _, _, f in r["sent"] if len(f) > 34 and f[23] == 1 and f[34] == 11]
+    assert icmp
+    assert r["local"] and all(f[:3] == b"\x01\x80\xc2" for f in r["local"])
+
+
+def test_wred_draws_are_pythons() -> None:
+    """The C generator, handed each port's `random.Random` state, draws what it draws."""
+    cfg = config(small_qos())
+    fast, ref = FastPipeline(cfg), Agent(cfg, open_sockets=False)
+    for i, p in enumerate(ref.ports.values()):
+        draws = [p.queues.rng() for _ in range(2000)]
+        assert [fast.c.draw(i) for _ in range(2000)] == draws
+    assert len(set(draws)) == len(draws)
+
+
+def test_flow_cache_overflow() -> None:
+    """A cache of FLOW_CACHE_MAX flows is emptied when one more arrives, as in Python."""
+    from switch_agent.fast import _pipeline
+    src = mac_bytes(HOSTS["eth1"][0])
+    n = _pipeline.FLOW_CACHE_MAX + 3
+    frames = [(i * 1e-7, "eth1", bytes(build_frame(src, mac_bytes(ROUTER), "10.0.1.11",
+                                                   socket.inet_ntoa((0x0A000200 + i % 200).to_bytes(4, "big")),
+                                                   60, sport=1024 + i // 200)))
+              for i in range(n)]
+    r = differential(config(None, shaped=False), frames)
+    assert r["ref"].flowcache.flushes == 1
+
+
+def test_refuses_what_it_does_not_implement() -> None:
+    from dataclasses import replace
+    cfg = config(small_qos())
+    for field, value in (("events_path", "/tmp/x.jsonl"), ("test_drop_rate", 0.1)):
+        with pytest.raises(Unsupported, match=field):
+            FastPipeline(replace(cfg, **{field: value}))
+    with pytest.raises(Unsupported, match="pfc_mode"):
+        FastPipeline(config(QosConfig()))
+    with pytest.raises(Unsupported, match="lb.mode"):
+        FastPipeline(replace(cfg, lb={"mode": "spray"}))
+
+
+SANITIZED_CHILD = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("switch_agent.fast._pipeline", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = mod
+spec.loader.exec_module(mod)
+import switch_agent.fast
+switch_agent.fast._pipeline = mod
+from tests.unit import test_fast_pipeline as t
+import switch_agent.fast.pipeline as wrapper
+assert wrapper._pipeline is mod, "the sanitized build is not the one in use"
+for case in sorted(t.CASES):
+    t.test_differential(case, 1)
+t.test_trace_reaches_every_stage()
+print("sanitized ok")
+"""
+
+
+def test_sanitized(tmp_path: Path) -> None:
+    """The differential traces against an ASan + UBSan build, in a child Python."""
+    so = cbuild.build("switch_agent.fast._pipeline", sanitize=True, out_dir=tmp_path)
+    r = subprocess.run([sys.executable, "-c", SANITIZED_CHILD, str(so)], cwd=cbuild.ROOT,
+                       env=cbuild.sanitized_env(tmp_path), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "sanitized ok" in r.stdout
+    assert "runtime error" not in r.stderr
