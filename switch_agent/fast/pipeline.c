@@ -121,6 +121,7 @@ typedef struct {
     int active[NQ], ahead, alen;
 } Drr;
 
+/* Drr.activate */
 static void drr_activate(Drr *d, int q) { d->active[(d->ahead + d->alen++) % NQ] = q; }
 static void drr_rotate(Drr *d) {  /* active.rotate(-1) */
     d->active[(d->ahead + d->alen) % NQ] = d->active[d->ahead];
@@ -1134,6 +1135,39 @@ static PyObject *Pipeline_rng_state(Pipeline *P, PyObject *args) {
     return t;
 }
 
+/* run_frames(i, frame, n): calibrate.time_frames' loop in C - n frames on port i at time 0,
+ * a service every 16 - for the bench; the frames sent are discarded; how many were sent */
+static PyObject *Pipeline_run_frames(Pipeline *P, PyObject *args) {
+    int i;
+    long long n, sent_total = 0;
+    PyObject *f;
+    if (!PyArg_ParseTuple(args, "iOL", &i, &f, &n)) return NULL;
+    if (port_arg(P, i) == NULL) return NULL;
+    PyObject *frame = frame_arg(f), *sent = PyList_New(0);
+    double wake;
+    int r = 0;
+    for (long long k = 0; frame && sent && r == 0 && k < n; k++) {
+        r = on_frame(P, i, frame, 0.0);
+        if (r > 0) {
+            PyErr_Format(PyExc_ValueError, "run_frames: frame %lld missed (%d)", k, r);
+            r = -1;
+        }
+        if (r == 0 && (k & 15) == 15) {
+            r = service(P, 0.0, sent, &wake);
+            sent_total += PyList_GET_SIZE(sent);
+            if (r == 0) r = PyList_SetSlice(sent, 0, PyList_GET_SIZE(sent), NULL);
+        }
+    }
+    if (frame && sent && r == 0) {
+        r = service(P, 0.0, sent, &wake);
+        sent_total += PyList_GET_SIZE(sent);
+    }
+    Py_XDECREF(frame);
+    Py_XDECREF(sent);
+    if (frame == NULL || sent == NULL || r < 0) return NULL;
+    return PyLong_FromLongLong(sent_total);
+}
+
 static PyObject *Pipeline_flushes(Pipeline *P, PyObject *noargs) {
     (void)noargs;
     return PyLong_FromLongLong(P->flushes);
@@ -1154,6 +1188,7 @@ static PyMethodDef Pipeline_methods[] = {
     {"enqueue", (PyCFunction)Pipeline_enqueue, METH_VARARGS, "enqueue(out, q, frame, now, prio)"},
     {"service", (PyCFunction)(void (*)(void))Pipeline_service, METH_FASTCALL, "service(now, sent)"},
     {"state", (PyCFunction)Pipeline_state, METH_VARARGS, "state(i)"},
+    {"run_frames", (PyCFunction)Pipeline_run_frames, METH_VARARGS, "run_frames(i, frame, n)"},
     {"draw", (PyCFunction)Pipeline_draw, METH_VARARGS, "draw(i): port i's next WRED draw"},
     {"rng_state", (PyCFunction)Pipeline_rng_state, METH_VARARGS, "rng_state(i)"},
     {NULL, NULL, 0, NULL},

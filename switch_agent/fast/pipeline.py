@@ -172,15 +172,19 @@ class FastPipeline:
 
 
 def time_frames(fast: FastPipeline, frame: bytes, n: int, port: str = "eth1",
-                clock=time.perf_counter) -> float:
+                clock=time.perf_counter, in_c: bool = False) -> float:
     """Seconds per frame through the C pipeline, driven as `emu.observe.calibrate.
-    time_frames` drives the Python agent: `n` frames at time 0, a service every 16."""
+    time_frames` drives the Python agent: `n` frames at time 0, a service every 16 -
+    each call from Python, or (`in_c`) the same loop run inside C (`run_frames`)."""
     c, i, sent = fast.c, fast.index[port], []
     on_frame, service = c.on_frame, c.service
     if on_frame(i, frame, 0.0) == _pipeline.MISS_FLOW:  # the flow's decision, untimed
         fast.decide(frame, 0.0)
     service(0.0, sent)
     t0 = clock()
+    if in_c:
+        c.run_frames(i, frame, n)
+        return (clock() - t0) / n
     for k in range(n):
         on_frame(i, frame, 0.0)
         if k & 15 == 15:

@@ -27,15 +27,17 @@ import pytest
 from emu.bench.malformed import base_frames, malformed_frames
 from emucore import cbuild
 from emucore.qos.classify import BOOK_CLASSES, Classification, TrafficClass
+from emucore.qos.llr import Llr
 from emucore.qos.pfc import Pfc
 from emucore.qos.qosconfig import InterfaceQos, QosConfig
 from emucore.qos.queuing import QueueConfig, Queuing
+from emucore.qos.trim import Trim
 from emucore.qos.wred import Wred
 from emucore.wire.ether import mac_bytes
 from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute, ipv4_checksum
-from switch_agent.fast.pipeline import LINK_LOCAL, FastPipeline, Unsupported
+from switch_agent.fast.pipeline import LINK_LOCAL, FastPipeline, Unsupported, time_frames
 from traffic.tools.rawgen import build_frame
 
 ROUTER, SPINE_MAC = "02:00:00:00:05:00", "02:00:00:00:07:01"
@@ -114,8 +116,8 @@ def with_options(frame: bytearray) -> bytearray:
 def trace(seed: int, bursts: int = 30) -> list[tuple[float, str, bytes]]:
     """Timed frames (lab s, ingress port, frame): bursts of routed, switched and odd frames."""
     rng = random.Random(seed)
-    odd = [f for _, f in malformed_frames(seed, 180, base_frames(), dst_mac=ROUTER,
-                                          dst_ip="10.0.2.14")]
+    odd = [f for mac, ip in ((ROUTER, "10.0.2.14"), (HOSTS["eth2"][0], HOSTS["eth2"][1]))
+           for _, f in malformed_frames(seed, 180, base_frames(), dst_mac=mac, dst_ip=ip)]
     out, t = [], 0.0
     for _ in range(bursts):
         t += rng.choice((0.5e-3, 2e-3, 10e-3))
@@ -311,6 +313,25 @@ def test_refuses_what_it_does_not_implement() -> None:
         FastPipeline(config(QosConfig()))
     with pytest.raises(Unsupported, match="lb.mode"):
         FastPipeline(replace(cfg, lb={"mode": "spray"}))
+    for field, part in (("trim", Trim()), ("llr", Llr())):
+        with pytest.raises(Unsupported, match=f"qos.{field}"):
+            FastPipeline(config(replace(small_qos(), **{field: part})))
+
+
+def test_run_frames_is_the_pipeline() -> None:
+    """The bench loop in C sends what the same frames sent one call at a time do."""
+    cfg = config(QosConfig(default_interface=InterfaceQos(pfc_mode="on")), shaped=False)
+    frame = bytes(build_frame(mac_bytes(HOSTS["eth1"][0]), mac_bytes(ROUTER), "10.0.1.11",
+                              "10.0.2.14", 4170, dport=4791, dscp=24, ecn=2))
+    a, b = FastPipeline(cfg), FastPipeline(cfg)
+    for f in (a, b):
+        f.install_fib(*FIB)
+    assert time_frames(a, frame, 100, in_c=True) > 0
+    time_frames(b, frame, 100)
+    assert [a.state(n) for n in a.names] == [b.state(n) for n in b.names]
+    assert a.flows() == b.flows()
+    assert a.state("eth1")["rx_packets"] == 100  # the first one missed, decided, not re-run
+    assert sum(a.state(n)["tx_packets"] for n in a.names) == 100
 
 
 SANITIZED_CHILD = """
@@ -327,6 +348,9 @@ assert wrapper._pipeline is mod, "the sanitized build is not the one in use"
 for case in sorted(t.CASES):
     t.test_differential(case, 1)
 t.test_trace_reaches_every_stage()
+t.test_wred_draws_are_pythons()
+t.test_run_frames_is_the_pipeline()
+t.test_flow_cache_overflow()
 print("sanitized ok")
 """
 
