@@ -6,8 +6,6 @@ import shutil
 import subprocess
 import time
 
-import warnings
-
 import pytest
 
 import topologies
@@ -56,17 +54,26 @@ def guarded(fnet, gpus, work):
     return r, fid
 
 
-def test_16mb_write_across_rails_is_byte_exact(fnet):
-    r, fid = guarded(fnet, ["h1g1", "h4g2"],
-                     lambda: rdma.write(fnet.fabric, fnet.nic_sockets, "h1g1", "h4g2", 16 * MB))
+def write_16mb(f):
+    """The 16 MB WRITE h1g1 -> h4g2, under the guard (`guarded`), its exactness judged."""
+    r, fid = guarded(f, ["h1g1", "h4g2"],
+                     lambda: rdma.write(f.fabric, f.nic_sockets, "h1g1", "h4g2", 16 * MB))
     assert (r["status"], r["recv_status"], r["recv_imm"]) == ("SUCCESS", "SUCCESS", rdma.IMM)
     assert r["byte_exact"]
     assert r["retransmits"] == 0
-    if fid["kept_up"]:  # paced near the line rate
+    return r, fid
+
+
+def test_16mb_write_across_rails_is_byte_exact(fnet):
+    r, fid = write_16mb(fnet)
+    if not fid["kept_up"]:  # a busy machine: once more at the guard's TDF, in a fabric of its own
+        tdf = fid["suggested_tdf"]
+        with FabricNet(topologies.load("rail2x4", tdf=tdf), qos=QosConfig()) as f:
+            assert f.wait_pfc() == {}
+            f.start_nics(gpus=["h1g1", "h4g2"])
+            r, fid = write_16mb(f)
+    if fid["kept_up"]:  # a rate counts only from a run that kept up (emu.observe.guard)
         assert r["link_fraction"] > 0.7, (r, fid)
-    else:  # a loaded machine: the guard says so, and the rate is not a model figure
-        warnings.warn(f"write rate {r['link_fraction']:.2f} of the link not judged: the lab "
-                      f"fell behind (p99 lag {fid['p99_lag_model_us']:.3g} us model)")
 
 
 def test_write_survives_one_percent_drops(fnet):
