@@ -7,7 +7,7 @@ emu.lab.schema reads the whole file and merges each variant over the lab).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import topologies
@@ -17,6 +17,7 @@ from collectives.launch import plan as job_plan
 from collectives.ring import RING_KINDS
 from emu.faults import plan as faultplan
 from emu.faults.schedule import parse_schedule
+from emu.lab import flowkeys
 from emu.lab.fields import merge, need, str_list
 from emu.realise import lbplan
 from emu.realise.nics import uet_nic_options
@@ -31,7 +32,7 @@ from traffic.workloads.flows import Flow
 WORKLOAD_KEYS = {"name", "size", "dtype", "iters", "ring", "master_port"}
 WORKLOADS = tuple(MODULES)  # allreduce, train, pipeline, tensor
 FLOW_KEYS = {"name", "src", "dst", "size", "start", "qps", "write_only", "message", "gap",
-             "dscp", "ecn", "via"}
+             "dscp", "ecn", "via", "sport"}
 NIC_KEYS = {"cnp_dscp", "mtu", "window", "timeout_s", "retry_cnt", "transport", "uet"}
 LINK_RE = re.compile(r"^([\w-]+)->([\w-]+)$")
 
@@ -125,6 +126,14 @@ def flow_of(d: Any, i: int, fab: Fabric, where: str) -> Flow:
              f"an integer 0..{hi}, got {v!r}")
     need(isinstance(d.get("write_only", False), bool), f"{w}.write_only", "true or false")
     need(isinstance(d["name"], str) and d["name"], f"{w}.name", "a non-empty string")
+    if "sport" in d:  # the flow's ECMP key (emu.lab.flowkeys), its QPNs pinned to give it
+        sp = d["sport"]
+        need(isinstance(sp, int) and not isinstance(sp, bool) and sp in flowkeys.SPORTS,
+             f"{w}.sport", f"a RoCEv2 UDP source port {flowkeys.SPORTS.start}.."
+                           f"{flowkeys.SPORTS.stop - 1} (0xC000..0xFFFF), got {sp!r}")
+        need(qps == 1, f"{w}.sport", f"one source port is one QP's flow: qps must be 1, got {qps}")
+        need("via" not in d, f"{w}.via", "given with sport: a flow is placed by its key or "
+                                         "pinned, not both")
     return Flow(d["name"], d["src"], d["dst"], size, start, qps, d.get("write_only", False),
                 msg, gap, d.get("dscp"), d.get("ecn"))
 
@@ -209,6 +218,11 @@ def variant_of(name: str, d: dict, title: str, tdf: float | None = None) -> Vari
     need(wl is not None or isinstance(flows_raw, list) and flows_raw, f"{where}flows",
          "a non-empty list (or a workload)")
     flows = [flow_of(f, i, fab, where) for i, f in enumerate(flows_raw or [])]
+    taken: set[int] = set()  # QPNs pinned in this variant (unique, so on every NIC)
+    for i, f in enumerate(flows_raw or []):
+        if "sport" in f:
+            flows[i] = replace(flows[i], qpns=flowkeys.qpns_for(f["sport"], taken))
+            taken.update(flows[i].qpns)
     names = [f.name for f in flows]
     dup = {n for n in names if names.count(n) > 1}
     need(not dup, f"{where}flows", f"duplicate flow name {sorted(dup)[0]!r}" if dup else "")

@@ -45,6 +45,9 @@ class Flow:
     gap_s: float = 0.0  # model seconds between a completion and the next message
     dscp: int | None = None  # None: the NIC's RoCE default (24)
     ecn: int | None = None  # None: the NIC's default (ECT(0))
+    #: (sender, receiver) QPNs pinned instead of random (one QP): they fix the flow's UDP
+    #: source port, udp_sport(sender, receiver), and so its ECMP path (emu.lab.flowkeys)
+    qpns: tuple[int, int] | None = None
 
     def shares(self) -> list[int]:
         """Bytes per QP: the size split as evenly as possible."""
@@ -71,8 +74,10 @@ class _Conn:
     messages: int = 0
 
 
-def _qp(nic: NicClient, pd: int, cq: int, f: Flow) -> int:
-    kw = {k: v for k, v in (("dscp", f.dscp), ("ecn", f.ecn)) if v is not None}
+def _qp(nic: NicClient, pd: int, cq: int, f: Flow, side: int) -> int:
+    """The flow's QP on one side (0 sender, 1 receiver)."""
+    kw = {k: v for k, v in (("dscp", f.dscp), ("ecn", f.ecn),
+                            ("qpn", f.qpns[side] if f.qpns else None)) if v is not None}
     return nic.create_qp(pd, cq, write_only=f.write_only, **kw)
 
 
@@ -88,8 +93,8 @@ def connect(fabric: Any, sockets: dict[str, str], flows: list[Flow]) -> list[_Co
                 rmr, smr = rnic.reg_mr(rpd, max(n, 1)), snic.reg_mr(spd, max(n, 1))
                 smr.buf[:] = os.urandom(len(smr.buf))
                 rcq, scq = rnic.create_cq(), snic.create_cq()
-                c = _Conn(f, i, n, snic, rnic, _qp(snic, spd, scq, f), _qp(rnic, rpd, rcq, f),
-                          scq, smr, rmr)
+                c = _Conn(f, i, n, snic, rnic, _qp(snic, spd, scq, f, 0),
+                          _qp(rnic, rpd, rcq, f, 1), scq, smr, rmr)
                 conns.append(c)
                 rnic.listen(c.rqp, port, rmr)
                 c.remote = snic.connect(c.sqp, fabric.gpus[f.dst].ip, port, smr)
