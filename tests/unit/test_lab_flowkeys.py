@@ -89,6 +89,16 @@ def test_qpns_for_gives_the_port_and_avoids_taken_ones():
             fk.qpns_for(bad)
 
 
+def test_lab_l10_4_polarizes_by_its_keys_not_by_pins():
+    lab = S.load("L10.4")
+    want = {"polarized": ["spine1", "spine1"], "balanced": ["spine1", "spine2"]}
+    for v in lab.variants:
+        assert not any(lb.pins for lb in v.lb.values()), v.name  # no `via:` pin
+        if v.name in want:
+            assert [agent_peer(v.fabric, f.src, f.dst, f.qpns) for f in v.flows] == want[v.name]
+            assert all(lb.mode == "ecmp" and lb.hash == "5-tuple" for lb in v.lb.values())
+
+
 BASE = {"id": "T1", "title": "t", "topology": {"preset": "rail2x4"}, "dcqcn": "off",
         "flows": [{"name": "a", "src": "h1g1", "dst": "h3g2", "size": "1MB", "sport": 0xC003},
                   {"name": "b", "src": "h2g1", "dst": "h4g2", "size": "1MB", "sport": 0xC003}],
