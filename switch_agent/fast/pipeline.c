@@ -12,6 +12,7 @@
  *   WRED-ECN with CPython's own Mersenne Twister draws   [wred.wred_decide, ewma_depth, classify.mark_ce]
  *   8 queues strict + DWRR                                [queues.PortQueues, queues.Drr]
  *   shaper and delay line                                 [shaper.Shaper, Agent.service / flush]
+ *   received PFC pauses and their expiry                  [maccontrol.MacControl.on_frame, pfc.EgressPause]
  * Times are lab seconds in doubles, computed in the Python's order (same IEEE results).
  */
 #define PY_SSIZE_T_CLEAN
@@ -180,7 +181,7 @@ typedef struct {
     unsigned char mac[6];
     int vlan; /* -1: none (routed port) */
     double rate_Bps, burst_s, free_at; /* shaper.Shaper */
-    double delay, eligible_at, pause_next_expiry;
+    double delay, eligible_at, pause_next_expiry; /* the last: EgressPause.next_expiry */
     LineQ inflight, ctrl;
     long long rx_packets, rx_bytes, tx_packets, tx_bytes, drops[ND_PORT];
     PortQueues q;
@@ -191,6 +192,10 @@ typedef struct {
     double refresh_at[NQ], next_refresh, refresh_s;
     PyObject *pause_frames[NQ], *resume_frames[NQ];
     long long pause_tx[NQ], resume_tx[NQ];
+    /* pfc.EgressPause: the pauses the peer sent us */
+    double model_bps, until[NQ], since[NQ], last_rx[NQ], resumed_at[NQ], paused_s[NQ];
+    long long pauses_rx[NQ], resumes_rx[NQ], pfc_rx_frames;
+    int pause_mask;
     /* watchdog.PfcWatchdog masks (changed only by its poll, not in this file) */
     int has_wd, wd_drop_mask, wd_ignore_mask;
     long long wd_dropped[NQ];
@@ -211,6 +216,7 @@ typedef struct {
     int nports;
     Port *ports;
     double tdf;
+    int qos_on; /* MacControl.qos_on: PFC frames are obeyed */
     unsigned char q_by_tos[256], p_by_tos[256];
     unsigned char (*router_macs)[6]; int nrouter;
     unsigned char (*dlb_macs)[6]; int ndlb;
@@ -457,6 +463,78 @@ static PyObject *route_rewrite(const unsigned char *fr, Py_ssize_t n, const unsi
     return out;
 }
 
+/* EgressPause._expire */
+static void pause_expire(Port *p, double now) {
+    for (int k = 0; k < NQ; k++)
+        if (p->since[k] >= 0 && p->until[k] <= now) {
+            p->paused_s[k] += p->until[k] - p->since[k];
+            p->resumed_at[k] = p->until[k];
+            p->since[k] = -1.0;
+            p->until[k] = 0.0;
+        }
+}
+
+/* EgressPause._recompute */
+static void pause_recompute(Port *p) {
+    int mask = 0;
+    double nxt = INFINITY;
+    for (int k = 0; k < NQ; k++)
+        if (p->since[k] >= 0) {
+            mask |= 1 << k;
+            if (p->until[k] < nxt) nxt = p->until[k];
+        }
+    p->pause_mask = mask;
+    p->pause_next_expiry = nxt;
+}
+
+/* EgressPause.on_pfc: q > 0 pauses for q x 512 bit times at the model rate (dilated,
+ * TimeDilation.pause_lab_s), q = 0 resumes */
+static void on_pfc(Pipeline *P, Port *p, int class_enable, const unsigned char *quanta, double now) {
+    pause_expire(p, now);
+    for (int k = 0; k < NQ; k++) {
+        if (!(class_enable >> k & 1)) continue;
+        int q = quanta[2 * k] << 8 | quanta[2 * k + 1];
+        if (q) {
+            p->pauses_rx[k]++;
+            p->last_rx[k] = now;
+            if (p->since[k] < 0) p->since[k] = now;
+            p->until[k] = now + (double)(q * 512) / p->model_bps * P->tdf;
+        } else {
+            p->resumes_rx[k]++;
+            if (p->since[k] >= 0) {
+                p->paused_s[k] += now - p->since[k];
+                p->since[k] = -1.0;
+                p->resumed_at[k] = now;
+            }
+            p->until[k] = 0.0;
+        }
+    }
+    pause_recompute(p);
+}
+
+/* Port.paused_mask: EgressPause.paused_mask, then what the watchdog ignores */
+static int paused_mask(Port *p, double now) {
+    if (!(now < p->pause_next_expiry)) {
+        pause_expire(p, now);
+        pause_recompute(p);
+    }
+    return p->has_wd ? p->pause_mask & ~p->wd_ignore_mask : p->pause_mask;
+}
+
+/* MacControl.on_frame for PFC (0x8808); other link-local frames go back to Python */
+static int mac_control(Pipeline *P, int i, const unsigned char *fr, Py_ssize_t n, double now) {
+    Port *p = &P->ports[i];
+    if (!(fr[12] == 0x88 && fr[13] == 0x08)) return MISS_LINK_LOCAL;
+    p->pfc_rx_frames++;
+    if (n < 34 || fr[14] != 0x01 || fr[15] != 0x01) return HANDLED; /* pause.parse_pfc */
+    if (P->qos_on) {
+        on_pfc(P, p, fr[17], fr + 18, now);
+        backlog_add(P, i); /* the paused set changed: re-evaluate the scheduler */
+        if (now < p->eligible_at) p->eligible_at = now;
+    }
+    return HANDLED;
+}
+
 /* Agent.on_frame: one received frame (the hot path); HANDLED or a MISS_* for Python */
 static int on_frame(Pipeline *P, int i, PyObject *frame, double now) {
     Port *port = &P->ports[i];
@@ -494,7 +572,7 @@ static int on_frame(Pipeline *P, int i, PyObject *frame, double now) {
         return r < 0 ? -1 : HANDLED;
     }
     port->rx_packets++; port->rx_bytes += n;
-    if (fr[0] == 0x01 && fr[1] == 0x80 && fr[2] == 0xc2) return MISS_LINK_LOCAL;
+    if (fr[0] == 0x01 && fr[1] == 0x80 && fr[2] == 0xc2) return mac_control(P, i, fr, n, now);
     if (port->vlan < 0) {
         if ((fr[0] & 1) == 0) port_drop(port, D_NOT_FOR_US);
         return HANDLED;
@@ -587,7 +665,7 @@ static int service(Pipeline *P, double now, PyObject *sent, double *wake) {
         PortQueues *pq = &p->q;
         int blocked = 0;
         if (pq->packets) {
-            int mask = 0; /* Port.paused_mask: no pause received here, so nothing to ignore */
+            int mask = paused_mask(p, now);
             while (pq->packets && p->free_at - now <= p->burst_s) { /* Shaper.can_send */
                 Entry e;
                 int q = queues_dequeue(pq, mask, &e);
@@ -679,11 +757,11 @@ static void Pipeline_dealloc(Pipeline *P) {
 }
 
 static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    int nports;
+    int nports, qos_on;
     double tdf;
     Py_buffer qt, pt;
     (void)kw;
-    if (!PyArg_ParseTuple(args, "idy*y*", &nports, &tdf, &qt, &pt)) return NULL;
+    if (!PyArg_ParseTuple(args, "idy*y*p", &nports, &tdf, &qt, &pt, &qos_on)) return NULL;
     if (nports < 1 || qt.len != 256 || pt.len != 256 || !(tdf > 0)) {
         PyBuffer_Release(&qt);
         PyBuffer_Release(&pt);
@@ -697,6 +775,7 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     PyBuffer_Release(&qt);
     PyBuffer_Release(&pt);
     P->tdf = tdf;
+    P->qos_on = qos_on;
     P->ports = PyMem_Calloc(nports, sizeof(Port));
     P->backlog = PyMem_Calloc(nports, sizeof(int));
     P->in_backlog = PyMem_Calloc(nports, sizeof(int));
@@ -707,17 +786,22 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
         p->vlan = -1;
         p->next_refresh = INFINITY;
         p->pause_next_expiry = INFINITY;
-        for (int q = 0; q < NQ; q++) p->refresh_at[q] = INFINITY;
+        for (int q = 0; q < NQ; q++) {
+            p->refresh_at[q] = INFINITY;
+            p->since[q] = -1.0;
+            p->last_rx[q] = -INFINITY;
+        }
     }
     return (PyObject *)P;
 }
 
-/* set_port(i, mac, vlan or -1, rate_Bps, burst_s, delay) */
+/* set_port(i, mac, vlan or -1, rate_Bps, burst_s, delay, model_bps) */
 static PyObject *Pipeline_set_port(Pipeline *P, PyObject *args) {
     int i, vlan;
     PyObject *mac;
-    double rate, burst, delay;
-    if (!PyArg_ParseTuple(args, "iSiddd", &i, &mac, &vlan, &rate, &burst, &delay)) return NULL;
+    double rate, burst, delay, model;
+    if (!PyArg_ParseTuple(args, "iSidddd", &i, &mac, &vlan, &rate, &burst, &delay, &model))
+        return NULL;
     Port *p = port_arg(P, i);
     if (p == NULL || bytes_arg(mac, 6, "mac") < 0) return NULL;
     memcpy(p->mac, PyBytes_AS_STRING(mac), 6);
@@ -725,6 +809,7 @@ static PyObject *Pipeline_set_port(Pipeline *P, PyObject *args) {
     p->rate_Bps = rate;
     p->burst_s = burst;
     p->delay = delay;
+    p->model_bps = model;
     Py_RETURN_NONE;
 }
 
@@ -1089,7 +1174,8 @@ static PyObject *Pipeline_state(Pipeline *P, PyObject *args) {
     return Py_BuildValue(
         "{s:L,s:L,s:L,s:L,s:N,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:N,"
         "s:{s:N,s:N,s:L,s:L,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N},"
-        "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:d}}",
+        "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:d},"
+        "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:i,s:d},s:L}",
         "rx_packets", p->rx_packets, "rx_bytes", p->rx_bytes, "tx_packets", p->tx_packets,
         "tx_bytes", p->tx_bytes, "drops", reasons(p->drops, PORT_DROPS, ND_PORT),
         "free_at", p->free_at, "eligible_at", p->eligible_at, "delay", p->delay,
@@ -1109,7 +1195,13 @@ static PyObject *Pipeline_state(Pipeline *P, PyObject *args) {
         "max_held", ll_list(p->max_held, NQ), "paused", ll_list(paused, NQ),
         "xoff_sent", ll_list(p->xoff_sent, NQ), "xon_sent", ll_list(p->xon_sent, NQ),
         "headroom_drops", ll_list(p->headroom_drops, NQ),
-        "refresh_at", d_list(p->refresh_at, NQ), "next_refresh", p->next_refresh);
+        "refresh_at", d_list(p->refresh_at, NQ), "next_refresh", p->next_refresh,
+        "pause",
+        "until", d_list(p->until, NQ), "since", d_list(p->since, NQ),
+        "last_rx", d_list(p->last_rx, NQ), "resumed_at", d_list(p->resumed_at, NQ),
+        "paused_s", d_list(p->paused_s, NQ), "pauses_rx", ll_list(p->pauses_rx, NQ),
+        "resumes_rx", ll_list(p->resumes_rx, NQ), "mask", p->pause_mask,
+        "next_expiry", p->pause_next_expiry, "pfc_rx_frames", p->pfc_rx_frames);
 }
 
 /* draw(i): the next WRED draw of port i (random.Random.random) */
@@ -1168,6 +1260,20 @@ static PyObject *Pipeline_run_frames(Pipeline *P, PyObject *args) {
     return PyLong_FromLongLong(sent_total);
 }
 
+/* clocks(): per port (eligible_at, Shaper.free_at, PortQueues.bytes), cheap enough to
+ * compare after every step of a trace */
+static PyObject *Pipeline_clocks(Pipeline *P, PyObject *noargs) {
+    (void)noargs;
+    PyObject *out = PyList_New(P->nports);
+    for (int i = 0; out && i < P->nports; i++) {
+        Port *p = &P->ports[i];
+        PyObject *t = Py_BuildValue("(ddL)", p->eligible_at, p->free_at, p->q.bytes);
+        if (t == NULL) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, i, t);
+    }
+    return out;
+}
+
 static PyObject *Pipeline_flushes(Pipeline *P, PyObject *noargs) {
     (void)noargs;
     return PyLong_FromLongLong(P->flushes);
@@ -1188,6 +1294,7 @@ static PyMethodDef Pipeline_methods[] = {
     {"enqueue", (PyCFunction)Pipeline_enqueue, METH_VARARGS, "enqueue(out, q, frame, now, prio)"},
     {"service", (PyCFunction)(void (*)(void))Pipeline_service, METH_FASTCALL, "service(now, sent)"},
     {"state", (PyCFunction)Pipeline_state, METH_VARARGS, "state(i)"},
+    {"clocks", (PyCFunction)Pipeline_clocks, METH_NOARGS, "clocks(): (eligible_at, free_at, bytes) per port"},
     {"run_frames", (PyCFunction)Pipeline_run_frames, METH_VARARGS, "run_frames(i, frame, n)"},
     {"draw", (PyCFunction)Pipeline_draw, METH_VARARGS, "draw(i): port i's next WRED draw"},
     {"rng_state", (PyCFunction)Pipeline_rng_state, METH_VARARGS, "rng_state(i)"},

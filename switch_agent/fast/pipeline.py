@@ -15,12 +15,16 @@ ASan + UBSan.
 Python stays the control plane: a `switch_agent.agent.Agent` built without sockets holds
 the FIB, the neighbours and the load balancer. A flow the C cache misses is decided there
 (`FlowCache.decide`) and installed; an expired TTL is counted in C and answered here
-(`Agent.time_exceeded`'s ICMP, queued through C); a link-local frame (LLDP, PFC) is
-returned to the caller as a miss, never approximated. The configuration the C stages do
-not implement is refused (`Unsupported`, naming the field): the event log, the test drop
-hook, trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode auto (it needs
-LLDP/DCBX). Not here yet: received pauses, the timers (pause refresh, watchdog poll,
-LLDP), the lag meter, degraded links.
+(`Agent.time_exceeded`'s ICMP, queued through C); a received PFC frame pauses the egress
+in C (`MacControl.on_frame`, `emucore.qos.pfc.EgressPause`); any other link-local frame
+(LLDP, CBFC) is returned to the caller as a miss, never approximated. The configuration
+the C stages do not implement is refused (`Unsupported`, naming the field): the event
+log, the test drop hook, trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode
+auto (it needs LLDP/DCBX). Not here yet: the timers (pause refresh, watchdog poll, LLDP),
+the lag meter, degraded links.
+
+Measured against `emu.observe.calibrate.time_frames` with `time_frames` below (the routed
+book-QoS frame; figures in the commit that added `run_frames`).
 """
 
 from __future__ import annotations
@@ -86,10 +90,11 @@ class FastPipeline:
         self.names = [p.name for p in ports]
         self.index = {p.name: i for i, p in enumerate(ports)}
         a = self.agent
-        self.c = c = _pipeline.Pipeline(len(ports), cfg.tdf, bytes(a.q_by_tos), bytes(a.p_by_tos))
+        self.c = c = _pipeline.Pipeline(len(ports), a.td.tdf, bytes(a.q_by_tos), bytes(a.p_by_tos),
+                                        a.mac_control.qos_on)
         for i, p in enumerate(ports):
             c.set_port(i, p.mac, -1 if p.vlan is None else p.vlan, p.shaper.rate_Bps,
-                       p.shaper.burst_s, p.delay)
+                       p.shaper.burst_s, p.delay, p.pause.model_bps)
             pq = p.queues
             for q in range(8):
                 tier = pq.tier_of[q]

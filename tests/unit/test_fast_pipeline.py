@@ -34,6 +34,7 @@ from emucore.qos.queuing import QueueConfig, Queuing
 from emucore.qos.trim import Trim
 from emucore.qos.wred import Wred
 from emucore.wire.ether import mac_bytes
+from emucore.wire.pause import build_pfc_frame
 from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute, ipv4_checksum
@@ -150,9 +151,14 @@ def trace(seed: int, bursts: int = 30) -> list[tuple[float, str, bytes]]:
                                 build_frame(src, mac_bytes(ROUTER), sip, "10.0.1.1", 200),
                                 bytearray(b"\xff" * 6) + src + b"\x08\x06" + bytes(46)))
             elif 0.21 <= kind < 0.27:
-                f, port = rng.choice(odd), "eth1"
+                f, port = rng.choice(odd), rng.choice(("eth1", "eth1", "eth5"))
             out.append((t, port, bytes(f)))
             t += gap
+        if rng.random() < 0.4:  # a pause (or resume) from a neighbour, obeyed by our egress
+            port = rng.choice(("eth5", "eth5", "eth6", "eth1"))
+            quanta = [rng.choice((0, 500, 3000, 20000, 0xFFFF)) for _ in range(8)]
+            out.append((t, port, build_pfc_frame(mac_bytes(SPINE_MAC), rng.choice(
+                (0x08, 0x88, 0x01, 0xFF, 0x09)), quanta)))
     return out
 
 
@@ -180,7 +186,7 @@ def reference(cfg: AgentConfig, now: list[float], sent: list) -> Agent:
 
 def py_state(p) -> dict:
     """A Python port's state in the shape of the C pipeline's `state`."""
-    pq, ing = p.queues, p.ingress
+    pq, ing, ep = p.queues, p.ingress, p.pause
     return {"rx_packets": p.rx_packets, "rx_bytes": p.rx_bytes, "tx_packets": p.tx_packets,
             "tx_bytes": p.tx_bytes,
             "drops": {k: n for k, n in p.drops.items() if k not in MAC_CONTROL_DROPS},
@@ -198,7 +204,12 @@ def py_state(p) -> dict:
                         "max_held": ing.max_held, "paused": [int(x) for x in ing.paused],
                         "xoff_sent": ing.xoff_sent, "xon_sent": ing.xon_sent,
                         "headroom_drops": ing.headroom_drops, "refresh_at": ing.refresh_at,
-                        "next_refresh": ing.next_refresh}}
+                        "next_refresh": ing.next_refresh},
+            "pause": {"until": ep.until, "since": ep.since, "last_rx": ep.last_rx,
+                      "resumed_at": ep.resumed_at, "paused_s": ep.paused_s,
+                      "pauses_rx": ep.pauses_rx, "resumes_rx": ep.resumes_rx, "mask": ep.mask,
+                      "next_expiry": ep.next_expiry},
+            "pfc_rx_frames": p.pfc_rx_frames}
 
 
 def py_flows(a: Agent) -> list[tuple]:
@@ -234,6 +245,8 @@ def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]]) -> di
         out: list = []
         assert fast.service(t, out) == w, f"wake at {t}"
         c_sent.extend((p, t, bytes(f)) for p, f in out)
+        assert fast.c.clocks() == [(p.eligible_at, p.shaper.free_at, p.queues.bytes)
+                                   for p in ref.ports.values()], t  # after every step
         wake, wakes = w, wakes + 1
         if wake is not None and wake <= t:  # ready_at rounds onto now: the clock moves on
             wake = math.nextafter(t, math.inf)
@@ -255,29 +268,34 @@ CASES = {"book-small": lambda: config(small_qos()),
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, 2, 3])
 def test_differential(case: str, seed: int) -> None:
     r = differential(CASES[case](), trace(seed))
     assert r["sent"]
 
 
 def test_trace_reaches_every_stage() -> None:
-    """The book-small trace crosses what it is meant to: WRED marks and drops, tail drops,
-    xOFF and xON, TTL-expired ICMP, strict and scavenger queues, link-local misses."""
-    r = differential(config(small_qos()), trace(1))
-    ports = r["ref"].ports.values()
+    """The book-small traces (seeds 1-3) cross what they are meant to: WRED marks and drops,
+    tail drops, xOFF and xON, TTL-expired ICMP, strict and scavenger queues, received
+    pauses that expire or are resumed, link-local misses."""
+    runs = [differential(config(small_qos()), trace(seed)) for seed in (1, 2, 3)]
+    ports = [p for r in runs for p in r["ref"].ports.values()]
     total = lambda f: sum(f(p) for p in ports)  # noqa: E731
     assert total(lambda p: sum(p.queues.marks)) > 0
     assert total(lambda p: sum(d.get("wred", 0) for d in p.queues.drops)) > 0
     assert total(lambda p: sum(d.get("queue_full", 0) for d in p.queues.drops)) > 0
     assert total(lambda p: sum(p.pause_tx)) > 0 and total(lambda p: sum(p.resume_tx)) > 0
-    assert total(lambda p: p.drops.get("ttl_expired", 0)) > 0
-    assert total(lambda p: p.drops.get("malformed", 0)) > 0
-    assert total(lambda p: p.drops.get("no_route", 0)) > 0
-    assert total(lambda p: p.queues.deq_packets[7] + p.queues.deq_packets[5]) > 0
-    icmp = [f for _, _, f in r["sent"] if len(f) > 34 and f[23] == 1 and f[34] == 11]
-    assert icmp
-    assert r["local"] and all(f[:3] == b"\x01\x80\xc2" for f in r["local"])
+    for reason in ("ttl_expired", "malformed", "no_route", "not_for_us"):
+        assert total(lambda p: p.drops.get(reason, 0)) > 0, reason
+    assert total(lambda p: p.queues.deq_packets[7]) > 0
+    assert total(lambda p: p.queues.deq_packets[5]) > 0
+    assert total(lambda p: sum(p.pause.pauses_rx)) > 0
+    assert total(lambda p: sum(p.pause.resumes_rx)) > 0
+    assert total(lambda p: sum(p.pause.paused_s)) > 0  # pauses that ran out or were resumed
+    sent = [f for r in runs for _, _, f in r["sent"]]
+    assert any(len(f) > 34 and f[23] == 1 and f[34] == 11 for f in sent)  # ICMP Time Exceeded
+    local = [f for r in runs for f in r["local"]]
+    assert local and all(f[:3] == b"\x01\x80\xc2" and f[12:14] != b"\x88\x08" for f in local)
 
 
 def test_wred_draws_are_pythons() -> None:
