@@ -20,6 +20,7 @@ import random
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ from switch_agent.forward import FibRoute, ipv4_checksum
 from switch_agent.fast.pipeline import LINK_LOCAL, FastPipeline, Unsupported, time_frames
 from traffic.tools.rawgen import build_frame
 
-ROUTER, SPINE_MAC = "02:00:00:00:05:00", "02:00:00:00:07:01"
+ROUTER, SPINE_MAC, DLB_MAC = "02:00:00:00:05:00", "02:00:00:00:07:01", "02:00:00:00:0d:1b"
 HOSTS = {"eth1": ("02:00:00:00:01:01", "10.0.1.11"), "eth2": ("02:00:00:00:02:01", "10.0.1.12"),
          "eth3": ("02:00:00:00:03:01", "10.0.1.13")}
 UPLINKS = {"eth5": "02:00:00:00:05:05", "eth6": "02:00:00:00:05:06"}
@@ -70,7 +71,7 @@ def config(qos: QosConfig | None, shaped: bool = True, queue_limit: int = 200_00
                    for n, mac in UPLINKS.items())
     return AgentConfig("rail1", TDF, "/nonexistent", ports, queue_limit_bytes=queue_limit,
                        svi={"vlan101": {mac: n for n, (mac, _) in HOSTS.items()}},
-                       qos=qos.to_dict() if qos is not None else None)
+                       qos=qos.to_dict() if qos is not None else None, dlb_macs=(DLB_MAC,))
 
 
 def small_qos(ecn: bool = True, weight: int = 0) -> QosConfig:
@@ -82,9 +83,11 @@ def small_qos(ecn: bool = True, weight: int = 0) -> QosConfig:
     q[3] = QueueConfig(bandwidth_percent=70, wred=Wred(20_000, 80_000, 20.0, weight, ecn),
                        limit_bytes=200_000)
     q[7] = QueueConfig(strict=True, limit_bytes=50_000)
+    q[6] = QueueConfig(strict=True, limit_bytes=50_000)
     q[5] = QueueConfig(limit_bytes=40_000)  # a 0 % (scavenger) queue
     return QosConfig(classification=Classification(
-        classes=BOOK_CLASSES + (TrafficClass("scavenger", (20,), 5),)),
+        classes=BOOK_CLASSES + (TrafficClass("scavenger", (20,), 5),
+                                TrafficClass("strict6", (46,), 6))),
         queuing=Queuing(queues=tuple(q)),
         pfc=Pfc(xoff_bytes=50_000, xon_bytes=15_000, headroom_bytes=40_000),
         default_interface=InterfaceQos(pfc_mode="on"))
@@ -125,7 +128,7 @@ def trace(seed: int, bursts: int = 30) -> list[tuple[float, str, bytes]]:
         gap = rng.choice((0.0, 1e-6, 10e-6, 100e-6))
         for k in range(rng.randint(20, 150)):
             port = rng.choice(("eth1", "eth2", "eth3", "eth5"))
-            dscp = rng.choice((24, 24, 24, 0, 48, 10, 20))
+            dscp = rng.choice((24, 24, 24, 0, 48, 10, 20, 46))
             ecn = rng.choice((0, 1, 2, 2, 3))
             size = rng.choice((4170, 4170, 1100, 90)) if dscp != 48 else 90
             ttl = rng.choice((64,) * 30 + (1, 2))
@@ -136,7 +139,8 @@ def trace(seed: int, bursts: int = 30) -> list[tuple[float, str, bytes]]:
                 sip, dip = f"10.0.2.{rng.randrange(10, 16)}", rng.choice([h[1] for h in HOSTS.values()])
             else:
                 src, sip = mac_bytes(HOSTS[port][0]), HOSTS[port][1]
-                dst, dip = mac_bytes(ROUTER), f"10.0.2.{rng.randrange(10, 16)}"
+                dst, dip = mac_bytes(rng.choice((ROUTER,) * 9 + (DLB_MAC,))), \
+                    f"10.0.2.{rng.randrange(10, 16)}"
             if kind < 0.08 and port != "eth5":  # switched inside the rail
                 other = rng.choice([n for n in HOSTS if n != port])
                 dst, dip = mac_bytes(HOSTS[other][0]), HOSTS[other][1]
@@ -223,9 +227,11 @@ def py_flows(a: Agent) -> list[tuple]:
     return sorted(out)
 
 
-def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]]) -> dict:
-    """Run both on `frames`, serving at every arrival and every wake time; assert them
-    equal; return what happened (for the tests' own checks)."""
+def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
+                 fibs: dict[float, tuple] | None = None) -> dict:
+    """Run both on `frames`, serving at every arrival and every wake time (and installing
+    `fibs[t]` in both at the first step from t on); assert them equal; return what
+    happened (for the tests' own checks)."""
     now, py_sent, c_sent, local = [0.0], [], [], []
     ref = reference(cfg, now, py_sent)
     fast = FastPipeline(cfg)
@@ -235,6 +241,9 @@ def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]]) -> di
         t = min(frames[i][0] if i < len(frames) else math.inf,
                 wake if wake is not None else math.inf)
         now[0] = t
+        for at in sorted(k for k in fibs or () if k <= t):
+            ref.install_fib(*fibs[at])
+            fast.install_fib(*fibs.pop(at))
         while i < len(frames) and frames[i][0] == t:
             _, port, frame = frames[i]
             ref.on_frame(ref.ports[port], frame, t)
@@ -263,6 +272,8 @@ def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]]) -> di
 CASES = {"book-small": lambda: config(small_qos()),
          "weighted-not-ecn": lambda: config(small_qos(ecn=False, weight=2)),
          "plain": lambda: config(None, queue_limit=40_000),
+         "pfc-off": lambda: config(replace(small_qos(),
+                                           default_interface=InterfaceQos(pfc_mode="off"))),
          "book-unshaped": lambda: config(QosConfig(default_interface=InterfaceQos(pfc_mode="on")),
                                          shaped=False)}
 
@@ -272,6 +283,16 @@ CASES = {"book-small": lambda: config(small_qos()),
 def test_differential(case: str, seed: int) -> None:
     r = differential(CASES[case](), trace(seed))
     assert r["sent"]
+
+
+def test_fib_change_mid_trace() -> None:
+    """A new FIB (one uplink left, one host route) empties both flow caches mid-trace."""
+    frames = trace(4)
+    routes, neigh, local = FIB
+    fib2 = ([routes[0], FibRoute("10.0.2.0/24", (("172.16.2.1", "eth6"),)),
+             FibRoute("10.0.2.12/32", (("172.16.1.1", "eth5"),))], neigh, local)
+    r = differential(config(small_qos()), frames, {frames[len(frames) // 2][0]: fib2})
+    assert r["ref"].fib_table is not None and "10.0.2.12/32" in r["ref"].fib_table
 
 
 def test_trace_reaches_every_stage() -> None:
@@ -288,6 +309,7 @@ def test_trace_reaches_every_stage() -> None:
     for reason in ("ttl_expired", "malformed", "no_route", "not_for_us"):
         assert total(lambda p: p.drops.get(reason, 0)) > 0, reason
     assert total(lambda p: p.queues.deq_packets[7]) > 0
+    assert total(lambda p: p.queues.deq_packets[6]) > 0
     assert total(lambda p: p.queues.deq_packets[5]) > 0
     assert total(lambda p: sum(p.pause.pauses_rx)) > 0
     assert total(lambda p: sum(p.pause.resumes_rx)) > 0
@@ -322,7 +344,6 @@ def test_flow_cache_overflow() -> None:
 
 
 def test_refuses_what_it_does_not_implement() -> None:
-    from dataclasses import replace
     cfg = config(small_qos())
     for field, value in (("events_path", "/tmp/x.jsonl"), ("test_drop_rate", 0.1)):
         with pytest.raises(Unsupported, match=field):
