@@ -194,6 +194,18 @@ def test_nack_takes_its_bytes_and_samples_a_base_rtt():
     assert m.on_nack(NOW, MTU) == "quick_adapt" and m.cwnd == MTU   # max(0, one MTU)
 
 
+def test_a_timeout_takes_its_bytes_and_nothing_else():
+    """uet-htsim `mark_packet_for_retransmission`: cwnd = max(cwnd - size, mtu); no delay
+    sample, QuickAdapt not armed."""
+    n = nscc()
+    n.on_timeout(MTU)
+    assert n.cwnd == 150000 - 4096 and n.avg_delay == 0.0 and not n.qa_trigger
+    assert n.counters["timeouts"] == 1
+    n.cwnd = 6000.0
+    n.on_timeout(MTU)
+    assert n.cwnd == MTU                             # max(6000 - 4096 = 1904, one MTU)
+
+
 @pytest.mark.parametrize("field, value", [("b", 0.0), ("fast_scale", -1.0), ("md_delay", "min"),
                                           ("qa_gate", -1), ("adjust_mtus", 1.5),
                                           ("ref_rtt_s", 0.0)])

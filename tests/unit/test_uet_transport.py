@@ -167,10 +167,13 @@ def test_clean_fabric_exact_and_one_syn_handshake():
 #: NSCC or the fake fabric changed what it sends; recompute and say why in the commit.
 #: An ECN echo rides on an ACK, so a CE seen on a packet whose ACK is lost or coalesced
 #: echoes nothing (seeds 0 and 10). Recomputed when a NACKed packet came to wait for the
-#: window (the order of sends, hence of everything after, changed).
-MESSY = {0: (105, 9, 5, 4), 1: (105, 37, 6, 6), 2: (107, 9, 9, 9), 3: (106, 8, 5, 5),
-         4: (103, 34, 5, 5), 5: (102, 36, 6, 6), 6: (106, 23, 6, 6), 7: (104, 3, 10, 10),
-         8: (101, 6, 6, 6), 9: (105, 29, 7, 7), 10: (104, 6, 9, 8), 11: (104, 34, 4, 4)}
+#: window (the order of sends, hence of everything after, changed), and again when a
+#: timed-out one did: the packets past a lost one's 64-PSN SACK range time out with it,
+#: wait in the queue behind it and are covered by the cumulative ACK its resend brings
+#: (seeds 1, 4, 5, 6, 9, 11 had resent 23-37 of them at once, 18-31 arriving twice).
+MESSY = {0: (105, 9, 5, 4), 1: (105, 12, 5, 5), 2: (105, 9, 9, 9), 3: (106, 8, 5, 5),
+         4: (104, 12, 3, 3), 5: (101, 12, 4, 4), 6: (106, 5, 5, 5), 7: (104, 3, 10, 10),
+         8: (101, 6, 6, 6), 9: (104, 7, 5, 5), 10: (104, 6, 9, 8), 11: (101, 12, 5, 5)}
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -330,10 +333,14 @@ def test_a_write_outside_the_targets_memory_fails_remote_access_and_places_nothi
 
 class Window:
     """A window NSCC would set, held still: a NACK takes the NACKed bytes off it (as NSCC
-    does outside QuickAdapt); records what the initiator told it."""
+    does outside QuickAdapt), a timeout too; records what the initiator told it."""
 
     def __init__(self, cwnd):
-        self.cwnd, self.acks, self.nacks = cwnd, [], []
+        self.cwnd, self.acks, self.nacks, self.timeouts = cwnd, [], [], []
+
+    def on_timeout(self, nbytes):
+        self.timeouts.append(nbytes)
+        self.cwnd -= nbytes
 
     def on_ack(self, now, acked, rtt, ecn, inflight=None):
         self.acks.append(acked)
@@ -394,5 +401,47 @@ def test_an_ack_for_a_waiting_nacked_packet_takes_it_out():
     r, w, psns = window_full()
     r.on_nack(NackCode.TRIMMED, psns[1], 1e-6)
     r.on_ack(psns[1], psns[1], 201, 0, 0, False, 2e-6)
-    assert not r.nacked and w.acks == [4096] and r.inflight_bytes == 2 * 4096
+    assert not r.rtxq and w.acks == [4096] and r.inflight_bytes == 2 * 4096
     assert r.next_packet(2e-6).psn == psn_add(psns[-1], 1)
+
+
+def test_a_timed_out_packet_leaves_the_flight_and_waits_for_the_window():
+    """uet-htsim `rtxTimerExpired` -> `mark_packet_for_retransmission` (its bytes off
+    `_in_flight` and off cwnd) -> `queueForRtx`: a timed-out packet is not resent at once
+    but, as a NACKed one, lowest PSN first when the window holds it; it has no RTO while
+    it waits, and an ACK for it there means it is never resent."""
+    fab = Fabric(7)                               # RTO 50 us
+    fill(fab.a, 1)
+    post(fab.a, fab.b, 1, 0, 8 * 4096)
+    r = fab.a.ep.requester
+    r.nscc = w = Window(4 * 4096)
+    psns = [r.next_packet(t).psn for t in (0.0, 0.0, 10e-6, 10e-6)]
+    assert r.next_packet(10e-6) is None
+    r.on_timer(50e-6)                             # psns[0] and [1] timed out, not [2], [3]
+    assert w.timeouts == [4096, 4096] and r.counters.timeouts == 2
+    assert r.inflight_bytes == 2 * 4096 and sorted(r.rtxq) == psns[:2]
+    assert w.cwnd == 2 * 4096 and r.next_packet(50e-6) is None   # 2 in flight of 2
+    assert r.deadline == 60e-6                    # psns[2]'s; none for the queued two
+    r.on_ack(r.cack, psns[2], 201, 3, 0b1, False, 55e-6)    # SACK of psns[2]
+    assert w.acks == [4096]
+    tx = r.next_packet(55e-6)
+    assert tx.psn == psns[0] and tx.flags & F_RETX and r.next_packet(55e-6) is None
+    r.on_ack(psns[1], psns[1], 201, 0, 0, False, 58e-6)     # covers psns[1], still queued
+    assert not r.rtxq and w.acks == [4096, 4096] and r.inflight_bytes == 4096
+    assert r.next_packet(58e-6).psn == psn_add(psns[3], 1)   # new data; psns[1] never resent
+    assert r.counters.retransmitted == 1 and r.deadline == 60e-6
+
+
+def test_a_timeout_cuts_nsccs_window_by_the_bytes_timed_out():
+    """The real NSCC: 200 Gbps x 10 us base RTT = a 250000 B window; three 4096 B packets
+    time out: 250000 - 3 x 4096 (uet-htsim `mark_packet_for_retransmission`)."""
+    fab = Fabric(7)
+    fill(fab.a, 1)
+    post(fab.a, fab.b, 1, 0, 3 * 4096)
+    r = fab.a.ep.requester
+    assert r.nscc.cwnd == pytest.approx(250000, rel=1e-15) and [r.next_packet(0.0).psn for _ in range(3)] == [
+        psn_add(r.start_psn, i) for i in range(3)]
+    r.on_timer(50e-6)
+    assert r.nscc.cwnd == pytest.approx(250000 - 3 * 4096, rel=1e-15)
+    assert r.nscc.counters["timeouts"] == 3
+    assert r.inflight_bytes == 0 and len(r.rtxq) == 3

@@ -18,18 +18,21 @@ the NIC turns into frames.
   the send CQ - when all its packets are acknowledged, in any order.
 * A NACK TRIMMED / TRIMMED_LASTHOP tells NSCC (the bytes in flight still counting the
   packet), then takes the packet out of flight - bytes off `inflight_bytes`, no RTO - into
-  `nacked`; the lowest NACKed PSN is sent again before any new data, but only when the
-  window holds it, as new data. An ACK for a packet waiting there takes it out, feeding
-  NSCC nothing. So uet-htsim (40ccb05, `htsim/sim/uec.cpp`): `UecSrc::processNack` ->
-  `queueForRtx`; `sendIfPermitted` / `timeToSend` check `can_send_NSCC` on the head of
-  `_rtx_queue` (a map by sequence number; SLEEK's bypass is off by default);
-  `handleAckno`, `handleCumulativeAck`.
+  the retransmit queue `rtxq`; the lowest queued PSN is sent again before any new data,
+  but only when the window holds it, as new data. An ACK for a packet waiting there takes
+  it out, feeding NSCC nothing. So uet-htsim (40ccb05, `htsim/sim/uec.cpp`):
+  `UecSrc::processNack` -> `queueForRtx`; `sendIfPermitted` / `timeToSend` check
+  `can_send_NSCC` on the head of `_rtx_queue` (a map by sequence number; SLEEK's bypass is
+  off by default); `handleAckno`, `handleCumulativeAck`.
+* A packet not acknowledged within the RTO goes the same way, and NSCC's window loses its
+  bytes (cwnd = max(cwnd - size, MTU)): uet-htsim's `rtxTimerExpired` ->
+  `mark_packet_for_retransmission` (`_in_flight -= size`, that cwnd cut) -> `queueForRtx`.
+  After `retries` resends of one packet the WR fails with RETRY_EXC_ERR, the rest are
+  flushed and the QP goes to ERROR (as RC).
 * Other retransmissions go at once, their bytes still in flight: ROD_OOO resends
   everything from that PSN (ROD, go back); NO_RESOURCE (a SEND the target had no
   receive for) that packet after the RNR delay, at most `rnr_retries` times (then
-  RNR_RETRY_EXC_ERR, as RC); a packet not acknowledged within the RTO is resent; after
-  `retries` resends of one packet the WR fails with RETRY_EXC_ERR, the rest are flushed
-  and the QP goes to ERROR (as RC). An SES response whose return code is not OK fails
+  RNR_RETRY_EXC_ERR, as RC). An SES response whose return code is not OK fails
   its message's WR (BAD_MKEY / BAD_ADDR / TOO_LONG: REM_ACCESS_ERR, else REM_OP_ERR).
 SACK holes alone trigger nothing: with spraying a hole is reordering, not loss.
 """
@@ -127,8 +130,8 @@ class Initiator:
         self.entropy = Entropy.of(cfg, rng)
         self.inflight: OrderedDict[int, _Pkt] = OrderedDict()  # psn -> packet, oldest send first
         self.inflight_bytes = 0
-        self.retx: deque[int] = deque()             # resend at once (RTO, RNR, ROD_OOO)
-        self.nacked: dict[int, _Pkt] = {}           # psn -> trimmed packet out of flight
+        self.retx: deque[int] = deque()             # resend at once (RNR, ROD_OOO)
+        self.rtxq: dict[int, _Pkt] = {}             # psn -> trimmed / timed out, out of flight
         self.rnr_wait: deque[tuple[float, int]] = deque()  # (resend at, psn), in time order
         self.msgs: deque[_Msg] = deque()            # messages with packets still to send
         self.open: dict[int, _Msg] = {}             # message id -> message not yet complete
@@ -200,12 +203,12 @@ class Initiator:
             self.inflight.move_to_end(psn)
             self.counters.retransmitted += 1
             return self._tx(p, psn, now, True)
-        if self.nacked:  # the lowest NACKed PSN, within the window, before new data
-            psn = min(self.nacked, key=lambda q: psn_diff(q, self.cack))
-            p = self.nacked[psn]
+        if self.rtxq:  # the lowest queued PSN, within the window, before new data
+            psn = min(self.rtxq, key=lambda q: psn_diff(q, self.cack))
+            p = self.rtxq[psn]
             if self.inflight and self.inflight_bytes + p.size > self.nscc.cwnd:
                 return None
-            del self.nacked[psn]
+            del self.rtxq[psn]
             self.inflight[psn] = p
             self.inflight_bytes += p.size
             self.counters.retransmitted += 1
@@ -236,12 +239,12 @@ class Initiator:
     # -- acknowledgements --------------------------------------------------------------
     def _acked(self, psn: int, now: float) -> int:
         """Acknowledge `psn`: the bytes it takes out of flight (0 for one that waited in
-        `nacked`: uet-htsim's `handleAckno` feeds NSCC nothing for it)."""
+        `rtxq`: uet-htsim's `handleAckno` feeds NSCC nothing for it)."""
         p = self.inflight.pop(psn, None)
         if p is not None:
             self.inflight_bytes -= p.size
             got = max(p.size, 1)
-        elif (p := self.nacked.pop(psn, None)) is None:
+        elif (p := self.rtxq.pop(psn, None)) is None:
             return 0
         else:
             got = 0
@@ -279,7 +282,7 @@ class Initiator:
             self.entropy.feedback(trigger.ev, ecn, now)
         newly = 0
         if psn_diff(cack, self.cack) > 0 and psn_diff(cack, self.next_psn) < 0:
-            for psn in [*self.inflight, *self.nacked]:
+            for psn in [*self.inflight, *self.rtxq]:
                 if psn_diff(psn, cack) <= 0:
                     newly += self._acked(psn, now)
             self.cack = cack
@@ -313,12 +316,8 @@ class Initiator:
             else:
                 c.nack_trimmed_lasthop += 1
             if p is not None:  # NSCC first, then out of flight (uet-htsim's order)
-                p.retx += 1
                 self.nscc.on_nack(now, max(p.size, 1), self.inflight_bytes)
-                del self.inflight[psn]
-                self.inflight_bytes -= p.size
-                self.nacked[psn] = p
-                self._event_retx(psn, now, "trimmed")
+                self._queue_rtx(psn, p, now, "trimmed")
             return
         if code == NackCode.NO_RESOURCE and p is not None:
             # the target had no receive posted for this SEND: try again after the RNR delay
@@ -339,12 +338,21 @@ class Initiator:
                     self.retx.append(q)
             self._event_retx(psn, now, "rod_ooo")
 
+    def _queue_rtx(self, psn: int, p: _Pkt, now: float, why: str) -> None:
+        """`psn` out of flight into the retransmit queue (uet-htsim `queueForRtx`)."""
+        p.retx += 1
+        del self.inflight[psn]
+        self.inflight_bytes -= p.size
+        self.rtxq[psn] = p
+        self._event_retx(psn, now, why)
+
     def _event_retx(self, psn: int, now: float, why: str) -> None:
         if self.on_event is not None:
             self.on_event("retransmit", now, psn=psn, why=why)
 
     def on_timer(self, now: float) -> None:
-        """Resend what timed out; a packet out of retries fails its WR."""
+        """RNR delays over: resend at once. Timed out: out of flight, off the window, into
+        `rtxq` (uet-htsim `rtxTimerExpired`); a packet out of retries fails its WR."""
         if self.qp.state is not QPState.RTS:
             return
         while self.rnr_wait and self.rnr_wait[0][0] <= now:
@@ -362,12 +370,8 @@ class Initiator:
                 return
             self.counters.timeouts += 1
             self.entropy.timeout(now)
-            p.retx += 1
-            p.sent_at = now  # its timer restarts (sent again, or queued to be)
-            self.inflight.move_to_end(psn)
-            if psn not in self.retx:
-                self.retx.append(psn)
-            self._event_retx(psn, now, "timeout")
+            self.nscc.on_timeout(p.size)  # `mark_packet_for_retransmission`
+            self._queue_rtx(psn, p, now, "timeout")  # no RTO until it is sent again
 
     # -- completions -------------------------------------------------------------------
     def _complete(self, m: _Msg, status: WCStatus, now: float) -> None:
@@ -390,7 +394,7 @@ class Initiator:
         self.inflight.clear()
         self.inflight_bytes = 0
         self.retx.clear()
-        self.nacked.clear()
+        self.rtxq.clear()
         self.rnr_wait.clear()
         self.cur = None
         self.qp.to_error()

@@ -20,7 +20,8 @@ per window of base RTT + t: when a delay sample exceeds 4 t or a trimmed packet 
 NACKed, and what was acknowledged over the last window is below max_wnd / 8, the window
 falls to it; the ECN-marked ACKs (and NACKs) for the bytes then in flight are ignored
 after. A NACK takes the NACKed bytes off the window (unless QuickAdapt ran or ignored it)
-and enters a delay sample of one base RTT into the average. The averaged delay (EWMA
+and enters a delay sample of one base RTT into the average; a timed-out packet's bytes
+come off it too (uet-htsim `mark_packet_for_retransmission`). The averaged delay (EWMA
 0.0125) takes each RTT sample, except an unmarked one over t, which enters as base RTT /
 4. The window stays in [one MTU, 1.5 BDP]. Constants: a = BDP / (100 Gbps x 12 us),
 b = t / 12 us, alpha = 4 MSS a b / t, fi = 5 MSS a, eta = 0.15 MSS a.
@@ -101,7 +102,7 @@ class Nscc:
         self.to_ignore = self.ignored = 0  #: bytes: the QuickAdapt ignore window
         self.counters = {"acks": 0, "ecn": 0, "fair": 0, "proportional": 0, "fast": 0,
                          "decrease": 0, "path_change": 0, "quick_adapt": 0, "ignored": 0,
-                         "nacks": 0}
+                         "nacks": 0, "timeouts": 0}
 
     def _scale(self) -> None:
         c = self.cfg
@@ -233,6 +234,13 @@ class Nscc:
         self.cwnd -= nacked
         self._bounds()
         return "nack"
+
+    def on_timeout(self, nbytes: int) -> None:
+        """A packet timed out: its bytes come off the window, at least one MTU stays
+        (uet-htsim `mark_packet_for_retransmission`: cwnd = max(cwnd - size, mtu); no
+        delay sample, no QuickAdapt)."""
+        self.counters["timeouts"] += 1
+        self.cwnd = max(self.cwnd - nbytes, float(self.mtu))
 
     def snapshot(self) -> dict:
         """State for counters and plots (bytes, model seconds)."""
