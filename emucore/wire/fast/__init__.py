@@ -38,4 +38,6 @@ class FrameTemplate(_py.FrameTemplate):
     """`emucore.wire.templates.FrameTemplate` whose `build` (and so `build_cnp`) runs in C."""
 
     __slots__ = ()
-    build = _roce.build_method
+
+
+FrameTemplate.build = _roce.method_of(FrameTemplate)

@@ -14,7 +14,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
-#include <stdio.h>
 
 #include "crc32.h"
 
@@ -22,6 +21,7 @@ enum { HDR_LEN = 54, OP_CNP = 0x81, ROCE_UDP_PORT = 4791, NFIELDS = 24 };
 
 static PyTypeObject *RoceFields;  /* emucore.wire.templates.RoceFields */
 static Py_ssize_t field_at[NFIELDS];  /* where its slots are, in field order */
+static PyObject *FrameTemplate;  /* emucore.wire.templates.FrameTemplate */
 static PyObject *StructError;  /* struct.error: what the Python's struct packing raises */
 static PyObject *s_hdr, *s_dscp, *s_ecn;
 
@@ -257,15 +257,15 @@ static const char *const BUILD_KW[] = {"self", "opcode", "psn", "ackreq", "reth"
 
 /* FrameTemplate.build(self, opcode, psn, ackreq=False, reth=None, imm=None, aeth=None,
  * payload=b"", ecn=None, becn=False, dscp=None) of emucore/wire/templates.py. */
-static PyObject *build(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+static PyObject *build(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *a[11], *hdr = NULL, *out = NULL;
     unsigned char ext[24];
     unsigned long long opcode, psnv;
     unsigned tos;
     Py_buffer pv = {0};
-    (void)mod;
-    if (bind_args("build", BUILD_KW, 11, 3, args, nargs, kwnames, a) < 0)
+    a[0] = self;
+    if (bind_args("build", BUILD_KW + 1, 10, 2, args, nargs, kwnames, a + 1) < 0)
         return NULL;
     Py_ssize_t next = build_ext(ext, a[4], a[5], a[6]);
     if (next < 0)
@@ -333,11 +333,35 @@ done:
     return out;
 }
 
+/* socket.inet_ntoa: the dotted quad, from a 64-entry cache of the last addresses seen
+ * (a NIC sees few; snprintf cost 1,700 instructions an address) */
+static PyObject *ip_cache[64];
+static uint32_t ip_key[64];
+
 static PyObject *ipv4_str(const unsigned char *a)
 {
+    uint32_t k = be32(a);
+    unsigned h = (k * 2654435761u) >> 26;  /* Fibonacci hashing, 6 bits */
     char s[16];
-    int n = snprintf(s, sizeof s, "%u.%u.%u.%u", a[0], a[1], a[2], a[3]);
-    return PyUnicode_FromStringAndSize(s, n);
+    size_t n = 0;
+    if (ip_cache[h] != NULL && ip_key[h] == k)
+        return Py_NewRef(ip_cache[h]);
+    for (int i = 0; i < 4; i++) {
+        unsigned v = a[i];
+        if (v >= 100)
+            s[n++] = (char)('0' + v / 100);
+        if (v >= 10)
+            s[n++] = (char)('0' + v / 10 % 10);
+        s[n++] = (char)('0' + v % 10);
+        if (i < 3)
+            s[n++] = '.';
+    }
+    PyObject *o = PyUnicode_DecodeASCII(s, (Py_ssize_t)n, NULL);
+    if (o != NULL) {
+        Py_XSETREF(ip_cache[h], Py_NewRef(o));
+        ip_key[h] = k;
+    }
+    return o;
 }
 
 static PyObject *u32_or_none(int present, uint32_t v)
@@ -533,9 +557,25 @@ static PyObject *malformed(PyObject *mod, PyObject *frame)
     return PyBool_FromLong(r);
 }
 
+static PyMethodDef build_def = {
+    "build", (PyCFunction)(void (*)(void))build, METH_FASTCALL | METH_KEYWORDS,
+    "FrameTemplate.build(self, opcode, psn, ackreq=False, reth=None, imm=None, aeth=None, "
+    "payload=b'', ecn=None, becn=False, dscp=None) of emucore.wire.templates, in C."};
+
+/* `build` as a method descriptor of class `cls` (a FrameTemplate subclass): bound as
+ * the interpreter binds a Python method, without a bound-method object per call. */
+static PyObject *method_of(PyObject *mod, PyObject *cls)
+{
+    (void)mod;
+    if (!PyType_Check(cls) || !PyObject_IsSubclass(cls, (PyObject *)FrameTemplate)) {
+        PyErr_SetString(PyExc_TypeError, "method_of: a FrameTemplate subclass is needed");
+        return NULL;
+    }
+    return PyDescr_NewMethod((PyTypeObject *)cls, &build_def);
+}
+
 static PyMethodDef methods[] = {
-    {"build", (PyCFunction)(void (*)(void))build, METH_FASTCALL | METH_KEYWORDS,
-     "FrameTemplate.build(self, opcode, psn, ...) of emucore.wire.templates, in C."},
+    {"method_of", method_of, METH_O, "FrameTemplate.build, in C, as a method of class cls."},
     {"parse", (PyCFunction)(void (*)(void))parse, METH_FASTCALL | METH_KEYWORDS,
      "emucore.wire.templates.parse(frame, verify_icrc=False, verify_csum=False), in C."},
     {"malformed", malformed, METH_O, "emucore.wire.templates.malformed(frame), in C."},
@@ -563,29 +603,19 @@ PyMODINIT_FUNC PyInit__roce(void)
     PyObject *fields = NULL;  /* kept: RoceFields */
     crc32_init();
     if ((StructError = attr_of("struct", "error")) == NULL
+        || (FrameTemplate = attr_of("emucore.wire.templates", "FrameTemplate")) == NULL
         || (fields = attr_of("emucore.wire.templates", "RoceFields")) == NULL
         || find_fields(fields) < 0
         || (s_hdr = PyUnicode_InternFromString("_hdr")) == NULL
         || (s_dscp = PyUnicode_InternFromString("dscp")) == NULL
         || (s_ecn = PyUnicode_InternFromString("ecn")) == NULL)
         return NULL;
-    PyObject *m = PyModule_Create(&module), *f = NULL, *meth = NULL;
+    PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    /* FrameTemplate.build bound as a method: a builtin function does not bind itself */
-    if ((f = PyObject_GetAttrString(m, "build")) != NULL)
-        meth = PyInstanceMethod_New(f);
-    if (meth == NULL || PyModule_AddObject(m, "build_method", meth) < 0) {
-        Py_XDECREF(f);
-        Py_XDECREF(meth);
-        Py_DECREF(m);
-        return NULL;
-    }
     if (PyModule_AddIntConstant(m, "CLMUL", crc32_clmul) < 0) {
-        Py_DECREF(f);
         Py_DECREF(m);
         return NULL;
     }
-    Py_DECREF(f);
     return m;
 }
