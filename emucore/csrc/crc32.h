@@ -29,7 +29,7 @@ static int crc32_clmul;
 /* Folds len bytes (len >= 64, a multiple of 16) into the inverted running CRC `crc`
  * (Intel 323102 sections 4-5: fold by 4 x 128 bits, then by 128, then Barrett). */
 __attribute__((target("pclmul,sse4.1")))
-static uint32_t crc32_fold(const unsigned char *buf, size_t len, uint32_t crc)
+static inline uint32_t crc32_fold(const unsigned char *buf, size_t len, uint32_t crc)
 {
     _Alignas(16) static const uint64_t k1k2[] = {0x0154442bd4, 0x01c6e41596};
     _Alignas(16) static const uint64_t k3k4[] = {0x01751997d0, 0x00ccaa009e};
@@ -91,7 +91,7 @@ static uint32_t crc32_fold(const unsigned char *buf, size_t len, uint32_t crc)
 }
 #endif
 
-static void crc32_init(void)
+static inline void crc32_init(void)
 {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
@@ -110,7 +110,7 @@ static void crc32_init(void)
 }
 
 /* The running CRC after `len` more bytes, as zlib.crc32(buf, crc). */
-static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t len)
+static inline uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t len)
 {
     uint32_t c = ~crc;
 #if defined(__x86_64__)

@@ -16,6 +16,8 @@
 #include <structmember.h>
 
 #include "crc32.h"
+#include "inet.h"
+#include "pyargs.h"
 
 enum { HDR_LEN = 54, OP_CNP = 0x81, ROCE_UDP_PORT = 4791, NFIELDS = 24 };
 
@@ -27,52 +29,6 @@ static PyObject *s_hdr, *s_dscp, *s_ecn;
 
 static const unsigned char CNP_PAYLOAD[16];  /* templates._CNP_PAYLOAD */
 static const unsigned char PADS[3];          /* templates._PADS */
-
-static unsigned be16(const unsigned char *p) { return (unsigned)p[0] << 8 | p[1]; }
-static uint32_t be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-static void put16(unsigned char *p, unsigned v) { p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v; }
-static void put32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
-}
-
-/* Binds fast-call arguments to `names` (positional, then by keyword); the first
- * `nreq` are required, absent ones stay NULL. */
-static int bind_args(const char *fn, const char *const *names, int nmax, int nreq,
-                     PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
-{
-    for (int i = 0; i < nmax; i++)
-        out[i] = i < nargs ? args[i] : NULL;
-    if (nargs > nmax) {
-        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments", fn, nmax);
-        return -1;
-    }
-    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t k = 0; k < nk; k++) {
-        const char *key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
-        int j = 0;
-        if (key == NULL)
-            return -1;
-        while (j < nmax && strcmp(names[j], key) != 0)
-            j++;
-        if (j == nmax || out[j] != NULL) {
-            PyErr_Format(PyExc_TypeError, "%s() got %s argument '%s'", fn,
-                         j == nmax ? "an unexpected keyword" : "multiple values for", key);
-            return -1;
-        }
-        out[j] = args[nargs + k];
-    }
-    for (int i = 0; i < nreq; i++)
-        if (out[i] == NULL) {
-            PyErr_Format(PyExc_TypeError, "%s() missing argument '%s'", fn, names[i]);
-            return -1;
-        }
-    return 0;
-}
 
 /* An integer 0..hi for a struct field; struct.error otherwise, as struct.pack. */
 static int pack_uint(PyObject *o, unsigned long long hi, unsigned long long *v)
@@ -88,46 +44,6 @@ static int pack_uint(PyObject *o, unsigned long long hi, unsigned long long *v)
         return -1;
     }
     return 0;
-}
-
-static int truth(PyObject *o) { return o == NULL ? 0 : PyObject_IsTrue(o); }
-
-/* emucore.wire.inet.ones_sum, accumulated: add `len` bytes as big-endian 16-bit words
- * (an odd last byte padded with a zero byte) to `acc`. */
-static uint64_t ones_add(uint64_t acc, const unsigned char *p, size_t len)
-{
-    for (; len >= 2; p += 2, len -= 2)
-        acc += be16(p);
-    if (len)
-        acc += (uint64_t)p[0] << 8;
-    return acc;
-}
-
-/* emucore.wire.inet.ones_sum: the end-around-carry fold (0xFFFF for nonzero data whose
- * sum is 0 modulo 0xFFFF, 0 only for all-zero data). */
-static unsigned ones_sum(uint64_t acc)
-{
-    while (acc >> 16)
-        acc = (acc & 0xFFFF) + (acc >> 16);
-    return (unsigned)acc;
-}
-
-/* emucore.wire.inet.ipv4_header_sum0 */
-static uint32_t ipv4_header_sum0(const unsigned char *ip)
-{
-    return (uint32_t)ones_add(0, ip, 20) - ((uint32_t)ip[0] << 8);
-}
-
-/* emucore.wire.inet.set_ipv4_tos_len */
-static void set_ipv4_tos_len(unsigned char *hdr, size_t at, uint32_t sum0, unsigned tos,
-                             unsigned ip_len)
-{
-    hdr[at + 1] = (unsigned char)tos;
-    put16(hdr + at + 2, ip_len);
-    uint32_t s = sum0 + ((unsigned)hdr[at] << 8 | tos) + ip_len;
-    s = (s & 0xFFFF) + (s >> 16);
-    s = (s & 0xFFFF) + (s >> 16);
-    put16(hdr + at + 10, ~s & 0xFFFF);
 }
 
 /* The CRC of the ICRC's masked pseudo-header (annex A17.3.3, as Linux rxe_icrc.c and
@@ -492,7 +408,8 @@ static PyObject *parse(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, P
         PyBool_FromLong(fb & 0x40), PyBool_FromLong(fb & 0x80),
         PyLong_FromUnsignedLong(be16(m + b + 2)), PyLong_FromUnsignedLong(padcount),
         is_reth ? PyLong_FromUnsignedLongLong((unsigned long long)be32(m + reth_at) << 32
-                                              | be32(m + reth_at + 4)) : (Py_INCREF(Py_None), Py_None),
+                                              | be32(m + reth_at + 4))
+                : Py_NewRef(Py_None),
         u32_or_none(is_reth, is_reth ? be32(m + reth_at + 8) : 0),
         u32_or_none(is_reth, is_reth ? be32(m + reth_at + 12) : 0),
         u32_or_none(is_imm, is_imm ? be32(m + imm_at) : 0),
