@@ -187,9 +187,19 @@ print("ok", mod.CLMUL)
 """
 
 
-def test_the_differential_runs_clean_under_asan_and_ubsan(tmp_path):
-    so = cbuild.build(fast.MODULE, sanitize=True, out_dir=tmp_path)
+@pytest.fixture(scope="module")
+def sanitized(tmp_path_factory):
+    out = tmp_path_factory.mktemp("asan")
+    return cbuild.build(fast.MODULE, sanitize=True, out_dir=out), cbuild.sanitized_env(out)
+
+
+@pytest.mark.parametrize("tables", [False, True], ids=["clmul-if-any", "tables"])
+def test_the_differential_runs_clean_under_asan_and_ubsan(sanitized, tables):
+    """Both CRC-32 implementations (PCLMULQDQ where the CPU has it; the tables forced)."""
+    so, env = sanitized
+    env = {**env, "EMU_CRC32_TABLES": "1"} if tables else env
     r = subprocess.run([sys.executable, "-c", SANITIZED_CHILD, str(so), "300"],
-                       capture_output=True, text=True, env=cbuild.sanitized_env(tmp_path),
-                       cwd=cbuild.ROOT, timeout=600)
+                       capture_output=True, text=True, env=env, cwd=cbuild.ROOT, timeout=600)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr[-4000:]
+    if tables:
+        assert r.stdout.split() == ["ok", "0"]
