@@ -5,6 +5,7 @@ receiver NACKs the trimmed packets and the senders resend them - every byte arri
 
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -123,3 +124,92 @@ def test_cbfc_on_the_spine_links_leaks_no_credit():
             # what I may send + what my partner owes me back = its buffer
             assert c["cbfc"]["credits"][3] + owed["owed"][3] == 400_000, (sw, p, c["cbfc"], owed)
         assert links == 8 and moved > 8   # 4 uplinks, both ends; credits came back
+
+
+# -- a trimmed incast keeps control traffic moving (issue 32) ---------------------------------
+#: bytes of the frames the bounds below count, as emu builds them (emucore.wire.uet_codec):
+#: Ethernet 14 + IPv4 20 + UDP 8, then the UET headers (docs/UET.md "On the wire")
+ETH_IP_UDP = 14 + 20 + 8
+ACK_MAX = ETH_IP_UDP + 32 + 12            #: ACK_CC with an SES response, the longest control frame
+DATA_FULL = ETH_IP_UDP + 12 + 44 + 4096   #: RUD request, SES standard header, a 4096 B payload
+
+
+def control_bounds(port: dict, mtu: int, tdf: float, trim: Trim) -> tuple[float, float]:
+    """(ACK bound, trimmed-header bound), model seconds, for one egress port's strict queue
+    7 and trimmed class, from the queue design - not from a run:
+
+    * the wire (switch_agent/shaper.py) books frames up to burst = max(1 ms lab, 2 MTU at
+      the link's lab rate) ahead, plus the last booked frame, at most L = MTU + 18 bytes
+      (Ethernet header and an 802.1Q tag): what a frame arriving now must wait for at
+      the least, whatever its class;
+    * control (ACKs, NACKs: DSCP 48, queue 7) is strict above everything
+      (switch_agent/queues.py, docs/UET.md "Trimming in the switch"): it waits only for
+      that and for the control frames ahead of it, at most the queue's deepest Q7:
+      W7 <= burst + (L + Q7) / R;
+    * a trimmed header (queue 6) waits, besides, for the trimmed frames ahead (<= Q6,
+      the class's deepest) and the data the 25 % cap lets through meanwhile: a data
+      frame goes only while the class ran ahead by more than its burst, and pays back
+      share x its length against (100 - share) x each trimmed frame's length, so data
+      <= (100 - share) / share x (Q6 + l6) + L, l6 the trimmed frame (keep + 42 B); and
+      for the control frames: the Q7 queued, and those arriving meanwhile - at most one
+      per data frame the target received (ACK on every 4th packet or AR, never more
+      than one per packet: docs/UET.md), ACK_MAX bytes per DATA_FULL, so a fraction
+      rho = ACK_MAX / DATA_FULL of the wire:
+      W6 <= (burst + (2 L + Q7 + 100 / share x Q6 + (100 - share) / share x l6) / R)
+      / (1 - rho).
+    """
+    rate = port["model_bps"] / 8                            # model bytes per second
+    burst = max(1e-3 / tdf, 2 * mtu / rate)                 # Shaper.burst_s, in model time
+    big = mtu + 18
+    q6 = port["queues"]["6"]["max_depth_bytes"]
+    q7 = port["queues"]["7"]["max_depth_bytes"]
+    l6 = ETH_IP_UDP + trim.keep
+    pay = (100 - trim.share) / trim.share
+    w7 = burst + (big + q7) / rate
+    w6 = (burst + (2 * big + q7 + (1 + pay) * q6 + pay * l6) / rate) / (1 - ACK_MAX / DATA_FULL)
+    return w7, w6
+
+
+def test_a_trimmed_incast_keeps_acks_and_trimmed_headers_moving():
+    """h1g1, h2g1, h3g1 write 2 MB each into h4g1 (trimming at the default 100 KB) while
+    h4g1 writes 16 MB into h1g1: Rail-1's port to h4 carries the incast's data, its
+    trimmed headers and the ACKs of h4g1's write. Every ACK and every trimmed header
+    there started within the bounds of `control_bounds`, worked out from the queue
+    design and the port's rate with the queues' deepest fill (the switch's own
+    sojourn and depth counters, a fabric of its own so they count only this run)."""
+    trim = Trim()
+    fab = topologies.load("rail2x4", tdf=10000)
+    with FabricNet(fab, qos=QosConfig(trim=trim)) as f:
+        f.wait_pfc()
+        f.start_nics(gpus=["h1g1", "h2g1", "h3g1", "h4g1"], transport="uet",
+                     uet={"trimming": True}, trimmed_dscps=(trim.trimmed_dscp, trim.lasthop_dscp))
+        back: dict = {}
+
+        def write_back():
+            back["r"] = rdma.write(f.fabric, f.nic_sockets, "h4g1", "h1g1", 16 * MB)
+            back["end"] = time.monotonic()
+
+        t = threading.Thread(target=write_back)
+        t.start()
+        time.sleep(2.0)                                       # connected and under way
+        start = time.monotonic()
+        r = rdma.incast(f.fabric, f.nic_sockets, "h4g1", ["h1g1", "h2g1", "h3g1"], 2 * MB)
+        end = time.monotonic()
+        t.join()
+        w = back["r"]
+        ports = f.counters("rail1")["ports"]
+    assert set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values()), r
+    assert w["status"] == "SUCCESS" and w["byte_exact"], w
+    assert back["end"] - w["seconds_lab"] < start and back["end"] > end   # they overlapped
+    port = next(c for c in ports.values() if c["peer"].startswith("h4:"))
+    qs = port["queues"]
+    # the three classes shared the port: data, trimmed headers, ACKs
+    assert port["trimmed"] > 0 and qs["6"]["dequeued"] == port["trimmed"]
+    assert qs["3"]["dequeued"] > 0 and qs["7"]["dequeued"] > 0
+    w7, w6 = control_bounds(port, fab.mtu, fab.tdf, trim)
+    seen = {q: qs[q]["sojourn_max_us"] for q in ("3", "6", "7")}
+    print(f"rail1 -> h4, longest wait (model us): data {seen['3']}, trimmed {seen['6']} "
+          f"(bound {w6 * 1e6:.3f}), ACKs {seen['7']} (bound {w7 * 1e6:.3f}); deepest "
+          f"{ {q: qs[q]['max_depth_bytes'] for q in seen} } B; {port['trimmed']} trimmed")
+    assert seen["7"] <= w7 * 1e6 and seen["6"] <= w6 * 1e6, (
+        seen, round(w7 * 1e6, 3), round(w6 * 1e6, 3), {q: qs[q]["max_depth_bytes"] for q in seen})
