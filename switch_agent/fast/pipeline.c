@@ -13,6 +13,7 @@
  *   8 queues strict + DWRR                                [queues.PortQueues, queues.Drr]
  *   shaper and delay line                                 [shaper.Shaper, Agent.service / flush]
  *   received PFC pauses and their expiry                  [maccontrol.MacControl.on_frame, pfc.EgressPause]
+ *   pause refresh and the PFC watchdog's poll             [timers.AgentTimers.timers, IngressPfc.tick, PfcWatchdog]
  * Times are lab seconds in doubles, computed in the Python's order (same IEEE results).
  */
 #define PY_SSIZE_T_CLEAN
@@ -196,9 +197,11 @@ typedef struct {
     double model_bps, until[NQ], since[NQ], last_rx[NQ], resumed_at[NQ], paused_s[NQ];
     long long pauses_rx[NQ], resumes_rx[NQ], pfc_rx_frames;
     int pause_mask;
-    /* watchdog.PfcWatchdog masks (changed only by its poll, not in this file) */
-    int has_wd, wd_drop_mask, wd_ignore_mask;
-    long long wd_dropped[NQ];
+    /* watchdog.PfcWatchdog */
+    int has_wd, wd_drop_mask, wd_ignore_mask, wd_watched, wd_stormed, wd_action_drop;
+    double wd_detect_s, wd_restore_s, wd_cond_since[NQ];
+    long long wd_dropped[NQ], wd_storms_detected[NQ], wd_storms_restored[NQ];
+    long long refreshes[NQ];
 } Port;
 
 /* flow cache (switch_agent.flowcache): open addressing, key = up to 20 bytes + length */
@@ -224,6 +227,7 @@ typedef struct {
     unsigned char (*l2_mac)[6]; int *l2_port; int nl2;
     FlowTable flows[3]; /* FlowCache.fast[6], fast[17], flows */
     long long flushes;
+    double wd_period, next_wd; /* Agent.wd_period, next_wd */
     int *backlog; int nbacklog; int *in_backlog; /* Agent.backlog, insertion-ordered */
 } Pipeline;
 
@@ -512,13 +516,19 @@ static void on_pfc(Pipeline *P, Port *p, int class_enable, const unsigned char *
     pause_recompute(p);
 }
 
-/* Port.paused_mask: EgressPause.paused_mask, then what the watchdog ignores */
-static int paused_mask(Port *p, double now) {
+/* EgressPause.paused_mask (cached until the next expiry) */
+static int paused_mask_raw(Port *p, double now) {
     if (!(now < p->pause_next_expiry)) {
         pause_expire(p, now);
         pause_recompute(p);
     }
-    return p->has_wd ? p->pause_mask & ~p->wd_ignore_mask : p->pause_mask;
+    return p->pause_mask;
+}
+
+/* Port.paused_mask: EgressPause.paused_mask, then what the watchdog ignores */
+static int paused_mask(Port *p, double now) {
+    int m = paused_mask_raw(p, now);
+    return p->has_wd ? m & ~p->wd_ignore_mask : m;
 }
 
 /* MacControl.on_frame for PFC (0x8808); other link-local frames go back to Python */
@@ -708,6 +718,145 @@ static int service(Pipeline *P, double now, PyObject *sent, double *wake) {
     return 0;
 }
 
+/* Drr.deactivate: queue q was emptied from outside (flush) */
+static void drr_deactivate(Drr *d, int q) {
+    int k = 0, kept[NQ];
+    for (int j = 0; j < d->alen; j++) {
+        int x = d->active[(d->ahead + j) % NQ];
+        if (x != q) kept[k++] = x;
+    }
+    for (int j = 0; j < k; j++) d->active[j] = kept[j];
+    d->ahead = 0;
+    d->alen = k;
+    d->deficit[q] = 0;
+    d->topped[q] = 0;
+}
+
+/* PortQueues.flush + IngressBuffers.release_entries: drop every frame queued in q
+ * (the PFC watchdog) and release their ingress accounting; how many */
+static long long queues_flush(Pipeline *P, Port *p, int q, double now) {
+    PortQueues *pq = &p->q;
+    Fifo *f = &pq->fifo[q];
+    long long n = (long long)f->len;
+    if (!n) return 0;
+    if (pq->tier_of[q] == 1) drr_deactivate(&pq->weighted, q);
+    else if (pq->tier_of[q] == 2) drr_deactivate(&pq->scavenger, q);
+    pq->packets -= n;
+    pq->bytes -= pq->qbytes[q];
+    pq->qbytes[q] = 0;
+    queues_drop(pq, q, QD_WATCHDOG, n);
+    int err = 0;
+    while (f->len) {
+        Entry e = fifo_pop(f);
+        if (!err && e.ingress >= 0 && release(P, e.ingress, e.prio, PyBytes_GET_SIZE(e.frame), now) < 0)
+            err = 1;
+        Py_DECREF(e.frame);
+    }
+    return err ? -1 : n;
+}
+
+/* PortQueues.backlog_mask */
+static int backlog_mask(PortQueues *pq) {
+    int m = 0;
+    for (int q = 0; q < NQ; q++) if (pq->fifo[q].len) m |= 1 << q;
+    return m;
+}
+
+/* PfcWatchdog.check: detection and restoration at `now`; the events (kind 1 storm,
+ * 0 restore, and the priority) in ev, how many */
+static int wd_check(Port *p, double now, int paused, int backlog, int *ev_kind, int *ev_prio) {
+    int cond = paused & backlog & p->wd_watched & ~p->wd_stormed, n = 0, any = 0;
+    for (int k = 0; k < NQ; k++) if (p->wd_cond_since[k] >= 0) any = 1;
+    if (!(cond || p->wd_stormed || any)) return 0;
+    for (int k = 0; k < NQ; k++) {
+        int bit = 1 << k;
+        if (p->wd_stormed & bit) {
+            if (now - p->last_rx[k] >= p->wd_restore_s) {
+                p->wd_stormed &= ~bit;
+                p->wd_drop_mask &= ~bit;
+                p->wd_ignore_mask &= ~bit;
+                p->wd_storms_restored[k]++;
+                ev_kind[n] = 0; ev_prio[n++] = k;
+            }
+        } else if (cond & bit) {
+            if (p->wd_cond_since[k] < 0) {
+                p->wd_cond_since[k] = now;
+            } else if (now - p->wd_cond_since[k] >= p->wd_detect_s) {
+                p->wd_cond_since[k] = -1.0;
+                p->wd_stormed |= bit;
+                if (p->wd_action_drop) p->wd_drop_mask |= bit;
+                else p->wd_ignore_mask |= bit;
+                p->wd_storms_detected[k]++;
+                ev_kind[n] = 1; ev_prio[n++] = k;
+            }
+        } else {
+            p->wd_cond_since[k] = -1.0;
+        }
+    }
+    return n;
+}
+
+/* IngressPfc.tick: the priorities whose pause is re-sent now (bit mask) */
+static int ingress_tick(Port *p, double now) {
+    if (now < p->next_refresh) return 0;
+    int out = 0;
+    double m = INFINITY;
+    for (int k = 0; k < NQ; k++) {
+        if (p->refresh_at[k] <= now) {
+            p->refresh_at[k] = now + p->refresh_s;
+            p->refreshes[k]++;
+            out |= 1 << k;
+        }
+        if (p->refresh_at[k] < m) m = p->refresh_at[k];
+    }
+    p->next_refresh = m;
+    return out;
+}
+
+/* AgentTimers.timers without LLDP (the caller's) and the lag meter: pause refreshes and
+ * the watchdog's poll; the watchdog events go to `events` as (storm?, port, prio);
+ * the next deadline */
+static int timers(Pipeline *P, double now, PyObject *events, double *deadline) {
+    double nxt = INFINITY;
+    for (int i = 0; i < P->nports; i++) {
+        Port *p = &P->ports[i];
+        if (now >= p->next_refresh) {
+            int prios = ingress_tick(p, now);
+            for (int k = 0; k < NQ; k++) {
+                if (!(prios >> k & 1)) continue;
+                if (send_ctrl(p, p->pause_frames[k], now) < 0) return -1;
+                p->pause_tx[k]++;
+                backlog_add(P, i);
+            }
+        }
+        if (p->next_refresh < nxt) nxt = p->next_refresh;
+    }
+    if (now >= P->next_wd) {
+        P->next_wd = now + P->wd_period;
+        for (int i = 0; i < P->nports; i++) {
+            Port *p = &P->ports[i];
+            if (!p->has_wd) continue;
+            int kind[NQ * 2], prio[NQ * 2];
+            int paused = paused_mask_raw(p, now);
+            int n = wd_check(p, now, paused, backlog_mask(&p->q), kind, prio);
+            for (int e = 0; e < n; e++) {
+                PyObject *t = Py_BuildValue("(iii)", kind[e], i, prio[e]);
+                if (t == NULL || PyList_Append(events, t) < 0) { Py_XDECREF(t); return -1; }
+                Py_DECREF(t);
+                if (now < p->eligible_at) p->eligible_at = now;
+                if (kind[e] == 1 && p->wd_action_drop) {
+                    long long dropped = queues_flush(P, p, prio[e], now);
+                    if (dropped < 0) return -1;
+                    p->wd_dropped[prio[e]] += dropped;
+                }
+                backlog_add(P, i);
+            }
+        }
+    }
+    *deadline = nxt < P->next_wd ? nxt : P->next_wd;
+    return 0;
+}
+
 /* -- the Python object: tables pushed in by switch_agent.fast, state read back out ---- */
 static Port *port_arg(Pipeline *P, int i) {
     if (i < 0 || i >= P->nports) { PyErr_Format(PyExc_IndexError, "port %d", i); return NULL; }
@@ -776,6 +925,8 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     PyBuffer_Release(&pt);
     P->tdf = tdf;
     P->qos_on = qos_on;
+    P->wd_period = INFINITY;
+    P->next_wd = -INFINITY; /* at once */
     P->ports = PyMem_Calloc(nports, sizeof(Port));
     P->backlog = PyMem_Calloc(nports, sizeof(int));
     P->in_backlog = PyMem_Calloc(nports, sizeof(int));
@@ -790,6 +941,7 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
             p->refresh_at[q] = INFINITY;
             p->since[q] = -1.0;
             p->last_rx[q] = -INFINITY;
+            p->wd_cond_since[q] = -1.0;
         }
     }
     return (PyObject *)P;
@@ -895,14 +1047,14 @@ static PyObject *Pipeline_set_rng(Pipeline *P, PyObject *args) {
 }
 
 /* set_ingress(i, enabled mask, xoff, xon, drop_above, refresh_s, pause frames, resume
- * frames, watchdog on) */
+ * frames) */
 static PyObject *Pipeline_set_ingress(Pipeline *P, PyObject *args) {
-    int i, mask, wd;
+    int i, mask;
     long long xoff, xon, above;
     double refresh_s;
     PyObject *pf, *rf;
-    if (!PyArg_ParseTuple(args, "iiLLLdO!O!p", &i, &mask, &xoff, &xon, &above, &refresh_s,
-                          &PyTuple_Type, &pf, &PyTuple_Type, &rf, &wd)) return NULL;
+    if (!PyArg_ParseTuple(args, "iiLLLdO!O!", &i, &mask, &xoff, &xon, &above, &refresh_s,
+                          &PyTuple_Type, &pf, &PyTuple_Type, &rf)) return NULL;
     Port *p = port_arg(P, i);
     if (p == NULL) return NULL;
     if (PyTuple_GET_SIZE(pf) != NQ || PyTuple_GET_SIZE(rf) != NQ) {
@@ -920,7 +1072,24 @@ static PyObject *Pipeline_set_ingress(Pipeline *P, PyObject *args) {
         p->enabled[q] = mask >> q & 1;
     }
     p->xoff = xoff; p->xon = xon; p->drop_above = above; p->refresh_s = refresh_s;
-    p->has_wd = wd;
+    Py_RETURN_NONE;
+}
+
+/* set_watchdog(i, watched mask, detect_s, restore_s (lab), action drop?, period): the
+ * port's PfcWatchdog and the agent's poll period (Agent.wd_period) */
+static PyObject *Pipeline_set_watchdog(Pipeline *P, PyObject *args) {
+    int i, watched, drop;
+    double detect, restore, period;
+    if (!PyArg_ParseTuple(args, "iiddpd", &i, &watched, &detect, &restore, &drop, &period))
+        return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL) return NULL;
+    p->has_wd = 1;
+    p->wd_watched = watched;
+    p->wd_detect_s = detect;
+    p->wd_restore_s = restore;
+    p->wd_action_drop = drop;
+    P->wd_period = period;
     Py_RETURN_NONE;
 }
 
@@ -1092,15 +1261,30 @@ static PyObject *Pipeline_enqueue(Pipeline *P, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* the (now, list) arguments of timers and service */
+static int now_and_list(PyObject *const *args, Py_ssize_t nargs, const char *usage, double *now) {
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    *now = PyFloat_AsDouble(args[0]);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* timers(now, events) -> the next timer deadline; watchdog events appended as
+ * (1 storm / 0 restore, port, priority) */
+static PyObject *Pipeline_timers(Pipeline *P, PyObject *const *args, Py_ssize_t nargs) {
+    double now, deadline;
+    if (now_and_list(args, nargs, "timers(now, events: list)", &now) < 0 ||
+        timers(P, now, args[1], &deadline) < 0) return NULL;
+    return PyFloat_FromDouble(deadline);
+}
+
 /* service(now, sent) -> next wake or None; appends (port, frame) to the list `sent` */
 static PyObject *Pipeline_service(Pipeline *P, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "service(now, sent: list)");
-        return NULL;
-    }
-    double now = PyFloat_AsDouble(args[0]), wake;
-    if (PyErr_Occurred()) return NULL;
-    if (service(P, now, args[1], &wake) < 0) return NULL;
+    double now, wake;
+    if (now_and_list(args, nargs, "service(now, sent: list)", &now) < 0 ||
+        service(P, now, args[1], &wake) < 0) return NULL;
     if (isnan(wake)) Py_RETURN_NONE;
     return PyFloat_FromDouble(wake);
 }
@@ -1174,8 +1358,9 @@ static PyObject *Pipeline_state(Pipeline *P, PyObject *args) {
     return Py_BuildValue(
         "{s:L,s:L,s:L,s:L,s:N,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:N,"
         "s:{s:N,s:N,s:L,s:L,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N},"
-        "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:d},"
-        "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:i,s:d},s:L}",
+        "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:d,s:N},"
+        "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:i,s:d},s:L,"
+        "s:{s:N,s:i,s:i,s:i,s:N,s:N}}",
         "rx_packets", p->rx_packets, "rx_bytes", p->rx_bytes, "tx_packets", p->tx_packets,
         "tx_bytes", p->tx_bytes, "drops", reasons(p->drops, PORT_DROPS, ND_PORT),
         "free_at", p->free_at, "eligible_at", p->eligible_at, "delay", p->delay,
@@ -1196,12 +1381,17 @@ static PyObject *Pipeline_state(Pipeline *P, PyObject *args) {
         "xoff_sent", ll_list(p->xoff_sent, NQ), "xon_sent", ll_list(p->xon_sent, NQ),
         "headroom_drops", ll_list(p->headroom_drops, NQ),
         "refresh_at", d_list(p->refresh_at, NQ), "next_refresh", p->next_refresh,
+        "refreshes", ll_list(p->refreshes, NQ),
         "pause",
         "until", d_list(p->until, NQ), "since", d_list(p->since, NQ),
         "last_rx", d_list(p->last_rx, NQ), "resumed_at", d_list(p->resumed_at, NQ),
         "paused_s", d_list(p->paused_s, NQ), "pauses_rx", ll_list(p->pauses_rx, NQ),
         "resumes_rx", ll_list(p->resumes_rx, NQ), "mask", p->pause_mask,
-        "next_expiry", p->pause_next_expiry, "pfc_rx_frames", p->pfc_rx_frames);
+        "next_expiry", p->pause_next_expiry, "pfc_rx_frames", p->pfc_rx_frames,
+        "watchdog", "cond_since", d_list(p->wd_cond_since, NQ), "stormed", p->wd_stormed,
+        "drop_mask", p->wd_drop_mask, "ignore_mask", p->wd_ignore_mask,
+        "storms_detected", ll_list(p->wd_storms_detected, NQ),
+        "storms_restored", ll_list(p->wd_storms_restored, NQ));
 }
 
 /* draw(i): the next WRED draw of port i (random.Random.random) */
@@ -1293,6 +1483,8 @@ static PyMethodDef Pipeline_methods[] = {
     {"on_frame", (PyCFunction)(void (*)(void))Pipeline_on_frame, METH_FASTCALL, "on_frame(i, frame, now)"},
     {"enqueue", (PyCFunction)Pipeline_enqueue, METH_VARARGS, "enqueue(out, q, frame, now, prio)"},
     {"service", (PyCFunction)(void (*)(void))Pipeline_service, METH_FASTCALL, "service(now, sent)"},
+    {"timers", (PyCFunction)(void (*)(void))Pipeline_timers, METH_FASTCALL, "timers(now, events)"},
+    {"set_watchdog", (PyCFunction)Pipeline_set_watchdog, METH_VARARGS, "set_watchdog(i, ...)"},
     {"state", (PyCFunction)Pipeline_state, METH_VARARGS, "state(i)"},
     {"clocks", (PyCFunction)Pipeline_clocks, METH_NOARGS, "clocks(): (eligible_at, free_at, bytes) per port"},
     {"run_frames", (PyCFunction)Pipeline_run_frames, METH_VARARGS, "run_frames(i, frame, n)"},

@@ -17,11 +17,11 @@ the FIB, the neighbours and the load balancer. A flow the C cache misses is deci
 (`FlowCache.decide`) and installed; an expired TTL is counted in C and answered here
 (`Agent.time_exceeded`'s ICMP, queued through C); a received PFC frame pauses the egress
 in C (`MacControl.on_frame`, `emucore.qos.pfc.EgressPause`); any other link-local frame
-(LLDP, CBFC) is returned to the caller as a miss, never approximated. The configuration
+(LLDP, CBFC) goes to the control plane's `MacControl`, never approximated. The configuration
 the C stages do not implement is refused (`Unsupported`, naming the field): the event
 log, the test drop hook, trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode
-auto (it needs LLDP/DCBX). Not here yet: the timers (pause refresh, watchdog poll, LLDP),
-the lag meter, degraded links.
+auto (it needs LLDP/DCBX). Pause refreshes and the watchdog's poll run in C (`timers`);
+LLDP announcements stay the caller's. Not here yet: the lag meter, degraded links.
 
 Measured against `emu.observe.calibrate.time_frames` with `time_frames` below (the routed
 book-QoS frame; figures in the commit that added `run_frames`).
@@ -37,6 +37,7 @@ from emucore import cbuild
 from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig
 from switch_agent.forward import time_exceeded_reply
+from switch_agent.watchdog import WatchdogEvent
 
 MODULE = "switch_agent.fast._pipeline"
 
@@ -47,7 +48,7 @@ except ImportError as e:
 if Path(_pipeline.__file__) == cbuild.target(MODULE) and not cbuild.is_current(MODULE):
     raise ImportError(f"{MODULE} is not built from today's sources: run ./setup.sh")
 
-LINK_LOCAL = "link_local"  #: on_frame's answer for a frame the caller's Python must handle
+LINK_LOCAL = "link_local"  #: on_frame's answer for a frame the Python MAC control took
 
 
 class Unsupported(ValueError):
@@ -108,7 +109,11 @@ class FastPipeline:
             ing = p.ingress
             c.set_ingress(i, sum(1 << k for k in range(8) if ing.enabled[k]), ing.xoff, ing.xon,
                           ing.drop_above, ing.refresh_s, tuple(map(bytes, ing.pause_frames)),
-                          tuple(map(bytes, ing.resume_frames)), p.watchdog is not None)
+                          tuple(map(bytes, ing.resume_frames)))
+            wd = p.watchdog
+            if wd is not None:
+                c.set_watchdog(i, wd.watched, wd.detect_s, wd.restore_s, wd.cfg.action == "drop",
+                               a.wd_period)
         self.tables()
 
     def tables(self) -> None:
@@ -124,8 +129,9 @@ class FastPipeline:
         self.tables()
 
     def on_frame(self, port: str, frame: bytes, now: float) -> str | None:
-        """`Agent.on_frame`: None when handled (in C, or its ICMP here); LINK_LOCAL for a
-        frame the caller's MAC control must take (C counted it received)."""
+        """`Agent.on_frame`: None when handled in C (or its ICMP here); LINK_LOCAL for an
+        LLDP or CBFC frame, which C counted received and the control plane's MAC control
+        took (`MacControl.on_frame`: neighbours, DCBX; its drops are that port's)."""
         i = self.index[port]
         r = self.c.on_frame(i, frame, now)
         if r == _pipeline.MISS_FLOW:
@@ -134,6 +140,7 @@ class FastPipeline:
         if r == _pipeline.MISS_TTL:
             self.time_exceeded(port, frame, now)
         elif r == _pipeline.MISS_LINK_LOCAL:
+            self.agent.mac_control.on_frame(self.agent.ports[port], frame, now)
             return LINK_LOCAL
         return None
 
@@ -155,6 +162,19 @@ class FastPipeline:
         if reply is not None:
             out = reply[1]
             self.c.enqueue(self.index[reply[0]], 0, out, now, a.prio_of(out))
+
+    def timers(self, now: float) -> float:
+        """`AgentTimers.timers` but LLDP (the caller's, `Agent.send_lldp`) and the lag
+        meter: pause refreshes and the PFC watchdog's poll in C, its events noted here as
+        the Python notes them; the next deadline."""
+        events: list = []
+        deadline = self.c.timers(now, events)
+        for storm, i, prio in events:
+            wd = self.agent.ports[self.names[i]].watchdog
+            self.agent.sink.note(str(WatchdogEvent("storm" if storm else "restore",
+                                                   self.names[i], prio, wd.cfg.action, now,
+                                                   wd.td.model_time(now))))
+        return deadline
 
     def service(self, now: float, sent: list) -> float | None:
         """`Agent.service`: the frames sent go to `sent` as (port name, frame); the next

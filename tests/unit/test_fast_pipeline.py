@@ -28,6 +28,7 @@ import pytest
 from emu.bench.malformed import base_frames, malformed_frames
 from emucore import cbuild
 from emucore.qos.classify import BOOK_CLASSES, Classification, TrafficClass
+from emucore.qos.interface import Watchdog
 from emucore.qos.llr import Llr
 from emucore.qos.pfc import Pfc
 from emucore.qos.qosconfig import InterfaceQos, QosConfig
@@ -39,7 +40,7 @@ from emucore.wire.pause import build_pfc_frame
 from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute, ipv4_checksum
-from switch_agent.fast.pipeline import LINK_LOCAL, FastPipeline, Unsupported, time_frames
+from switch_agent.fast.pipeline import FastPipeline, Unsupported, time_frames
 from traffic.tools.rawgen import build_frame
 
 ROUTER, SPINE_MAC, DLB_MAC = "02:00:00:00:05:00", "02:00:00:00:07:01", "02:00:00:00:0d:1b"
@@ -47,9 +48,6 @@ HOSTS = {"eth1": ("02:00:00:00:01:01", "10.0.1.11"), "eth2": ("02:00:00:00:02:01
          "eth3": ("02:00:00:00:03:01", "10.0.1.13")}
 UPLINKS = {"eth5": "02:00:00:00:05:05", "eth6": "02:00:00:00:05:06"}
 TDF = 1000.0
-#: drops the MAC control counts (switch_agent.maccontrol, .dcbx): link-local frames are
-#: handed back by the C pipeline, so their drops are its caller's
-MAC_CONTROL_DROPS = ("bad_lldp", "bad_cbfc")
 
 
 class OrderedBacklog(dict):
@@ -188,12 +186,16 @@ def reference(cfg: AgentConfig, now: list[float], sent: list) -> Agent:
     return a
 
 
+NO_WATCHDOG = {"cond_since": [-1.0] * 8, "stormed": 0, "drop_mask": 0, "ignore_mask": 0,
+               "storms_detected": [0] * 8, "storms_restored": [0] * 8}
+
+
 def py_state(p) -> dict:
     """A Python port's state in the shape of the C pipeline's `state`."""
-    pq, ing, ep = p.queues, p.ingress, p.pause
+    pq, ing, ep, wd = p.queues, p.ingress, p.pause, p.watchdog
     return {"rx_packets": p.rx_packets, "rx_bytes": p.rx_bytes, "tx_packets": p.tx_packets,
             "tx_bytes": p.tx_bytes,
-            "drops": {k: n for k, n in p.drops.items() if k not in MAC_CONTROL_DROPS},
+            "drops": p.drops,
             "free_at": p.shaper.free_at,
             "eligible_at": p.eligible_at, "delay": p.delay, "inflight": list(p.inflight),
             "ctrl": list(p.ctrl), "pause_tx": p.pause_tx, "resume_tx": p.resume_tx,
@@ -208,12 +210,16 @@ def py_state(p) -> dict:
                         "max_held": ing.max_held, "paused": [int(x) for x in ing.paused],
                         "xoff_sent": ing.xoff_sent, "xon_sent": ing.xon_sent,
                         "headroom_drops": ing.headroom_drops, "refresh_at": ing.refresh_at,
-                        "next_refresh": ing.next_refresh},
+                        "next_refresh": ing.next_refresh, "refreshes": ing.refreshes},
             "pause": {"until": ep.until, "since": ep.since, "last_rx": ep.last_rx,
                       "resumed_at": ep.resumed_at, "paused_s": ep.paused_s,
                       "pauses_rx": ep.pauses_rx, "resumes_rx": ep.resumes_rx, "mask": ep.mask,
                       "next_expiry": ep.next_expiry},
-            "pfc_rx_frames": p.pfc_rx_frames}
+            "pfc_rx_frames": p.pfc_rx_frames,
+            "watchdog": {"cond_since": wd.cond_since, "stormed": wd.stormed,
+                         "drop_mask": wd.drop_mask, "ignore_mask": wd.ignore_mask,
+                         "storms_detected": wd.storms_detected,
+                         "storms_restored": wd.storms_restored} if wd else NO_WATCHDOG}
 
 
 def py_flows(a: Agent) -> list[tuple]:
@@ -232,14 +238,14 @@ def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
     """Run both on `frames`, serving at every arrival and every wake time (and installing
     `fibs[t]` in both at the first step from t on); assert them equal; return what
     happened (for the tests' own checks)."""
-    now, py_sent, c_sent, local = [0.0], [], [], []
+    now, py_sent, c_sent = [0.0], [], []
     ref = reference(cfg, now, py_sent)
     fast = FastPipeline(cfg)
     fast.install_fib(*FIB)
-    i, wake, wakes = 0, None, 0
-    while i < len(frames) or wake is not None:
+    i, wake, wakes, deadline = 0, None, 0, math.inf
+    while i < len(frames) or wake is not None:  # timers alone do not keep it going
         t = min(frames[i][0] if i < len(frames) else math.inf,
-                wake if wake is not None else math.inf)
+                wake if wake is not None else math.inf, deadline)
         now[0] = t
         for at in sorted(k for k in fibs or () if k <= t):
             ref.install_fib(*fibs[at])
@@ -247,9 +253,10 @@ def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
         while i < len(frames) and frames[i][0] == t:
             _, port, frame = frames[i]
             ref.on_frame(ref.ports[port], frame, t)
-            if fast.on_frame(port, frame, t) == LINK_LOCAL:
-                local.append(frame)
+            fast.on_frame(port, frame, t)
             i += 1
+        deadline = ref.timers(t)
+        assert fast.timers(t) == deadline, f"timers at {t}"
         w = ref.service(t)
         out: list = []
         assert fast.service(t, out) == w, f"wake at {t}"
@@ -261,19 +268,33 @@ def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
             wake = math.nextafter(t, math.inf)
     assert c_sent == py_sent
     for name, p in ref.ports.items():
-        assert fast.state(name) == py_state(p), name
+        c, control = fast.state(name), fast.agent.ports[name]  # LLDP's drops are control's
+        c["drops"] = {k: c["drops"].get(k, 0) + control.drops.get(k, 0)
+                      for k in {*c["drops"], *control.drops}}
+        assert c == py_state(p), name
+        assert (control.lldp_rx, control.neighbor) == (p.lldp_rx, p.neighbor), name
     for i, p in enumerate(ref.ports.values()):  # as many WRED draws as Python's
         assert fast.c.rng_state(i) == p.queues.rng.__self__.getstate()[1]
     assert sorted(fast.flows()) == py_flows(ref)
     assert fast.c.flushes() == ref.flowcache.flushes
-    return {"sent": py_sent, "local": local, "ref": ref, "wakes": wakes}
+    assert fast.agent.events == ref.events  # QoS warnings, watchdog storms and restores
+    return {"sent": py_sent, "ref": ref, "wakes": wakes}
 
+
+#: detection in 2 us and restoration after 4 us model: 2 and 4 ms lab, within a trace
+FAST_WATCHDOG = Watchdog(detect_s=2e-6, restore_s=4e-6)
+#: pauses of 1000 quanta (2.56 us model at 200G): refreshed every 1.28 ms lab while above xON
+SHORT_PAUSES = Pfc(xoff_bytes=50_000, xon_bytes=15_000, headroom_bytes=40_000, pause_quanta=1000)
 
 CASES = {"book-small": lambda: config(small_qos()),
          "weighted-not-ecn": lambda: config(small_qos(ecn=False, weight=2)),
          "plain": lambda: config(None, queue_limit=40_000),
          "pfc-off": lambda: config(replace(small_qos(),
                                            default_interface=InterfaceQos(pfc_mode="off"))),
+         "watchdog-drop": lambda: config(replace(small_qos(), watchdog=FAST_WATCHDOG,
+                                                 pfc=SHORT_PAUSES)),
+         "watchdog-forward": lambda: config(replace(small_qos(), watchdog=replace(
+             FAST_WATCHDOG, action="forward"))),
          "book-unshaped": lambda: config(QosConfig(default_interface=InterfaceQos(pfc_mode="on")),
                                          shaped=False)}
 
@@ -298,7 +319,8 @@ def test_fib_change_mid_trace() -> None:
 def test_trace_reaches_every_stage() -> None:
     """The book-small traces (seeds 1-3) cross what they are meant to: WRED marks and drops,
     tail drops, xOFF and xON, TTL-expired ICMP, strict and scavenger queues, received
-    pauses that expire or are resumed, link-local misses."""
+    pauses that expire or are resumed, LLDP; with the fast watchdog, storms detected,
+    restored and their queues dropped, and pause refreshes."""
     runs = [differential(config(small_qos()), trace(seed)) for seed in (1, 2, 3)]
     ports = [p for r in runs for p in r["ref"].ports.values()]
     total = lambda f: sum(f(p) for p in ports)  # noqa: E731
@@ -316,8 +338,13 @@ def test_trace_reaches_every_stage() -> None:
     assert total(lambda p: sum(p.pause.paused_s)) > 0  # pauses that ran out or were resumed
     sent = [f for r in runs for _, _, f in r["sent"]]
     assert any(len(f) > 34 and f[23] == 1 and f[34] == 11 for f in sent)  # ICMP Time Exceeded
-    local = [f for r in runs for f in r["local"]]
-    assert local and all(f[:3] == b"\x01\x80\xc2" and f[12:14] != b"\x88\x08" for f in local)
+    assert sum(p.lldp_rx for p in ports) > 0  # LLDP went to the control plane's MAC control
+    wd = [p for seed in (1, 2, 3) for p in
+          differential(CASES["watchdog-drop"](), trace(seed))["ref"].ports.values()]
+    assert sum(sum(p.watchdog.storms_detected) for p in wd) > 0
+    assert sum(sum(p.watchdog.storms_restored) for p in wd) > 0
+    assert sum(sum(p.watchdog.dropped) for p in wd) > 0
+    assert sum(sum(p.ingress.refreshes) for p in wd) > 0
 
 
 def test_wred_draws_are_pythons() -> None:
