@@ -21,6 +21,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #define NQ 8
 #define WRED_BIN_BYTES 150000
@@ -39,6 +40,7 @@ static const char *PORT_DROPS[ND_PORT] = {"malformed", "not_for_us", "ttl_expire
 enum { QD_FULL, QD_WRED, QD_WATCHDOG, ND_QUEUE };
 static const char *QUEUE_DROPS[ND_QUEUE] = {"queue_full", "wred", "pfc_watchdog"};
 enum { FORWARD = 0, MARK = 1, DROP = 2 }; /* wred.WredVerdict */
+enum { METER_TX, METER_CTRL, METER_REFRESH, METER_WATCHDOG }; /* Port.tx_what, ... */
 
 /* -- CPython's random.Random (MT19937, Modules/_randommodule.c), state handed over ---- */
 typedef struct { uint32_t mt[624]; int mti; } Mt;
@@ -228,6 +230,10 @@ typedef struct {
     FlowTable flows[3]; /* FlowCache.fast[6], fast[17], flows */
     long long flushes;
     double wd_period, next_wd; /* Agent.wd_period, next_wd */
+    /* fidelity.LagMeter (Agent.meter): lags in model seconds */
+    double *edges; int nedges; long long meter_count, *hist; double meter_max;
+    int worst_port, worst_kind; /* the worst action's label: port, METER_* (-1: none) */
+    int monotonic; /* sent_at = the clock (Agent.clock, time.monotonic), else `now` */
     int *backlog; int nbacklog; int *in_backlog; /* Agent.backlog, insertion-ordered */
 } Pipeline;
 
@@ -635,7 +641,27 @@ static void note_sojourn(PortQueues *pq, int q, double us) {
     pq->sojourn_hist[q][b]++;
 }
 
-static int line_flush(Port *p, LineQ *line, PyObject *sent, int idx, double now, double *nxt) {
+/* LagMeter.record: an action due at `due` done at `done` (lab s) */
+static void record(Pipeline *P, double due, double done, int port, int kind) {
+    if (P->hist == NULL) return; /* no meter set */
+    double lag = (done - due) / P->tdf; /* TimeDilation.model_time */
+    P->meter_count++;
+    if (lag <= 0.0) { P->hist[0]++; return; }
+    int b = 0;
+    while (b < P->nedges && P->edges[b] < lag) b++; /* bisect_left */
+    P->hist[1 + b]++;
+    if (lag > P->meter_max) { P->meter_max = lag; P->worst_port = port; P->worst_kind = kind; }
+}
+
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int line_flush(Pipeline *P, Port *p, LineQ *line, PyObject *sent, int idx, double now,
+                      double *nxt, int kind) {
+    double sent_at = NAN;
     while (line->len) {
         Line *x = &line->buf[line->head];
         if (x->due > now) {
@@ -643,6 +669,7 @@ static int line_flush(Port *p, LineQ *line, PyObject *sent, int idx, double now,
             break;
         }
         PyObject *frame = x->frame;
+        double model_due = x->model_due;
         line->head = (line->head + 1) % line->cap;
         line->len--;
         PyObject *t = Py_BuildValue("(iN)", idx, frame); /* steals the line's reference */
@@ -652,15 +679,17 @@ static int line_flush(Port *p, LineQ *line, PyObject *sent, int idx, double now,
         if (r < 0) return -1;
         p->tx_packets++;
         p->tx_bytes += PyBytes_GET_SIZE(frame);
+        if (isnan(sent_at)) sent_at = P->monotonic ? monotonic_s() : now;
+        record(P, model_due, sent_at, idx, kind);
     }
     return 0;
 }
 
 /* Agent.flush: control frames, then frames whose arrival time has come; next due (NAN: none) */
-static int flush(Port *p, PyObject *sent, int idx, double now, double *nxt) {
+static int flush(Pipeline *P, Port *p, PyObject *sent, int idx, double now, double *nxt) {
     *nxt = NAN;
-    if (line_flush(p, &p->ctrl, sent, idx, now, nxt) < 0) return -1;
-    return line_flush(p, &p->inflight, sent, idx, now, nxt);
+    if (line_flush(P, p, &p->ctrl, sent, idx, now, nxt, METER_CTRL) < 0) return -1;
+    return line_flush(P, p, &p->inflight, sent, idx, now, nxt, METER_TX);
 }
 
 /* Agent.service: queue -> shaper -> delay line -> wire; next wake (NAN: none) */
@@ -704,7 +733,7 @@ static int service(Pipeline *P, double now, PyObject *sent, double *wake) {
             }
         }
         double t;
-        if (flush(p, sent, snap[s], now, &t) < 0) return -1;
+        if (flush(P, p, sent, snap[s], now, &t) < 0) return -1;
         if (pq->packets) {
             double r;
             if (blocked) r = p->eligible_at = p->pause_next_expiry;
@@ -821,6 +850,8 @@ static int timers(Pipeline *P, double now, PyObject *events, double *deadline) {
     for (int i = 0; i < P->nports; i++) {
         Port *p = &P->ports[i];
         if (now >= p->next_refresh) {
+            for (int k = 0; k < NQ; k++)
+                if (p->refresh_at[k] <= now) record(P, p->refresh_at[k], now, i, METER_REFRESH);
             int prios = ingress_tick(p, now);
             for (int k = 0; k < NQ; k++) {
                 if (!(prios >> k & 1)) continue;
@@ -832,6 +863,7 @@ static int timers(Pipeline *P, double now, PyObject *events, double *deadline) {
         if (p->next_refresh < nxt) nxt = p->next_refresh;
     }
     if (now >= P->next_wd) {
+        if (P->next_wd > -INFINITY) record(P, P->next_wd, now, -1, METER_WATCHDOG);
         P->next_wd = now + P->wd_period;
         for (int i = 0; i < P->nports; i++) {
             Port *p = &P->ports[i];
@@ -858,6 +890,8 @@ static int timers(Pipeline *P, double now, PyObject *events, double *deadline) {
 }
 
 /* -- the Python object: tables pushed in by switch_agent.fast, state read back out ---- */
+static PyObject *ll_list(const long long *v, int n);
+
 static Port *port_arg(Pipeline *P, int i) {
     if (i < 0 || i >= P->nports) { PyErr_Format(PyExc_IndexError, "port %d", i); return NULL; }
     return &P->ports[i];
@@ -902,6 +936,8 @@ static void Pipeline_dealloc(Pipeline *P) {
     PyMem_Free(P->l2_port);
     PyMem_Free(P->backlog);
     PyMem_Free(P->in_backlog);
+    PyMem_Free(P->edges);
+    PyMem_Free(P->hist);
     Py_TYPE(P)->tp_free((PyObject *)P);
 }
 
@@ -927,6 +963,7 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     P->qos_on = qos_on;
     P->wd_period = INFINITY;
     P->next_wd = -INFINITY; /* at once */
+    P->worst_port = P->worst_kind = -1;
     P->ports = PyMem_Calloc(nports, sizeof(Port));
     P->backlog = PyMem_Calloc(nports, sizeof(int));
     P->in_backlog = PyMem_Calloc(nports, sizeof(int));
@@ -1091,6 +1128,38 @@ static PyObject *Pipeline_set_watchdog(Pipeline *P, PyObject *args) {
     p->wd_action_drop = drop;
     P->wd_period = period;
     Py_RETURN_NONE;
+}
+
+/* set_meter(bucket edges (fidelity.BUCKET_EDGES, model s), monotonic clock?) */
+static PyObject *Pipeline_set_meter(Pipeline *P, PyObject *args) {
+    PyObject *t;
+    int mono;
+    if (!PyArg_ParseTuple(args, "O!p", &PyTuple_Type, &t, &mono)) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    double *edges = PyMem_Calloc(n ? n : 1, sizeof(double));
+    long long *hist = PyMem_Calloc(n + 2, sizeof(long long));
+    if (!edges || !hist) { PyMem_Free(edges); PyMem_Free(hist); return PyErr_NoMemory(); }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        edges[k] = PyFloat_AsDouble(PyTuple_GET_ITEM(t, k));
+        if (PyErr_Occurred()) { PyMem_Free(edges); PyMem_Free(hist); return NULL; }
+    }
+    PyMem_Free(P->edges);
+    PyMem_Free(P->hist);
+    P->edges = edges;
+    P->hist = hist;
+    P->nedges = (int)n;
+    P->meter_count = 0;
+    P->meter_max = 0.0;
+    P->worst_port = P->worst_kind = -1;
+    P->monotonic = mono;
+    Py_RETURN_NONE;
+}
+
+/* meter() -> (count, max_s, hist, worst port or -1, worst METER_* or -1) */
+static PyObject *Pipeline_meter(Pipeline *P, PyObject *noargs) {
+    (void)noargs;
+    return Py_BuildValue("(LdNii)", P->meter_count, P->meter_max, ll_list(P->hist, P->nedges + 2),
+                         P->worst_port, P->worst_kind);
 }
 
 static int macs_arg(PyObject *t, unsigned char (**out)[6], int *n) {
@@ -1484,6 +1553,8 @@ static PyMethodDef Pipeline_methods[] = {
     {"enqueue", (PyCFunction)Pipeline_enqueue, METH_VARARGS, "enqueue(out, q, frame, now, prio)"},
     {"service", (PyCFunction)(void (*)(void))Pipeline_service, METH_FASTCALL, "service(now, sent)"},
     {"timers", (PyCFunction)(void (*)(void))Pipeline_timers, METH_FASTCALL, "timers(now, events)"},
+    {"set_meter", (PyCFunction)Pipeline_set_meter, METH_VARARGS, "set_meter(edges, monotonic)"},
+    {"meter", (PyCFunction)Pipeline_meter, METH_NOARGS, "meter(): the lag meter"},
     {"set_watchdog", (PyCFunction)Pipeline_set_watchdog, METH_VARARGS, "set_watchdog(i, ...)"},
     {"state", (PyCFunction)Pipeline_state, METH_VARARGS, "state(i)"},
     {"clocks", (PyCFunction)Pipeline_clocks, METH_NOARGS, "clocks(): (eligible_at, free_at, bytes) per port"},

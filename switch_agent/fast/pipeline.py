@@ -21,7 +21,8 @@ in C (`MacControl.on_frame`, `emucore.qos.pfc.EgressPause`); any other link-loca
 the C stages do not implement is refused (`Unsupported`, naming the field): the event
 log, the test drop hook, trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode
 auto (it needs LLDP/DCBX). Pause refreshes and the watchdog's poll run in C (`timers`);
-LLDP announcements stay the caller's. Not here yet: the lag meter, degraded links.
+LLDP announcements stay the caller's; the lag meter (`emucore.fidelity.LagMeter`) records
+what C did. Not here yet: degraded links (`Port.degrade`), LLR, CBFC.
 
 Measured against `emu.observe.calibrate.time_frames` with `time_frames` below (the routed
 book-QoS frame; figures in the commit that added `run_frames`).
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 
 from emucore import cbuild
+from emucore.fidelity import BUCKET_EDGES, LagMeter
 from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig
 from switch_agent.forward import time_exceeded_reply
@@ -83,7 +85,12 @@ def check_agent(agent: Agent) -> None:
 class FastPipeline:
     """The C pipeline of one switch and the Python control plane that feeds it."""
 
-    def __init__(self, cfg: AgentConfig, control: Agent | None = None) -> None:
+    def __init__(self, cfg: AgentConfig, control: Agent | None = None,
+                 monotonic: bool = True) -> None:
+        """`control`: the Python agent to take the tables from (default: one built from
+        `cfg` without sockets); `monotonic`: frames sent are stamped by the monotonic
+        clock for the lag meter, as `Agent.clock` does (False: the `now` of `service`,
+        a fake clock's)."""
         check_config(cfg)
         self.agent = control if control is not None else Agent(cfg, open_sockets=False)
         check_agent(self.agent)
@@ -114,6 +121,7 @@ class FastPipeline:
             if wd is not None:
                 c.set_watchdog(i, wd.watched, wd.detect_s, wd.restore_s, wd.cfg.action == "drop",
                                a.wd_period)
+        c.set_meter(BUCKET_EDGES, monotonic)
         self.tables()
 
     def tables(self) -> None:
@@ -184,6 +192,17 @@ class FastPipeline:
         names = self.names
         sent.extend((names[i], f) for i, f in out)
         return wake
+
+    def meter(self) -> LagMeter:
+        """The lag meter of what C did (`Agent.meter`: frames and control frames sent,
+        pause refreshes, watchdog polls; not LLDP, the caller's)."""
+        m = LagMeter(self.agent.td)
+        m.count, m.max_s, m.hist, port, kind = self.c.meter()
+        if kind >= 0:
+            p = self.agent.ports[self.names[port]] if port >= 0 else None
+            m.worst_what = (p.tx_what, p.ctrl_what, p.refresh_what, "watchdog")[kind] \
+                if p is not None else "watchdog"
+        return m
 
     def state(self, port: str) -> dict:
         """The port's state under the Python stages' attribute names."""

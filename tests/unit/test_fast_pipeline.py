@@ -233,6 +233,9 @@ def py_flows(a: Agent) -> list[tuple]:
     return sorted(out)
 
 
+LATE = (0.0,) * 6 + (2e-6, 30e-6, 300e-6)  #: lab s a wake-up may come late
+
+
 def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
                  fibs: dict[float, tuple] | None = None) -> dict:
     """Run both on `frames`, serving at every arrival and every wake time (and installing
@@ -240,12 +243,13 @@ def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
     happened (for the tests' own checks)."""
     now, py_sent, c_sent = [0.0], [], []
     ref = reference(cfg, now, py_sent)
-    fast = FastPipeline(cfg)
+    fast = FastPipeline(cfg, monotonic=False)
     fast.install_fib(*FIB)
     i, wake, wakes, deadline = 0, None, 0, math.inf
+    late = random.Random(len(frames)).choice  # a loop that wakes up late now and then
     while i < len(frames) or wake is not None:  # timers alone do not keep it going
         t = min(frames[i][0] if i < len(frames) else math.inf,
-                wake if wake is not None else math.inf, deadline)
+                wake + late(LATE) if wake is not None else math.inf, deadline + late(LATE))
         now[0] = t
         for at in sorted(k for k in fibs or () if k <= t):
             ref.install_fib(*fibs[at])
@@ -278,6 +282,7 @@ def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
     assert sorted(fast.flows()) == py_flows(ref)
     assert fast.c.flushes() == ref.flowcache.flushes
     assert fast.agent.events == ref.events  # QoS warnings, watchdog storms and restores
+    assert fast.meter().snapshot() == ref.meter.snapshot()
     return {"sent": py_sent, "ref": ref, "wakes": wakes}
 
 
@@ -339,6 +344,7 @@ def test_trace_reaches_every_stage() -> None:
     sent = [f for r in runs for _, _, f in r["sent"]]
     assert any(len(f) > 34 and f[23] == 1 and f[34] == 11 for f in sent)  # ICMP Time Exceeded
     assert sum(p.lldp_rx for p in ports) > 0  # LLDP went to the control plane's MAC control
+    assert all(r["ref"].meter.max_s > 0 for r in runs)  # late wake-ups, recorded
     wd = [p for seed in (1, 2, 3) for p in
           differential(CASES["watchdog-drop"](), trace(seed))["ref"].ports.values()]
     assert sum(sum(p.watchdog.storms_detected) for p in wd) > 0
