@@ -33,9 +33,10 @@ static const double SOJOURN_EDGES_US[NSOJ] = {1, 2, 5, 10, 20, 50, 100, 200, 500
 enum { HANDLED = 0, MISS_FLOW = 1, MISS_TTL = 2, MISS_LINK_LOCAL = 3 };
 /* port drop reasons (Port.drop) */
 enum { D_MALFORMED, D_NOT_FOR_US, D_TTL_EXPIRED, D_HEADROOM, D_NO_ROUTE, D_NO_NEIGHBOR,
-       D_NO_L2_ENTRY, ND_PORT };
+       D_NO_L2_ENTRY, D_LOSS, D_CORRUPT, ND_PORT };
 static const char *PORT_DROPS[ND_PORT] = {"malformed", "not_for_us", "ttl_expired",
-    "headroom_overflow", "no_route", "no_neighbor", "no_l2_entry"};
+    "headroom_overflow", "no_route", "no_neighbor", "no_l2_entry", "degrade_loss",
+    "degrade_corrupt"};
 /* queue drop reasons (PortQueues.drop) */
 enum { QD_FULL, QD_WRED, QD_WATCHDOG, ND_QUEUE };
 static const char *QUEUE_DROPS[ND_QUEUE] = {"queue_full", "wred", "pfc_watchdog"};
@@ -199,6 +200,10 @@ typedef struct {
     double model_bps, until[NQ], since[NQ], last_rx[NQ], resumed_at[NQ], paused_s[NQ];
     long long pauses_rx[NQ], resumes_rx[NQ], pfc_rx_frames;
     int pause_mask;
+    /* port.Impair: a degraded link's loss and corruption (Port.degrade) */
+    int impair;
+    double loss, corrupt;
+    Mt impair_rng;
     /* watchdog.PfcWatchdog */
     int has_wd, wd_drop_mask, wd_ignore_mask, wd_watched, wd_stormed, wd_action_drop;
     double wd_detect_s, wd_restore_s, wd_cond_since[NQ];
@@ -672,6 +677,14 @@ static int line_flush(Pipeline *P, Port *p, LineQ *line, PyObject *sent, int idx
         double model_due = x->model_due;
         line->head = (line->head + 1) % line->cap;
         line->len--;
+        if (p->impair && kind == METER_TX) { /* Impair.verdict (no LLR: refused) */
+            double r = random_random(&p->impair_rng);
+            if (r < p->loss || r < p->loss + p->corrupt) {
+                port_drop(p, r < p->loss ? D_LOSS : D_CORRUPT);
+                Py_DECREF(frame);
+                continue;
+            }
+        }
         PyObject *t = Py_BuildValue("(iN)", idx, frame); /* steals the line's reference */
         if (t == NULL) return -1;
         int r = PyList_Append(sent, t);
@@ -1061,25 +1074,35 @@ static PyObject *Pipeline_set_strict(Pipeline *P, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* set_rng(i, random.Random.getstate()[1]): the 624 words and the index */
-static PyObject *Pipeline_set_rng(Pipeline *P, PyObject *args) {
-    int i;
-    PyObject *t;
-    if (!PyArg_ParseTuple(args, "iO!", &i, &PyTuple_Type, &t)) return NULL;
-    Port *p = port_arg(P, i);
-    if (p == NULL) return NULL;
-    if (PyTuple_GET_SIZE(t) != 625) { PyErr_SetString(PyExc_ValueError, "set_rng: 625 ints"); return NULL; }
+/* a random.Random.getstate()[1] (the 624 words and the index) into `m` */
+static int mt_arg(PyObject *t, Mt *m) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 625) {
+        PyErr_SetString(PyExc_ValueError, "a generator state: 625 ints");
+        return -1;
+    }
+    Mt out;
     for (int k = 0; k < 624; k++) {
         unsigned long w = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(t, k));
-        if (w == (unsigned long)-1 && PyErr_Occurred()) return NULL;
-        p->q.rng.mt[k] = (uint32_t)w;
+        if (w == (unsigned long)-1 && PyErr_Occurred()) return -1;
+        out.mt[k] = (uint32_t)w;
     }
     long idx = PyLong_AsLong(PyTuple_GET_ITEM(t, 624));
     if (idx < 0 || idx > 624) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "set_rng: bad index");
-        return NULL;
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a generator state: bad index");
+        return -1;
     }
-    p->q.rng.mti = (int)idx;
+    out.mti = (int)idx;
+    *m = out;
+    return 0;
+}
+
+/* set_rng(i, random.Random.getstate()[1]): port i's WRED draws */
+static PyObject *Pipeline_set_rng(Pipeline *P, PyObject *args) {
+    int i;
+    PyObject *t;
+    if (!PyArg_ParseTuple(args, "iO", &i, &t)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL || mt_arg(t, &p->q.rng) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1160,6 +1183,24 @@ static PyObject *Pipeline_meter(Pipeline *P, PyObject *noargs) {
     (void)noargs;
     return Py_BuildValue("(LdNii)", P->meter_count, P->meter_max, ll_list(P->hist, P->nedges + 2),
                          P->worst_port, P->worst_kind);
+}
+
+/* set_degrade(i, rate_Bps, delay, loss, corrupt, impair generator state or None):
+ * Port.degrade / restore as the control plane computed them */
+static PyObject *Pipeline_set_degrade(Pipeline *P, PyObject *args) {
+    int i;
+    double rate, delay, loss, corrupt;
+    PyObject *state;
+    if (!PyArg_ParseTuple(args, "iddddO", &i, &rate, &delay, &loss, &corrupt, &state)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL) return NULL;
+    if (state != Py_None && mt_arg(state, &p->impair_rng) < 0) return NULL;
+    p->impair = state != Py_None;
+    p->rate_Bps = rate;
+    p->delay = delay;
+    p->loss = loss;
+    p->corrupt = corrupt;
+    Py_RETURN_NONE;
 }
 
 static int macs_arg(PyObject *t, unsigned char (**out)[6], int *n) {
@@ -1555,6 +1596,7 @@ static PyMethodDef Pipeline_methods[] = {
     {"timers", (PyCFunction)(void (*)(void))Pipeline_timers, METH_FASTCALL, "timers(now, events)"},
     {"set_meter", (PyCFunction)Pipeline_set_meter, METH_VARARGS, "set_meter(edges, monotonic)"},
     {"meter", (PyCFunction)Pipeline_meter, METH_NOARGS, "meter(): the lag meter"},
+    {"set_degrade", (PyCFunction)Pipeline_set_degrade, METH_VARARGS, "set_degrade(i, ...)"},
     {"set_watchdog", (PyCFunction)Pipeline_set_watchdog, METH_VARARGS, "set_watchdog(i, ...)"},
     {"state", (PyCFunction)Pipeline_state, METH_VARARGS, "state(i)"},
     {"clocks", (PyCFunction)Pipeline_clocks, METH_NOARGS, "clocks(): (eligible_at, free_at, bytes) per port"},

@@ -22,7 +22,8 @@ the C stages do not implement is refused (`Unsupported`, naming the field): the 
 log, the test drop hook, trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode
 auto (it needs LLDP/DCBX). Pause refreshes and the watchdog's poll run in C (`timers`);
 LLDP announcements stay the caller's; the lag meter (`emucore.fidelity.LagMeter`) records
-what C did. Not here yet: degraded links (`Port.degrade`), LLR, CBFC.
+what C did; a degraded link (`degrade`, `restore`) loses and corrupts frames with the
+Python's draws. Not here yet: LLR, CBFC, trimming (refused).
 
 Measured against `emu.observe.calibrate.time_frames` with `time_frames` below (the routed
 book-QoS frame; figures in the commit that added `run_frames`).
@@ -107,8 +108,8 @@ class FastPipeline:
             for q in range(8):
                 tier = pq.tier_of[q]
                 w = pq.wred[q]
-                c.set_queue(i, q, pq.limit[q], 0 if tier is None else 1 if tier is pq.weighted else 2,
-                            0 if tier is None else tier.quantum[q],
+                kind = 0 if tier is None else 1 if tier is pq.weighted else 2
+                c.set_queue(i, q, pq.limit[q], kind, 0 if tier is None else tier.quantum[q],
                             None if w is None else (w.min_bytes, w.max_bytes, w.max_prob,
                                                     w.weight, w.ecn))
             c.set_strict(i, tuple(pq.strict))
@@ -192,6 +193,26 @@ class FastPipeline:
         names = self.names
         sent.extend((names[i], f) for i, f in out)
         return wake
+
+    def degrade(self, port: str, lab_bps: float | None, loss: float, corrupt: float,
+                extra_delay_lab_s: float, seed: int = 1) -> None:
+        """`Port.degrade` (the control plane's port computes it; C runs it): the rate,
+        the delay, and the loss and corruption with the same draws."""
+        p = self.agent.ports[port]
+        p.degrade(lab_bps, loss, corrupt, extra_delay_lab_s, seed)
+        self.push_link(port)
+
+    def restore(self, port: str) -> None:
+        """`Port.restore`: the nominal rate and delay, no loss."""
+        self.agent.ports[port].restore()
+        self.push_link(port)
+
+    def push_link(self, port: str) -> None:
+        p = self.agent.ports[port]
+        imp = p.impair
+        self.c.set_degrade(self.index[port], p.shaper.rate_Bps, p.delay,
+                           imp.loss if imp else 0.0, imp.corrupt if imp else 0.0,
+                           tuple(imp.random.__self__.getstate()[1]) if imp else None)
 
     def meter(self) -> LagMeter:
         """The lag meter of what C did (`Agent.meter`: frames and control frames sent,

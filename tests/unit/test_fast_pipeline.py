@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -134,7 +135,8 @@ def trace(seed: int, bursts: int = 30) -> list[tuple[float, str, bytes]]:
             kind = rng.random()
             if port == "eth5":
                 src, dst = mac_bytes(SPINE_MAC), mac_bytes(UPLINKS["eth5"])
-                sip, dip = f"10.0.2.{rng.randrange(10, 16)}", rng.choice([h[1] for h in HOSTS.values()])
+                sip = f"10.0.2.{rng.randrange(10, 16)}"
+                dip = rng.choice([h[1] for h in HOSTS.values()])
             else:
                 src, sip = mac_bytes(HOSTS[port][0]), HOSTS[port][1]
                 dst, dip = mac_bytes(rng.choice((ROUTER,) * 9 + (DLB_MAC,))), \
@@ -237,9 +239,9 @@ LATE = (0.0,) * 6 + (2e-6, 30e-6, 300e-6)  #: lab s a wake-up may come late
 
 
 def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
-                 fibs: dict[float, tuple] | None = None) -> dict:
+                 actions: dict[float, Callable] | None = None) -> dict:
     """Run both on `frames`, serving at every arrival and every wake time (and installing
-    `fibs[t]` in both at the first step from t on); assert them equal; return what
+    running `actions[t](ref, fast)` at the first step from t on); assert them equal; return what
     happened (for the tests' own checks)."""
     now, py_sent, c_sent = [0.0], [], []
     ref = reference(cfg, now, py_sent)
@@ -251,9 +253,8 @@ def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
         t = min(frames[i][0] if i < len(frames) else math.inf,
                 wake + late(LATE) if wake is not None else math.inf, deadline + late(LATE))
         now[0] = t
-        for at in sorted(k for k in fibs or () if k <= t):
-            ref.install_fib(*fibs[at])
-            fast.install_fib(*fibs.pop(at))
+        for at in sorted(k for k in actions or () if k <= t):
+            actions.pop(at)(ref, fast)
         while i < len(frames) and frames[i][0] == t:
             _, port, frame = frames[i]
             ref.on_frame(ref.ports[port], frame, t)
@@ -317,8 +318,23 @@ def test_fib_change_mid_trace() -> None:
     routes, neigh, local = FIB
     fib2 = ([routes[0], FibRoute("10.0.2.0/24", (("172.16.2.1", "eth6"),)),
              FibRoute("10.0.2.12/32", (("172.16.1.1", "eth5"),))], neigh, local)
-    r = differential(config(small_qos()), frames, {frames[len(frames) // 2][0]: fib2})
+    change = {frames[len(frames) // 2][0]: lambda ref, fast: (ref.install_fib(*fib2),
+                                                              fast.install_fib(*fib2))}
+    r = differential(config(small_qos()), frames, change)
     assert r["ref"].fib_table is not None and "10.0.2.12/32" in r["ref"].fib_table
+
+
+def test_degraded_link() -> None:
+    """`link ... degrade` mid-trace (half rate, 20 % loss, 10 % corruption, +0.5 ms) on
+    an uplink, restored later: the same frames lost, with the same draws."""
+    frames = trace(5)
+    t1, t2 = frames[len(frames) // 4][0], frames[3 * len(frames) // 4][0]
+    args = (50e9 / TDF, 0.2, 0.1, 0.5e-3, 7)
+    r = differential(config(small_qos()), frames, {
+        t1: lambda ref, fast: (ref.ports["eth5"].degrade(*args), fast.degrade("eth5", *args)),
+        t2: lambda ref, fast: (ref.ports["eth5"].restore(), fast.restore("eth5"))})
+    drops = r["ref"].ports["eth5"].drops
+    assert drops.get("degrade_loss", 0) > 0 and drops.get("degrade_corrupt", 0) > 0
 
 
 def test_trace_reaches_every_stage() -> None:
@@ -368,9 +384,9 @@ def test_flow_cache_overflow() -> None:
     from switch_agent.fast import _pipeline
     src = mac_bytes(HOSTS["eth1"][0])
     n = _pipeline.FLOW_CACHE_MAX + 3
+    dst = [socket.inet_ntoa((0x0A000200 + i).to_bytes(4, "big")) for i in range(200)]
     frames = [(i * 1e-7, "eth1", bytes(build_frame(src, mac_bytes(ROUTER), "10.0.1.11",
-                                                   socket.inet_ntoa((0x0A000200 + i % 200).to_bytes(4, "big")),
-                                                   60, sport=1024 + i // 200)))
+                                                   dst[i % 200], 60, sport=1024 + i // 200)))
               for i in range(n)]
     r = differential(config(None, shaped=False), frames)
     assert r["ref"].flowcache.flushes == 1
@@ -423,6 +439,8 @@ t.test_trace_reaches_every_stage()
 t.test_wred_draws_are_pythons()
 t.test_run_frames_is_the_pipeline()
 t.test_flow_cache_overflow()
+t.test_fib_change_mid_trace()
+t.test_degraded_link()
 print("sanitized ok")
 """
 
