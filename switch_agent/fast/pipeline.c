@@ -652,9 +652,13 @@ static void record(Pipeline *P, double due, double done, int port, int kind) {
     double lag = (done - due) / P->tdf; /* TimeDilation.model_time */
     P->meter_count++;
     if (lag <= 0.0) { P->hist[0]++; return; }
-    int b = 0;
-    while (b < P->nedges && P->edges[b] < lag) b++; /* bisect_left */
-    P->hist[1 + b]++;
+    int lo = 0, hi = P->nedges; /* bisect.bisect_left(BUCKET_EDGES, lag) */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (P->edges[mid] < lag) lo = mid + 1;
+        else hi = mid;
+    }
+    P->hist[1 + lo]++;
     if (lag > P->meter_max) { P->meter_max = lag; P->worst_port = port; P->worst_kind = kind; }
 }
 
@@ -685,8 +689,10 @@ static int line_flush(Pipeline *P, Port *p, LineQ *line, PyObject *sent, int idx
                 continue;
             }
         }
-        PyObject *t = Py_BuildValue("(iN)", idx, frame); /* steals the line's reference */
-        if (t == NULL) return -1;
+        PyObject *t = PyTuple_New(2), *port = PyLong_FromLong(idx);
+        if (t == NULL || port == NULL) { Py_XDECREF(t); Py_XDECREF(port); Py_DECREF(frame); return -1; }
+        PyTuple_SET_ITEM(t, 0, port);
+        PyTuple_SET_ITEM(t, 1, frame); /* the line's reference */
         int r = PyList_Append(sent, t);
         Py_DECREF(t);
         if (r < 0) return -1;
