@@ -8,9 +8,11 @@ import signal
 import sys
 from pathlib import Path
 
-from switch_agent.agent import Agent
+from switch_agent import fastagent
 from switch_agent.agentconfig import AgentConfig
 from switch_agent.serve import serve
+
+log = logging.getLogger("switch_agent")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(filename=args.log, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = AgentConfig.from_json(Path(args.config).read_text())
-    agent = Agent(cfg)
+    try:  # EMU_DATAPATH (emucore.datapath): the Python agent, or its frames in C
+        agent = fastagent.build(cfg)
+    except (ValueError, ImportError) as exc:  # fast: Unsupported (naming the field), unbuilt
+        log.error("%s: refused: %s", cfg.name, exc)
+        print(f"switch agent {cfg.name}: {exc}", file=sys.stderr)
+        return 2
 
     def stop(signum, _frame):
         # epoll.poll() is retried after EINTR (PEP 475): leave the loop by raising

@@ -7,7 +7,8 @@ Requests: {"cmd": "ping"}, {"cmd": "counters"}, {"cmd": "fib"}, {"cmd": "fidelit
 the fidelity guard's lags), and the faults of issue 14: {"cmd": "admin", "state": "down"}
 (switch down / up: `Agent.set_admin`), {"cmd": "degrade", "port": "eth5", "rate_model_bps",
 "loss", "corrupt", "delay_model_s"} or {"cmd": "degrade", "port": "eth5", "restore": true}. The counters carry "fidelity": the agent's
-emucore.fidelity.LagMeter snapshot plus "cpu_s", the process's CPU seconds.
+emucore.fidelity.LagMeter snapshot plus "cpu_s", the process's CPU seconds, and "datapath":
+"c" or "python" (switch_agent.fastagent).
 Served from the agent's poll loop (no thread, so counters are read consistently).
 `request(path, payload)` (emucore.ctlsock) is the client used by `emu` and the tests.
 """
@@ -83,6 +84,7 @@ class AgentControl(LineServer):
                 return {"ok": False, "error": f"port: no port {req.get('port')!r}"}
             if req.get("restore"):
                 port.restore()
+                a.port_changed(port.name)
             else:
                 try:
                     loss, corrupt = float(req.get("loss", 0)), float(req.get("corrupt", 0))
@@ -97,17 +99,15 @@ class AgentControl(LineServer):
                                                   " rate > 0"}
                 port.degrade(a.td.lab_rate(rate) if rate is not None else None, loss, corrupt,
                              a.td.lab_time(delay), a.cfg.test_drop_seed)
+                a.port_changed(port.name)
             a.event(f"{port.name}: {'restored' if req.get('restore') else 'degraded'} "
                     f"({json.dumps({k: v for k, v in req.items() if k != 'cmd'})})")
             return {"ok": True}
         if cmd == "fidelity_reset":  # the run's measurement window starts now
-            a.meter.reset()
+            a.reset_meter()
             return {"ok": True}
         if cmd == "reset":
-            for p in a.ports.values():
-                p.rx_packets = p.rx_bytes = p.tx_packets = p.tx_bytes = 0
-                p.drops.clear()
-            a.meter.reset()  # the fidelity guard measures the same window
+            a.reset_counters()
             return {"ok": True}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 

@@ -24,6 +24,7 @@ from pyroute2 import IPRoute
 from emucore import rawsock
 from switch_agent import control, kernel
 from switch_agent.agent import Agent
+from switch_agent.fastagent import FastAgent
 
 log = logging.getLogger("switch_agent")
 
@@ -48,8 +49,10 @@ def discard(port, frame: bytes, now: float) -> None:
     port.drop("switch_down")
 
 
-def serve(agent: Agent) -> None:
-    """Serve until SIGTERM/SIGINT (the signal handler clears `agent.running`)."""
+def serve(agent: Agent | FastAgent) -> None:
+    """Serve until SIGTERM/SIGINT (the signal handler clears `agent.running`); `agent`
+    is the Python agent or, on the compiled data path, `switch_agent.fastagent.FastAgent`
+    (its `backlog` is always true: C keeps its own, so every wake-up ends in `service`)."""
     name = agent.cfg.name
     ep = select.epoll()
     for fd in agent.by_fd:
@@ -63,8 +66,8 @@ def serve(agent: Agent) -> None:
         log.warning("%s: cannot set the timer slack: wake-ups may be up to 50 us late", name)
     agent.install_fib(*kernel.read_control_plane(ipr))
     reload_at = None
-    log.info("%s: forwarding on %s (QoS %s)", name, ", ".join(agent.ports),
-             "on" if agent.qos else "off")
+    log.info("%s: forwarding on %s (QoS %s, data path %s)", name, ", ".join(agent.ports),
+             "on" if agent.qos else "off", agent.datapath)
     ctl.ready()
     by_fd = agent.by_fd
     on_frame = agent.on_frame

@@ -36,13 +36,15 @@ class AgentState:
     log: EventLog
     sink: EventSink
     started: float
+    #: the data path the agent's frames take (switch_agent.fastagent.FastAgent: "c")
+    datapath = "python"
 
     def snapshot(self) -> dict:
         """Counters of every port (the contract with `emu` metrics and `show`); the
         event log is flushed (the metrics sampler asks every interval)."""
         now = time.monotonic()
         snap = {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
-                "tdf": self.cfg.tdf, "qos": self.qos is not None,
+                "tdf": self.cfg.tdf, "datapath": self.datapath, "qos": self.qos is not None,
                 "ports": {p.name: p.counters(now) for p in self.ports.values()},
                 "events": list(self.events[-20:]),
                 "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time()},
@@ -58,6 +60,21 @@ class AgentState:
                     self.sink.pauses(p, now)
             self.log.flush()
         return snap
+
+    def reset_meter(self) -> None:
+        """The fidelity guard starts a new measurement window (`fidelity_reset`)."""
+        self.meter.reset()
+
+    def reset_counters(self) -> None:
+        """`reset`: the ports' rx/tx and drop counters, and the fidelity guard's lags
+        (it measures the same window)."""
+        for p in self.ports.values():
+            p.rx_packets = p.rx_bytes = p.tx_packets = p.tx_bytes = 0
+            p.drops.clear()
+        self.meter.reset()
+
+    def port_changed(self, name: str) -> None:
+        """A port's link was degraded or restored (the compiled path pushes it to C)."""
 
     def close(self) -> None:
         """Write the pause expiries not yet noticed and close the event log (on exit)."""

@@ -32,6 +32,16 @@ from topologies.model import HOST, Fabric
 log = logging.getLogger("emu.realise.net")
 
 
+def refusal(log_path: str) -> str:
+    """The reason an agent gave for refusing to start (its log's last "refused:" line,
+    e.g. the compiled data path's `Unsupported`), or ""."""
+    try:
+        lines = Path(log_path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((ln.split("refused: ", 1)[1] for ln in reversed(lines) if "refused: " in ln), "")
+
+
 class FabricNet:
     """One realised fabric: build, configure, start agents, tear down.
 
@@ -247,10 +257,14 @@ class FabricNet:
         deadline = time.monotonic() + timeout
         for sw in self.local_switches():
             node = self.net[sw.name]
-            wait_ready(f"switch agent {sw.name}", node.agent,
-                       lambda p=str(self.control_path(sw.name)): control.request(
-                           p, {"cmd": "ping"}, timeout=1.0),
-                       deadline, timeout, hint=f"; see its log {node.agent_log}")
+            try:
+                wait_ready(f"switch agent {sw.name}", node.agent,
+                           lambda p=str(self.control_path(sw.name)): control.request(
+                               p, {"cmd": "ping"}, timeout=1.0),
+                           deadline, timeout, hint=f"; see its log {node.agent_log}")
+            except RuntimeError as exc:  # it refused its configuration: say why
+                why = refusal(node.agent_log)
+                raise RuntimeError(f"{exc}{': ' + why if why else ''}") from None
 
     # -- queries --------------------------------------------------------------
     def counters(self, switch: str) -> dict:

@@ -64,6 +64,8 @@ DEFERRED = {
                               "(0.6 s of imports); every other command starts without them",
     ("emucore.framing", "emucore.wire.fast"): "the C framing is imported only when chosen: "
                                               "EMU_DATAPATH=python runs where it is not built",
+    ("switch_agent.fastagent", "switch_agent.fast.pipeline"): "the C agent pipeline is imported "
+                                                             "only when chosen (EMU_DATAPATH=fast)",
 }
 
 

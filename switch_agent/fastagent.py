@@ -1,0 +1,253 @@
+"""The running agent with its per-frame work in C (issue 30; docs/DATAPATH.md): which data
+path an agent takes (`choose`, from `emucore.datapath`'s mode), and `FastAgent`, what
+`switch_agent.serve` drives when it is the C one.
+
+`FastAgent` holds the Python `Agent` (with its sockets: the control plane) and a
+`switch_agent.fast.pipeline.FastPipeline` built on it. Frames go to C; a flow C misses,
+an expired TTL and LLDP come back to the Python agent (FastPipeline). C's frames leave
+through the port sockets here, one `service` per wake-up; LLDP announcements and what
+the Python MAC control queues leave through the Python agent's `service`, as before.
+Pause refreshes and the watchdog's poll run in C (`FastPipeline.timers`), LLDP in Python.
+
+The control socket sees the Python agent (attributes it does not find here come from
+there). `counters` and `show` keep their shapes and values: before answering, `sync`
+copies C's state into the Python ports under the same attribute names (the counters the
+two sides both move - rx, tx, drops - by C's change since the last copy, so a `reset`
+and the Python side's own drops and LLDP frames still count), and the fidelity guard is
+C's meter merged with the Python agent's (LLDP). A route reload, a degraded link and a
+fidelity reset go to both. What C does not implement is refused, never approximated:
+the switch-down fault and the test drop hook answer `Unsupported` (see `set_admin`).
+"""
+
+from __future__ import annotations
+
+import errno
+
+from emucore import datapath, fidelity
+from emucore.fidelity import BUCKET_EDGES
+from switch_agent.agent import Agent
+from switch_agent.agentconfig import AgentConfig
+from switch_agent.forward import flow_key
+
+#: the data path names counters()["datapath"] reports
+C, PYTHON = "c", "python"
+PORT_MOVED = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")  #: moved by both sides
+QUEUE_COPIED = ("qbytes", "bytes", "avg", "enq_packets", "enq_bytes", "deq_packets",
+                "deq_bytes", "marks", "max_qbytes", "drops", "sojourn_max", "sojourn_hist",
+                "bin_seen", "bin_marked", "bin_dropped")  #: PortQueues: C's alone
+INGRESS_COPIED = ("held", "max_held", "xoff_sent", "xon_sent", "headroom_drops", "refreshes")
+PAUSE_COPIED = ("until", "since", "last_rx", "resumed_at", "paused_s", "pauses_rx",
+                "resumes_rx", "mask", "next_expiry")
+
+
+def choose(mode: str) -> str:
+    """The agent's data path for a datapath mode: C for `fast`; Python for `python` and,
+    for now, `auto` (emucore.datapath: switch agents run compiled only when asked)."""
+    return C if datapath.mode(mode) == "fast" else PYTHON
+
+
+def build(cfg: AgentConfig, mode: str | None = None, open_sockets: bool = True,
+          monotonic: bool = True) -> Agent | FastAgent:
+    """The agent `serve` drives: the Python `Agent`, or a `FastAgent` when `mode` (else
+    $EMU_DATAPATH) chooses C. `fast` with a configuration C does not implement raises
+    `Unsupported` naming the field, before any socket is opened."""
+    if choose(mode) == PYTHON:
+        return Agent(cfg, open_sockets=open_sockets)
+    datapath.require_built("switch_agent.fast._pipeline")
+    from switch_agent.fast import pipeline  # only built when asked for
+    pipeline.check_config(cfg)
+    pipeline.check_agent(Agent(cfg, open_sockets=False))  # the refusals, sockets unopened
+    return FastAgent(Agent(cfg, open_sockets=open_sockets), monotonic)
+
+
+def flow_cache_key(frame: bytes) -> tuple[int, bytes]:
+    """The C flow cache's (cache, key) of a routed frame, as `FastPipeline.flows` names
+    them (`switch_agent.flowcache`: 0 TCP, 1 UDP by addresses and ports; 2 the rest)."""
+    if frame[14] == 0x45 and frame[23] in (6, 17):
+        return (0 if frame[23] == 6 else 1, frame[26:38])
+    return 2, flow_key(frame)
+
+
+class FastAgent:
+    """The Python agent as control plane, its per-frame work in C."""
+
+    datapath = C
+    #: C keeps its own backlog: `serve` calls `service` on every wake-up
+    backlog = True
+
+    def __init__(self, agent: Agent, monotonic: bool = True) -> None:
+        from switch_agent.fast.pipeline import FastPipeline
+        self.agent = agent
+        self.fast = FastPipeline(agent.cfg, control=agent, monotonic=monotonic)
+        self.monotonic = monotonic
+        self.ports = agent.ports
+        self.by_fd = agent.by_fd
+        self.cfg = agent.cfg
+        self.py_ports = [agent.ports[n] for n in self.fast.names]
+        self.moved = [dict.fromkeys(PORT_MOVED, 0) for _ in self.py_ports]  # C's, last copied
+        self.c_drops: list[dict[str, int]] = [{} for _ in self.py_ports]
+        self.fifo: list[list[int]] = [[0] * 8 for _ in self.py_ports]
+        self.out: list = []
+        #: C's flow (cache, key) -> the balancer's tracked path its decision made
+        self.path_of: dict[tuple[int, bytes], object] = {}
+        self.decide, self.fast.decide = self.fast.decide, self.tracked_decide
+
+    def tracked_decide(self, frame: bytes, now: float) -> None:
+        """`FastPipeline.decide`, noting the path the balancer tracks for the flow."""
+        tracked = self.agent.balancer.tracked
+        n = len(tracked)
+        self.decide(frame, now)
+        if len(tracked) > n:
+            self.path_of[flow_cache_key(frame)] = tracked[-1]
+
+    def sync_paths(self) -> None:
+        """The tracked paths' packets and bytes, from C's flows (`Balancer.paths`)."""
+        path_of = self.path_of
+        for c, key, _, packets, nbytes in self.fast.c.flows():
+            p = path_of.get((c, key))
+            if p is not None:
+                p.packets, p.bytes = packets, nbytes
+
+    def __getattr__(self, name: str):  # the control plane's attributes and methods
+        return getattr(self.agent, name)
+
+    # -- the poll loop's calls (switch_agent.serve) ----------------------------------
+    @property
+    def admin_up(self) -> bool:
+        return self.agent.admin_up
+
+    @property
+    def running(self) -> bool:
+        return self.agent.running
+
+    @running.setter
+    def running(self, value: bool) -> None:
+        self.agent.running = value
+
+    def on_frame(self, port, frame: bytes, now: float) -> None:
+        self.fast.on_frame(port.name, frame, now)
+
+    def timers(self, now: float) -> float:
+        """C's timers (pause refreshes, the watchdog), then LLDP's (`AgentTimers.timers`)."""
+        nxt = self.fast.timers(now)
+        a = self.agent
+        if now >= a.next_lldp:
+            if a.next_lldp > -float("inf"):
+                a.meter.record(a.next_lldp, now, "lldp")
+            a.next_lldp = now + a.lldp_period
+            a.send_lldp(now)
+        return min(nxt, a.next_lldp)
+
+    def service(self, now: float) -> float | None:
+        """C's `service`, its frames sent on the port sockets (`Agent.flush`'s send and
+        its errors), then the Python agent's control frames; the next wake time."""
+        out = self.out
+        wake = self.fast.c.service(now, out)
+        ports = self.py_ports
+        for i, frame in out:
+            p = ports[i]
+            try:
+                p.sock.send(frame)
+            except OSError as exc:  # C counted it sent: it was dropped
+                p.drop("tx_error" if exc.errno != errno.ENOBUFS else "tx_nobufs")
+                p.tx_packets -= 1
+                p.tx_bytes -= len(frame)
+        out.clear()
+        if self.agent.backlog:
+            w = self.agent.service(now)
+            if w is not None and (wake is None or w < wake):
+                wake = w
+        return wake
+
+    def install_fib(self, routes, neighbours, local_ips) -> None:
+        """Both flow caches emptied together (`FastPipeline.install_fib`); the paths
+        of the flows forgotten keep their counts, as in Python."""
+        self.sync_paths()
+        self.path_of.clear()
+        self.fast.install_fib(routes, neighbours, local_ips)
+
+    # -- the control socket's (switch_agent.control) ------------------------------------
+    def sync(self) -> None:
+        """Copy C's state into the Python ports (see the module docstring)."""
+        self.sync_paths()
+        for i, p in enumerate(self.py_ports):
+            s = self.fast.c.state(i)
+            moved = self.moved[i]
+            for k in PORT_MOVED:
+                setattr(p, k, getattr(p, k) + s[k] - moved[k])
+                moved[k] = s[k]
+            last = self.c_drops[i]
+            for k, n in s["drops"].items():
+                if n != last.get(k, 0):
+                    p.drops[k] = p.drops.get(k, 0) + n - last.get(k, 0)
+            self.c_drops[i] = s["drops"]
+            sq, pq = s["queues"], p.queues
+            for k in QUEUE_COPIED:
+                setattr(pq, k, sq[k])
+            self.fifo[i] = sq["fifo"]
+            si, ing = s["ingress"], p.ingress
+            for k in INGRESS_COPIED:
+                setattr(ing, k, si[k])
+            ing.paused = [bool(x) for x in si["paused"]]
+            for k in PAUSE_COPIED:
+                setattr(p.pause, k, s["pause"][k])
+            p.pause_tx, p.resume_tx, p.pfc_rx_frames = s["pause_tx"], s["resume_tx"], \
+                s["pfc_rx_frames"]
+            wd = p.watchdog
+            if wd is not None:
+                sw = s["watchdog"]
+                wd.stormed = sw["stormed"]
+                wd.storms_detected, wd.storms_restored = sw["storms_detected"], \
+                    sw["storms_restored"]
+                wd.dropped = s["wd_dropped"]
+
+    def meter_snapshot(self) -> dict:
+        """C's lag meter and the Python agent's (LLDP, its control frames) as one."""
+        return fidelity.merge((self.fast.meter().snapshot(), self.agent.meter.snapshot()))
+
+    def snapshot(self) -> dict:
+        """`AgentState.snapshot` of C's state; "datapath": "c"."""
+        self.sync()
+        snap = self.agent.snapshot()
+        snap["fidelity"] = {**self.meter_snapshot(), "cpu_s": snap["fidelity"]["cpu_s"]}
+        snap["datapath"] = C
+        for i, name in enumerate(self.fast.names):
+            for q, n in enumerate(self.fifo[i]):
+                snap["ports"][name]["queues"][str(q)]["depth_packets"] = n
+        flows = self.fast.c.flows()
+        snap["lb"]["flow_cache"] = {"flows": len(flows), "flushes": self.fast.c.flushes()}
+        return snap
+
+    def show_state(self) -> dict:
+        self.sync()
+        return self.agent.show_state()
+
+    def reset_meter(self) -> None:
+        """`fidelity_reset`: both meters start a new window."""
+        self.fast.c.set_meter(BUCKET_EDGES, self.monotonic)
+        self.agent.meter.reset()
+
+    def reset_counters(self) -> None:
+        """`reset`: the port counters, as the Python agent's (C's changes count from
+        here), and both meters."""
+        self.sync()
+        self.agent.reset_counters()
+        self.reset_meter()
+
+    def port_changed(self, name: str) -> None:
+        """A degraded or restored link (the Python port computed it): C runs it."""
+        self.fast.push_link(name)
+
+    def set_admin(self, up: bool, now: float) -> int:
+        from switch_agent.fast.pipeline import Unsupported
+        raise Unsupported("admin down: the switch-down fault is not implemented by the C "
+                          "pipeline (run with --datapath python)")
+
+    @property
+    def drop_rate(self) -> float:
+        return self.agent.drop_rate
+
+    @drop_rate.setter
+    def drop_rate(self, rate: float) -> None:
+        from switch_agent.fast.pipeline import Unsupported
+        raise Unsupported("test_drop_rate: not implemented by the C pipeline")

@@ -1,0 +1,140 @@
+"""switch_agent.fastagent: which data path a running agent takes, what it refuses, and the
+control socket's answers (`counters`, `show`, `reset`, `degrade`, `fidelity_reset`) in the
+same shapes and values on the C path as on the Python agent, run on the same timed trace
+(issue 30; the trace and the reference agent are tests/unit/test_fast_pipeline.py's).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from switch_agent import fastagent
+from switch_agent.agent import Agent
+from switch_agent.control import AgentControl
+from switch_agent.fast.pipeline import Unsupported
+from switch_agent.show import COMMANDS
+from switch_agent.forward import FibRoute
+from tests.unit.test_fast_pipeline import CASES, FIB, config, reference, small_qos, trace
+
+#: one uplink for 10.0.2.0/24 and a host route on the other (a reconvergence)
+FIB2 = ([FIB[0][0], FibRoute("10.0.2.0/24", (("172.16.2.1", "eth6"),)),
+         FibRoute("10.0.2.12/32", (("172.16.1.1", "eth5"),))], FIB[1], FIB[2])
+#: the counters that differ between two processes and say nothing of the data path
+TIMING = ("t_lab", "uptime_s")
+
+
+def ask(agent, req: dict) -> dict:
+    """The control socket's reply to `req` (AgentControl.dispatch, without the socket)."""
+    return AgentControl.dispatch(SimpleNamespace(agent=agent), req)
+
+
+def test_the_data_path_chosen_by_mode(monkeypatch):
+    assert fastagent.choose("fast") == "c"
+    assert fastagent.choose("python") == fastagent.choose("auto") == "python"
+    monkeypatch.setenv("EMU_DATAPATH", "fast")
+    assert fastagent.choose(None) == "c"
+    cfg = config(small_qos())
+    a = fastagent.build(cfg, open_sockets=False)
+    assert isinstance(a, fastagent.FastAgent) and a.snapshot()["datapath"] == "c"
+    for mode in ("python", "auto"):
+        a = fastagent.build(cfg, mode, open_sockets=False)
+        assert type(a) is Agent and a.snapshot()["datapath"] == "python"
+    with pytest.raises(ValueError, match="EMU_DATAPATH: must be one of"):
+        fastagent.build(cfg, "quick", open_sockets=False)
+
+
+def test_fast_refuses_what_c_does_not_implement():
+    """`fast` never falls back: the refusal names the field (the agent exits with it)."""
+    cfg = config(small_qos())
+    for field, value in (("events_path", "/tmp/x.jsonl"), ("test_drop_rate", 0.1)):
+        with pytest.raises(Unsupported, match=field):
+            fastagent.build(replace(cfg, **{field: value}), "fast", open_sockets=False)
+        assert type(fastagent.build(replace(cfg, **{field: value}), "auto",
+                                    open_sockets=False)) is Agent
+    with pytest.raises(Unsupported, match="lb.mode"):
+        fastagent.build(replace(cfg, lb={"mode": "spray"}), "fast", open_sockets=False)
+
+
+def test_fast_refuses_the_faults_c_does_not_run():
+    """The switch-down fault and the test drop hook answer Unsupported on the C path."""
+    fa = fastagent.build(config(small_qos()), "fast", open_sockets=False)
+    with pytest.raises(Unsupported, match="admin down"):
+        ask(fa, {"cmd": "admin", "state": "down"})
+    assert fa.admin_up
+    with pytest.raises(Unsupported, match="test_drop_rate"):
+        ask(fa, {"cmd": "set", "test_drop_rate": 0.1})
+    assert ask(fa, {"cmd": "set"}) == {"ok": True}
+
+
+def fast_agent(cfg, now: list[float], sent: list) -> fastagent.FastAgent:
+    """A FastAgent on a control agent like the reference's (fake clock, recording sockets)."""
+    return fastagent.FastAgent(reference(cfg, now, sent), monotonic=False)
+
+
+def answers(agent) -> dict:
+    """What the control socket answers: counters (but timing) and every show command."""
+    c = ask(agent, {"cmd": "counters"})
+    for k in TIMING:
+        c.pop(k)
+    c.pop("datapath")
+    c["fidelity"].pop("cpu_s")
+    show = {" ".join(cmd): ask(agent, {"cmd": "show", "text": " ".join(cmd) + (
+        " eth5" if cmd[-1] == "interface" else "")}) for cmd in COMMANDS}
+    return {"counters": c, "show": show}
+
+
+def drive(cfg, frames, actions: dict[float, dict]) -> tuple:
+    """The reference agent and a FastAgent on `frames`, serving at every arrival and wake
+    time, sending the control request `actions[t]` to both (or calling it on both) at the
+    first step from t."""
+    now, py_sent, c_sent = [0.0], [], []
+    ref, fa = reference(cfg, now, py_sent), fast_agent(cfg, now, c_sent)
+    i, wake = 0, None
+    while i < len(frames) or wake is not None:
+        t = min(frames[i][0] if i < len(frames) else math.inf,
+                wake if wake is not None else math.inf)
+        now[0] = t
+        for at in sorted(k for k in actions if k <= t):
+            req = actions.pop(at)
+            if callable(req):
+                req(ref), req(fa)
+            else:
+                assert ask(ref, req) == ask(fa, req), req
+        while i < len(frames) and frames[i][0] == t:
+            _, port, frame = frames[i]
+            ref.on_frame(ref.ports[port], frame, t)
+            fa.on_frame(fa.ports[port], frame, t)
+            i += 1
+        assert fa.timers(t) == ref.timers(t)
+        w = ref.service(t)
+        assert fa.service(t) == w, t
+        wake = w if w is None or w > t else math.nextafter(t, math.inf)
+    assert c_sent == py_sent
+    return ref, fa
+
+
+@pytest.mark.parametrize("case", ["book-small", "watchdog-drop", "plain"])
+def test_control_answers_are_the_pythons(case):
+    """counters and show, after a trace with a reset, a degraded and restored uplink and
+    a fidelity reset and a FIB change in it, equal on both paths."""
+    frames = trace(7)
+    t = [frames[len(frames) * k // 6][0] for k in range(1, 6)]
+    degrade = {"cmd": "degrade", "port": "eth5", "rate_model_bps": 50e9, "loss": 0.2,
+               "corrupt": 0.1, "delay_model_s": 0.5e-6}
+    ref, fa = drive(CASES[case](), frames, {
+        t[0]: {"cmd": "reset"}, t[1]: degrade, t[2]: {"cmd": "fidelity_reset"},
+        t[3]: {"cmd": "degrade", "port": "eth5", "restore": True},
+        t[4]: lambda agent: agent.install_fib(*FIB2)})
+    a, b = answers(ref), answers(fa)
+    assert a == b
+    c = a["counters"]
+    assert sum(p["rx_packets"] for p in c["ports"].values()) < len(frames)  # reset mid-way
+    assert c["ports"]["eth5"]["drops"].get("degrade_loss", 0) > 0
+    assert c["fidelity"]["count"] > 0 and c["lb"]["paths"]
+    if case == "book-small":
+        assert any(q["ecn_marks"] for p in c["ports"].values() for q in p["queues"].values())
+        assert any(sum(p["pfc"]["pause_tx"]) for p in c["ports"].values())
