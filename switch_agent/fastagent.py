@@ -7,7 +7,8 @@ path an agent takes (`choose`, from `emucore.datapath`'s mode), and `FastAgent`,
 an expired TTL and LLDP come back to the Python agent (FastPipeline). C's frames leave
 through the port sockets here, one `service` per wake-up; LLDP announcements and what
 the Python MAC control queues leave through the Python agent's `service`, as before.
-Pause refreshes and the watchdog's poll run in C (`FastPipeline.timers`), LLDP in Python.
+Pause refreshes and the watchdog's poll run in C (`FastPipeline.timers`), LLDP in Python;
+the priorities LLDP/DCBX make PFC active on (`pfc_mode auto`) are pushed to C as they change.
 
 The control socket sees the Python agent (attributes it does not find here come from
 there). `counters` and `show` keep their shapes and values: before answering, `sync`
@@ -56,7 +57,7 @@ def build(cfg: AgentConfig, mode: str | None = None, open_sockets: bool = True,
     datapath.require_built("switch_agent.fast._pipeline")
     from switch_agent.fast import pipeline  # only built when asked for
     pipeline.check_config(cfg)
-    pipeline.check_agent(Agent(cfg, open_sockets=False))  # the refusals, sockets unopened
+    pipeline.check_agent(Agent(cfg, open_sockets=False), pfc_auto=True)  # sockets unopened
     return FastAgent(Agent(cfg, open_sockets=open_sockets), monotonic)
 
 
@@ -78,7 +79,7 @@ class FastAgent:
     def __init__(self, agent: Agent, monotonic: bool = True) -> None:
         from switch_agent.fast.pipeline import FastPipeline
         self.agent = agent
-        self.fast = FastPipeline(agent.cfg, control=agent, monotonic=monotonic)
+        self.fast = FastPipeline(agent.cfg, control=agent, monotonic=monotonic, pfc_auto=True)
         self.monotonic = monotonic
         self.ports = agent.ports
         self.by_fd = agent.by_fd
@@ -88,6 +89,7 @@ class FastAgent:
         self.c_drops: list[dict[str, int]] = [{} for _ in self.py_ports]
         self.fifo: list[list[int]] = [[0] * 8 for _ in self.py_ports]
         self.out: list = []
+        self.pfc_masks = [self.fast.push_ingress(n) for n in self.fast.names]
         #: C's flow (cache, key) -> the balancer's tracked path its decision made
         self.path_of: dict[tuple[int, bytes], object] = {}
         self.decide, self.fast.decide = self.fast.decide, self.tracked_decide
@@ -125,7 +127,13 @@ class FastAgent:
         self.agent.running = value
 
     def on_frame(self, port, frame: bytes, now: float) -> None:
-        self.fast.on_frame(port.name, frame, now)
+        """`FastPipeline.on_frame`; after an LLDP frame, the priorities DCBX made PFC
+        active on (`pfc_mode auto`) are pushed to C."""
+        if self.fast.on_frame(port.name, frame, now) is not None:
+            i = self.fast.index[port.name]
+            ing = port.ingress
+            if self.pfc_masks[i] != sum(1 << k for k in range(8) if ing.enabled[k]):
+                self.pfc_masks[i] = self.fast.push_ingress(port.name)
 
     def timers(self, now: float) -> float:
         """C's timers (pause refreshes, the watchdog), then LLDP's (`AgentTimers.timers`)."""

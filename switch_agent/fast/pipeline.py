@@ -20,7 +20,8 @@ in C (`MacControl.on_frame`, `emucore.qos.pfc.EgressPause`); any other link-loca
 (LLDP, CBFC) goes to the control plane's `MacControl`, never approximated. The configuration
 the C stages do not implement is refused (`Unsupported`, naming the field): the event
 log, the test drop hook, trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode
-auto (it needs LLDP/DCBX). Pause refreshes and the watchdog's poll run in C (`timers`);
+auto (it needs LLDP/DCBX) unless the caller pushes DCBX's outcome (`push_ingress`, as
+`switch_agent.fastagent` does). Pause refreshes and the watchdog's poll run in C (`timers`);
 LLDP announcements stay the caller's; the lag meter (`emucore.fidelity.LagMeter`) records
 what C did; a degraded link (`degrade`, `restore`) loses and corrupts frames with the
 Python's draws. Not here yet: LLR, CBFC, trimming (refused).
@@ -70,13 +71,14 @@ def check_config(cfg: AgentConfig) -> None:
             raise Unsupported(f"{name}: not implemented by the C pipeline")
 
 
-def check_agent(agent: Agent) -> None:
-    """Raise Unsupported for what the agent built from the config that C does not run."""
+def check_agent(agent: Agent, pfc_auto: bool = False) -> None:
+    """Raise Unsupported for what the agent built from the config that C does not run
+    (`pfc_auto`: PFC mode auto is run, its caller pushing DCBX's outcome, `push_ingress`)."""
     if agent.lb.mode != "ecmp":
         raise Unsupported(f"lb.mode: {agent.lb.mode!r} not implemented by the C pipeline "
                           "(flow ECMP only)")
     for p in agent.ports.values():
-        if p.pfc_mode == "auto":
+        if p.pfc_mode == "auto" and not pfc_auto:
             raise Unsupported(f"qos.interfaces[{p.name}].pfc_mode: 'auto' needs LLDP/DCBX, "
                               "not in the C pipeline")
         if p.queues.trim_q >= 0:
@@ -87,14 +89,14 @@ class FastPipeline:
     """The C pipeline of one switch and the Python control plane that feeds it."""
 
     def __init__(self, cfg: AgentConfig, control: Agent | None = None,
-                 monotonic: bool = True) -> None:
+                 monotonic: bool = True, pfc_auto: bool = False) -> None:
         """`control`: the Python agent to take the tables from (default: one built from
         `cfg` without sockets); `monotonic`: frames sent are stamped by the monotonic
         clock for the lag meter, as `Agent.clock` does (False: the `now` of `service`,
-        a fake clock's)."""
+        a fake clock's); `pfc_auto`: see `check_agent`."""
         check_config(cfg)
         self.agent = control if control is not None else Agent(cfg, open_sockets=False)
-        check_agent(self.agent)
+        check_agent(self.agent, pfc_auto)
         ports = list(self.agent.ports.values())
         self.names = [p.name for p in ports]
         self.index = {p.name: i for i, p in enumerate(ports)}
@@ -114,16 +116,23 @@ class FastPipeline:
                                                     w.weight, w.ecn))
             c.set_strict(i, tuple(pq.strict))
             c.set_rng(i, tuple(pq.rng.__self__.getstate()[1]))
-            ing = p.ingress
-            c.set_ingress(i, sum(1 << k for k in range(8) if ing.enabled[k]), ing.xoff, ing.xon,
-                          ing.drop_above, ing.refresh_s, tuple(map(bytes, ing.pause_frames)),
-                          tuple(map(bytes, ing.resume_frames)))
+            self.push_ingress(p.name)
             wd = p.watchdog
             if wd is not None:
                 c.set_watchdog(i, wd.watched, wd.detect_s, wd.restore_s, wd.cfg.action == "drop",
                                a.wd_period)
         c.set_meter(BUCKET_EDGES, monotonic)
         self.tables()
+
+    def push_ingress(self, port: str) -> int:
+        """The port's ingress PFC settings, as the control plane's port has them (the
+        priorities PFC is active on change with DCBX); their mask."""
+        ing = self.agent.ports[port].ingress
+        mask = sum(1 << k for k in range(8) if ing.enabled[k])
+        self.c.set_ingress(self.index[port], mask, ing.xoff, ing.xon, ing.drop_above,
+                           ing.refresh_s, tuple(map(bytes, ing.pause_frames)),
+                           tuple(map(bytes, ing.resume_frames)))
+        return mask
 
     def tables(self) -> None:
         """Push the agent's MAC, local-address and layer-2 tables; forget every flow."""

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from emucore.qos.qosconfig import InterfaceQos
 from switch_agent import fastagent
 from switch_agent.agent import Agent
 from switch_agent.control import AgentControl
@@ -138,3 +139,22 @@ def test_control_answers_are_the_pythons(case):
     if case == "book-small":
         assert any(q["ecn_marks"] for p in c["ports"].values() for q in p["queues"].values())
         assert any(sum(p["pfc"]["pause_tx"]) for p in c["ports"].values())
+
+
+def test_pfc_mode_auto_follows_dcbx():
+    """`pfc_mode auto`: PFC goes active on a port when its neighbour's LLDP/DCBX agrees
+    (the Python control plane decides, C is told); the same pauses and counters follow."""
+    cfg = config(replace(small_qos(), default_interface=InterfaceQos(pfc_mode="auto")))
+    peer = Agent(cfg, open_sockets=False)
+    peer.dcbx.announce(peer.ports["eth1"], 0.0)
+    lldp = peer.ports["eth1"].ctrl[-1][1]
+    frames = trace(8)
+    t0 = frames[len(frames) // 3][0]
+    frames = sorted(frames + [(t0, port, lldp) for port in ("eth1", "eth2", "eth3", "eth5")],
+                    key=lambda f: f[0])
+    ref, fa = drive(cfg, frames, {})
+    a, b = answers(ref), answers(fa)
+    assert a == b
+    ports = a["counters"]["ports"]
+    assert ports["eth2"]["pfc"]["active"] == [3] and ports["eth6"]["pfc"]["active"] == []
+    assert any(sum(p["pfc"]["pause_tx"]) for p in ports.values())
