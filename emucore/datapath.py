@@ -1,0 +1,82 @@
+"""Which data path a run's processes use: the compiled one (C, issue 30) or the Python
+reference (docs/DATAPATH.md "Keeping Python the reference").
+
+`emu run --datapath` / `emu lab run --datapath` set `EMU_DATAPATH` for every process of
+the run (switch agents, NICs, and the parts on other servers), which read it here:
+
+* `python`: the Python reference everywhere;
+* `fast`: the compiled path for every stage that has one; a process whose configuration
+  the compiled path does not implement refuses to start, naming the field (switch
+  agents are started without an event log: the C pipeline keeps none);
+* `auto` (the default): the compiled path wherever the configuration is supported, the
+  Python path elsewhere, and the process says which it took. Switch agents stay on the
+  Python path under `auto` for now (`FAST_ONLY`): the C agent pipeline keeps no event
+  log (a run asks every agent for one) and refuses the switch-down fault and the test
+  drop hook at run time, which a run cannot know at start; its `counters` and `show`
+  answers are the Python agent's in shape and value (tests/unit/test_fastagent.py).
+
+`fast` and `auto` need the C modules built from today's sources (`./setup.sh` builds
+them, emucore/cbuild.py); a missing build is an error that says so, never a silent
+fallback to Python. `COMPILED` lists what the compiled path covers today under `auto`
+and `fast`, `FAST_ONLY` what only `fast` runs compiled.
+"""
+
+from __future__ import annotations
+
+import os
+
+from emucore import cbuild
+
+ENV = "EMU_DATAPATH"
+MODES = ("auto", "python", "fast")
+DEFAULT = "auto"
+#: the stages with a compiled path, as a run header names them
+COMPILED = ("NIC RoCEv2 framing (build, parse, ICRC)",)
+#: the stages compiled only under `fast` (switch_agent.fastagent)
+FAST_ONLY = ("switch agents (per-frame pipeline)",)
+#: the stages that run Python on every path, for now
+PYTHON_ONLY = ("RC transport and DCQCN", "UET")
+
+
+class NotBuilt(ImportError):
+    """The compiled path was asked for and is not built from today's sources."""
+
+
+def mode(value: str | None = None) -> str:
+    """`value`, else $EMU_DATAPATH, else auto; ValueError naming the variable if unknown."""
+    m = value if value is not None else (os.environ.get(ENV) or DEFAULT)
+    if m not in MODES:
+        raise ValueError(f"{ENV}: must be one of {', '.join(MODES)}, got {m!r}")
+    return m
+
+
+def stale() -> list[str]:
+    """The compiled modules not built from today's sources."""
+    return [n for n in cbuild.EXTENSIONS if not cbuild.is_current(n)]
+
+
+def require_built(module: str | None = None) -> None:
+    """NotBuilt unless `module` (else every compiled module) is built and current."""
+    missing = [module] if module and not cbuild.is_current(module) else ([] if module else stale())
+    if missing:
+        raise NotBuilt(f"the compiled data path ({', '.join(missing)}) is not built from "
+                       f"today's sources (or gcc / python3-dev, which check that, are "
+                       f"missing): run ./setup.sh, or choose the Python data path "
+                       f"(--datapath python, {ENV}=python)")
+
+
+def describe(m: str) -> dict:
+    """summary.json's "data_path": the mode, and which stages ran compiled or Python."""
+    compiled = ([] if m == "python" else list(COMPILED)) + (list(FAST_ONLY) if m == "fast" else [])
+    python = list(PYTHON_ONLY) + (list(COMPILED) if m == "python" else []) + \
+        ([] if m == "fast" else list(FAST_ONLY))
+    return {"mode": m, "compiled": compiled, "python": python}
+
+
+def header(m: str) -> str:
+    """The run header's line."""
+    d = describe(m)
+    if not d["compiled"]:
+        return f"Data path: {m} - everything in Python (the reference)"
+    return (f"Data path: {m} - compiled (C): {'; '.join(d['compiled'])}; "
+            f"Python: {', '.join(d['python'])}")
