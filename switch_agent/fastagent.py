@@ -16,8 +16,9 @@ copies C's state into the Python ports under the same attribute names (the count
 two sides both move - rx, tx, drops - by C's change since the last copy, so a `reset`
 and the Python side's own drops and LLDP frames still count), and the fidelity guard is
 C's meter merged with the Python agent's (LLDP). A route reload, a degraded link and a
-fidelity reset go to both. What C does not implement is refused, never approximated:
-the switch-down fault and the test drop hook answer `Unsupported` (see `set_admin`).
+fidelity reset go to both, and so do the flushes of a switch or link going down
+(`flush_port`). What C does not implement is refused, never approximated: the test drop
+hook answers `Unsupported`.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class FastAgent:
         self.fifo: list[list[int]] = [[0] * 8 for _ in self.py_ports]
         self.out: list = []
         self.pfc_masks = [self.fast.push_ingress(n) for n in self.fast.names]
+        #: the control plane's flushes (switch down, a link down) flush C's queues too
+        self.py_flush_port, agent.flush_port = agent.flush_port, self.flush_port
         #: C's flow (cache, key) -> the balancer's tracked path its decision made
         self.path_of: dict[tuple[int, bytes], object] = {}
         self.decide, self.fast.decide = self.fast.decide, self.tracked_decide
@@ -246,10 +249,21 @@ class FastAgent:
         """A degraded or restored link (the Python port computed it): C runs it."""
         self.fast.push_link(name)
 
+    def flush_port(self, p, reason: str, now: float) -> int:
+        """`AgentAdmin.flush_port` on both sides: C's queues and delay line, and what
+        the Python port holds; how many frames."""
+        return self.fast.c.flush_port(self.fast.index[p.name], reason, now) + \
+            self.py_flush_port(p, reason, now)
+
     def set_admin(self, up: bool, now: float) -> int:
-        from switch_agent.fast.pipeline import Unsupported
-        raise Unsupported("admin down: the switch-down fault is not implemented by the C "
-                          "pipeline (run with --datapath python)")
+        """`AgentAdmin.set_admin` (its flushes reach C through `flush_port`), then C's
+        control frames and backlog emptied (down) or its watchdog timer restarted (up)."""
+        dropped = self.agent.set_admin(up, now)
+        if up:
+            self.fast.c.switch_up()
+        else:
+            self.fast.c.switch_down()
+        return dropped
 
     @property
     def drop_rate(self) -> float:

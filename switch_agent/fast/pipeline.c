@@ -38,8 +38,9 @@ static const char *PORT_DROPS[ND_PORT] = {"malformed", "not_for_us", "ttl_expire
     "headroom_overflow", "no_route", "no_neighbor", "no_l2_entry", "degrade_loss",
     "degrade_corrupt"};
 /* queue drop reasons (PortQueues.drop) */
-enum { QD_FULL, QD_WRED, QD_WATCHDOG, ND_QUEUE };
-static const char *QUEUE_DROPS[ND_QUEUE] = {"queue_full", "wred", "pfc_watchdog"};
+enum { QD_FULL, QD_WRED, QD_WATCHDOG, QD_LINK_DOWN, QD_SWITCH_DOWN, ND_QUEUE };
+static const char *QUEUE_DROPS[ND_QUEUE] = {"queue_full", "wred", "pfc_watchdog", "link_down",
+    "switch_down"};
 enum { FORWARD = 0, MARK = 1, DROP = 2 }; /* wred.WredVerdict */
 enum { METER_TX, METER_CTRL, METER_REFRESH, METER_WATCHDOG }; /* Port.tx_what, ... */
 
@@ -781,8 +782,9 @@ static void drr_deactivate(Drr *d, int q) {
 }
 
 /* PortQueues.flush + IngressBuffers.release_entries: drop every frame queued in q
- * (the PFC watchdog) and release their ingress accounting; how many */
-static long long queues_flush(Pipeline *P, Port *p, int q, double now) {
+ * (the PFC watchdog, a link or the switch down) and release their ingress accounting;
+ * how many */
+static long long queues_flush(Pipeline *P, Port *p, int q, int reason, double now) {
     PortQueues *pq = &p->q;
     Fifo *f = &pq->fifo[q];
     long long n = (long long)f->len;
@@ -792,7 +794,7 @@ static long long queues_flush(Pipeline *P, Port *p, int q, double now) {
     pq->packets -= n;
     pq->bytes -= pq->qbytes[q];
     pq->qbytes[q] = 0;
-    queues_drop(pq, q, QD_WATCHDOG, n);
+    queues_drop(pq, q, reason, n);
     int err = 0;
     while (f->len) {
         Entry e = fifo_pop(f);
@@ -896,7 +898,7 @@ static int timers(Pipeline *P, double now, PyObject *events, double *deadline) {
                 Py_DECREF(t);
                 if (now < p->eligible_at) p->eligible_at = now;
                 if (kind[e] == 1 && p->wd_action_drop) {
-                    long long dropped = queues_flush(P, p, prio[e], now);
+                    long long dropped = queues_flush(P, p, prio[e], QD_WATCHDOG, now);
                     if (dropped < 0) return -1;
                     p->wd_dropped[prio[e]] += dropped;
                 }
@@ -1323,6 +1325,59 @@ static PyObject *Pipeline_clear_flows(Pipeline *P, PyObject *noargs) {
     Py_RETURN_NONE;
 }
 
+static void line_clear(LineQ *l) { /* deque.clear */
+    while (l->len) {
+        Py_DECREF(l->buf[l->head].frame);
+        l->head = (l->head + 1) % l->cap;
+        l->len--;
+    }
+}
+
+/* flush_port(i, reason, now): AgentAdmin.flush_port - drop every frame queued on (counted
+ * as `reason`, "link_down" or "switch_down") or in flight from port i; how many */
+static PyObject *Pipeline_flush_port(Pipeline *P, PyObject *args) {
+    int i;
+    const char *why;
+    double now;
+    if (!PyArg_ParseTuple(args, "isd", &i, &why, &now)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL) return NULL;
+    int reason = strcmp(why, "link_down") == 0 ? QD_LINK_DOWN
+                 : strcmp(why, "switch_down") == 0 ? QD_SWITCH_DOWN : -1;
+    if (reason < 0) {
+        PyErr_Format(PyExc_ValueError, "flush_port: reason link_down or switch_down, got %s", why);
+        return NULL;
+    }
+    long long n = 0;
+    for (int q = 0; q < NQ; q++) {
+        long long k = queues_flush(P, p, q, reason, now);
+        if (k < 0) return NULL;
+        n += k;
+    }
+    n += (long long)p->inflight.len;
+    line_clear(&p->inflight);
+    return PyLong_FromLongLong(n);
+}
+
+/* switch_down(): AgentAdmin.set_admin's end for a switch going down - no control frame
+ * left to send (after the flushes' releases), no port to serve */
+static PyObject *Pipeline_switch_down(Pipeline *P, PyObject *noargs) {
+    (void)noargs;
+    for (int i = 0; i < P->nports; i++) {
+        line_clear(&P->ports[i].ctrl);
+        P->in_backlog[i] = 0;
+    }
+    P->nbacklog = 0;
+    Py_RETURN_NONE;
+}
+
+/* switch_up(): the watchdog polls at once again, its missed polls not lateness */
+static PyObject *Pipeline_switch_up(Pipeline *P, PyObject *noargs) {
+    (void)noargs;
+    P->next_wd = -INFINITY;
+    Py_RETURN_NONE;
+}
+
 /* flows(): [(cache 0 tcp / 1 udp / 2 other, key, port or -1, packets, bytes), ...] */
 static PyObject *Pipeline_flows(Pipeline *P, PyObject *noargs) {
     (void)noargs;
@@ -1594,6 +1649,9 @@ static PyMethodDef Pipeline_methods[] = {
     {"set_tables", (PyCFunction)Pipeline_set_tables, METH_VARARGS, "set_tables(router, dlb, local, l2)"},
     {"install", (PyCFunction)Pipeline_install, METH_VARARGS, "install(frame, port, l2, drop)"},
     {"clear_flows", (PyCFunction)Pipeline_clear_flows, METH_NOARGS, "forget every flow"},
+    {"flush_port", (PyCFunction)Pipeline_flush_port, METH_VARARGS, "flush_port(i, reason, now)"},
+    {"switch_down", (PyCFunction)Pipeline_switch_down, METH_NOARGS, "control frames and backlog emptied"},
+    {"switch_up", (PyCFunction)Pipeline_switch_up, METH_NOARGS, "the watchdog polls at once"},
     {"flows", (PyCFunction)Pipeline_flows, METH_NOARGS, "the cached flows"},
     {"flushes", (PyCFunction)Pipeline_flushes, METH_NOARGS, "caches emptied when full"},
     {"on_frame", (PyCFunction)(void (*)(void))Pipeline_on_frame, METH_FASTCALL, "on_frame(i, frame, now)"},

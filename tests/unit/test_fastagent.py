@@ -1,25 +1,33 @@
 """switch_agent.fastagent: which data path a running agent takes, what it refuses, and the
 control socket's answers (`counters`, `show`, `reset`, `degrade`, `fidelity_reset`) in the
 same shapes and values on the C path as on the Python agent, run on the same timed trace
-(issue 30; the trace and the reference agent are tests/unit/test_fast_pipeline.py's).
+with faults in it (a link and the switch down, a degraded link, a FIB change, DCBX
+turning PFC on), also against the ASan + UBSan build (issue 30; the trace and the
+reference agent are tests/unit/test_fast_pipeline.py's).
 """
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from emucore import cbuild
 from emucore.qos.qosconfig import InterfaceQos
 from switch_agent import fastagent
 from switch_agent.agent import Agent
 from switch_agent.control import AgentControl
 from switch_agent.fast.pipeline import Unsupported
+from switch_agent.serve import discard
 from switch_agent.show import COMMANDS
 from switch_agent.forward import FibRoute
-from tests.unit.test_fast_pipeline import CASES, FIB, config, reference, small_qos, trace
+from tests.unit.test_fast_pipeline import (CASES, FIB, SANITIZED_CHILD as PIPELINE_CHILD,
+                                           config, reference, small_qos, trace)
 
 #: one uplink for 10.0.2.0/24 and a host route on the other (a reconvergence)
 FIB2 = ([FIB[0][0], FibRoute("10.0.2.0/24", (("172.16.2.1", "eth6"),)),
@@ -60,12 +68,9 @@ def test_fast_refuses_what_c_does_not_implement():
         fastagent.build(replace(cfg, lb={"mode": "spray"}), "fast", open_sockets=False)
 
 
-def test_fast_refuses_the_faults_c_does_not_run():
-    """The switch-down fault and the test drop hook answer Unsupported on the C path."""
+def test_fast_refuses_the_test_hook():
+    """The test drop hook answers Unsupported on the C path."""
     fa = fastagent.build(config(small_qos()), "fast", open_sockets=False)
-    with pytest.raises(Unsupported, match="admin down"):
-        ask(fa, {"cmd": "admin", "state": "down"})
-    assert fa.admin_up
     with pytest.raises(Unsupported, match="test_drop_rate"):
         ask(fa, {"cmd": "set", "test_drop_rate": 0.1})
     assert ask(fa, {"cmd": "set"}) == {"ok": True}
@@ -105,17 +110,46 @@ def drive(cfg, frames, actions: dict[float, dict]) -> tuple:
                 req(ref), req(fa)
             else:
                 assert ask(ref, req) == ask(fa, req), req
-        while i < len(frames) and frames[i][0] == t:
+        while i < len(frames) and frames[i][0] == t:  # as serve: discarded while down
             _, port, frame = frames[i]
-            ref.on_frame(ref.ports[port], frame, t)
-            fa.on_frame(fa.ports[port], frame, t)
+            (ref.on_frame if ref.admin_up else discard)(ref.ports[port], frame, t)
+            (fa.on_frame if fa.admin_up else discard)(fa.ports[port], frame, t)
             i += 1
-        assert fa.timers(t) == ref.timers(t)
+        if ref.admin_up:
+            assert fa.timers(t) == ref.timers(t)
         w = ref.service(t)
         assert fa.service(t) == w, t
         wake = w if w is None or w > t else math.nextafter(t, math.inf)
-    assert c_sent == py_sent
+    assert per_port(c_sent) == per_port(py_sent)  # each wire's frames, in order and time
     return ref, fa
+
+
+def per_port(sent: list) -> dict[str, list]:
+    """(port, time, frame)s by port: frames on different wires at one instant may leave in
+    either order (C's before the Python agent's LLDP)."""
+    out: dict[str, list] = {}
+    for port, t, frame in sent:
+        out.setdefault(port, []).append((t, frame))
+    return out
+
+
+@pytest.mark.parametrize("case", ["book-small", "watchdog-drop"])
+def test_switch_and_link_down(case):
+    """A link down (carrier lost) and up, then the switch down and up, mid-trace: the
+    same frames flushed (queued and in flight, C's and Python's), the same answers (the
+    watchdog polling at once on the way up)."""
+    frames = trace(9)
+    t = [frames[len(frames) * k // 6][0] for k in range(1, 6)]
+    ref, fa = drive(CASES[case](), frames, {
+        t[0]: lambda agent: agent.link_states({"eth5": False}, t[0]),
+        t[1]: lambda agent: agent.link_states({"eth5": True}, t[1]),
+        t[2]: {"cmd": "admin", "state": "down"}, t[4]: {"cmd": "admin", "state": "up"}})
+    a, b = answers(ref), answers(fa)
+    assert a == b
+    c = a["counters"]
+    drops = {k for p in c["ports"].values() for k, n in p["drops"].items() if n}
+    assert {"link_down", "switch_down"} <= drops
+    assert sum(p["tx_packets"] for p in c["ports"].values()) > 0  # forwarding again
 
 
 @pytest.mark.parametrize("case", ["book-small", "watchdog-drop", "plain"])
@@ -158,3 +192,24 @@ def test_pfc_mode_auto_follows_dcbx():
     ports = a["counters"]["ports"]
     assert ports["eth2"]["pfc"]["active"] == [3] and ports["eth6"]["pfc"]["active"] == []
     assert any(sum(p["pfc"]["pause_tx"]) for p in ports.values())
+
+
+#: test_fast_pipeline's child's loading of the sanitized build, then these tests
+LOAD_SANITIZED = PIPELINE_CHILD[:PIPELINE_CHILD.index("from tests.unit")]
+SANITIZED_CHILD = LOAD_SANITIZED + """
+from tests.unit import test_fastagent as t
+t.test_switch_and_link_down("watchdog-drop")
+t.test_control_answers_are_the_pythons("book-small")
+t.test_pfc_mode_auto_follows_dcbx()
+print("sanitized ok")
+"""
+
+
+def test_sanitized(tmp_path: Path) -> None:
+    """The flushes, the syncs and the DCBX pushes against an ASan + UBSan build."""
+    so = cbuild.build("switch_agent.fast._pipeline", sanitize=True, out_dir=tmp_path)
+    r = subprocess.run([sys.executable, "-c", SANITIZED_CHILD, str(so)], cwd=cbuild.ROOT,
+                       env=cbuild.sanitized_env(tmp_path), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "sanitized ok" in r.stdout and "runtime error" not in r.stderr
