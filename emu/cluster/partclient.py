@@ -26,11 +26,15 @@ from pathlib import Path
 from emu.cluster import remote
 from emu.cluster.part import MARK, encode
 from emu.cluster.servers import Server
+from emu.realise.procs import START_TIMEOUT_ENV
 from emucore.runmark import marked_env
+from emucore import datapath
 
 log = logging.getLogger("emu.cluster.partclient")
 
 PART_TIMEOUT_S = 180.0  #: a server's part must be up within this
+#: the run's settings its processes read from the environment, handed to every part
+FORWARDED_ENV = (datapath.ENV, START_TIMEOUT_ENV)
 FORWARD_TIMEOUT_S = 20.0
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -73,8 +77,9 @@ class RemotePart:
 
     def start(self, spec: dict) -> None:
         """Start the part (it builds while we go on); `ready` waits for it."""
-        cmd = ["env", "-C", str(remote.REPO), str(remote.REPO / ".venv" / "bin" / "python"),
-               "-m", "emu.cluster.part"]
+        passed = [f"{k}={os.environ[k]}" for k in FORWARDED_ENV if os.environ.get(k)]
+        cmd = ["env", "-C", str(remote.REPO), *passed,
+               str(remote.REPO / ".venv" / "bin" / "python"), "-m", "emu.cluster.part"]
         err = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = _ssh_popen(self.remote.argv(cmd), self.run, stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=err)

@@ -16,6 +16,7 @@ from collectives.ring import RING_KINDS
 from emu.commands.topology import topo_args
 from emu.mncli import open_cli
 from emu.realise.procs import start_timeout
+from emucore import datapath
 from emu.run import autotdf, build, collect, workload
 from emu.run.options import RunOptions
 from emu.run.plan import make_plan
@@ -68,6 +69,11 @@ def add_parser(sub) -> None:
                         "storm h1g1 prio=3 for=5ms, storm h1g1 stop, pause h1g1 prio=3 "
                         "quanta=65535; e.g. \"1ms link rail1:eth5 down; 3ms link "
                         "rail1:eth5 up\"")
+    p.add_argument("--datapath", choices=datapath.MODES, default=D.datapath,
+                   help="the per-frame code: auto (default: compiled C wherever the "
+                        "configuration is supported, Python elsewhere), python (the "
+                        "reference everywhere) or fast (compiled, refusing what it does not "
+                        "implement); the header and summary.json say what ran compiled")
     p.add_argument("--no-shaping", action="store_true",
                    help="do not shape links to their lab rate (forward as fast as possible)")
     p.add_argument("--pcap", default=D.pcap, metavar="WHICH",
@@ -187,9 +193,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         plan = make_plan(opts, fab)
         start_timeout()  # EMU_START_TIMEOUT, if set, is valid before anything is built
-    except ValueError as exc:
+        if opts.datapath != "python":
+            datapath.require_built()
+    except (ValueError, datapath.NotBuilt) as exc:
         print(f"emu: {exc}", file=sys.stderr)
         return 2
+    os.environ[datapath.ENV] = opts.datapath  # every process of the run inherits it
     if os.geteuid() != 0:
         print("emu run needs root (network namespaces, raw sockets): try `sudo python -m emu "
               f"run {opts.topology}`", file=sys.stderr)

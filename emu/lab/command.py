@@ -26,6 +26,7 @@ import topologies
 from emu.lab import page, results, runner
 from emu.lab import schema as S
 from emu.lab import verdict as V
+from emucore import datapath
 from emu.lab.curve import curve_bins
 from emu.lab.variant import Variant
 from emu.run.terminal import Terminal
@@ -179,6 +180,14 @@ def cmd_run(args) -> int:
     except (ValueError, topologies.TopologyError) as exc:
         print(f"emu lab: {exc}", file=sys.stderr)
         return EXIT_BAD
+    if not args.judge:
+        try:
+            if args.datapath != "python":
+                datapath.require_built()
+        except datapath.NotBuilt as exc:
+            print(f"emu lab: {exc}", file=sys.stderr)
+            return EXIT_BAD
+        os.environ[datapath.ENV] = args.datapath  # the agents and NICs inherit it
     if os.geteuid() != 0 and not args.judge:
         print("emu lab run needs root (network namespaces, raw sockets): try `sudo python -m "
               "emu lab run ...`", file=sys.stderr)
@@ -248,6 +257,9 @@ def add_parser(sub) -> None:
                                                    "need the others are then not measured)")
     r.add_argument("--tdf", type=float, default=None, help="time-dilation factor for every "
                                                            "variant (default: the lab file's)")
+    r.add_argument("--datapath", choices=datapath.MODES, default=datapath.DEFAULT,
+                   help="the per-frame code (as `emu run --datapath`): auto (default), "
+                        "python or fast; lab.json records it per variant")
     r.add_argument("--out", default=None, metavar="DIR",
                    help="run directory (default runs/lab-<id>-<time>; with --all the parent)")
     r.add_argument("--quiet", action="store_true", help="only the verdict")

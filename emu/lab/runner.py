@@ -34,6 +34,7 @@ from emu.run.autotdf import machine_cores
 from emu.run.options import RunOptions
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
+from emucore import datapath
 from emucore.eventlog import EventLog, model_us, read_events
 from emucore.timedil import TimeDilation
 from traffic.nic import client as nic_client
@@ -41,9 +42,6 @@ from traffic.dcqcn import DcqcnProfile
 from traffic.workloads import flows as flows_mod
 
 INTERVAL_MODEL_S = 5e-6  # metrics sampling (never faster than 20 Hz of lab time)
-#: what moves the frames: the agents' and NICs' Python event loops (emucore); the only
-#: data path today, recorded per variant so a result names the one that produced it
-DATA_PATH = "python"
 
 
 def links_of(fab) -> tuple[dict, dict]:
@@ -157,7 +155,8 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
         result["faults"]["reconvergence"] = faultreport.reconvergence(*faultreport.load(run_dir))
     (run_dir / "flows.json").write_text(json.dumps(result, indent=1))
     meta = {"lab_s": wall, "t0_sampler": t0_sampler, "fidelity": judged["fidelity"],
-            "suggested_tdf": judged["suggested_tdf"], "pcaps": pcaps, "tdf": fab.tdf}
+            "suggested_tdf": judged["suggested_tdf"], "pcaps": pcaps, "tdf": fab.tdf,
+            "data_path": datapath.mode()}  # before issue 30 every run was "python"
     (run_dir / "variant.json").write_text(json.dumps(meta, indent=1))
     return {**meta, "result": result, "counters": counters, "run_dir": run_dir}
 
@@ -317,7 +316,7 @@ def write_json(path: Path, lab: Lab, results: list[dict], runs: dict) -> dict:
            "checks_passed": passed, "kept_up": kept_up, "outcomes": V.tally(outcomes),
            "checks": [{k: r[k] for k in keys if k in r} for r in results],
            "variants": {n: {"tdf": r["tdf"], "lab_s": round(r["lab_s"], 1),
-                            "data_path": DATA_PATH,
+                            "data_path": r.get("data_path", "python"),
                             "kept_up": r["fidelity"].get("kept_up"),
                             "p99_lag_us": r["fidelity"].get("p99_lag_model_us"),
                             "suggested_tdf": r.get("suggested_tdf"),

@@ -24,6 +24,7 @@ from emu.realise.net import FabricNet
 from emu.observe.procstat import CpuTracker
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
+from emucore import datapath
 from emucore.timedil import format_rate
 
 MODEL_LINK_BPS = 2e11  # the example link of the time-dilation line
@@ -63,6 +64,7 @@ def announce(plan: RunPlan, term: Terminal) -> None:
     term.say(f"\nTime dilation: TDF {fab.tdf:g} — a {format_rate(MODEL_LINK_BPS)} model link "
              f"runs at {format_rate(td.lab_rate(MODEL_LINK_BPS))} in the lab; 1 µs model = "
              f"{td.lab_time(1e-6) * 1e3:g} ms lab.")
+    term.say(datapath.header(plan.options.datapath))
 
 
 @contextlib.contextmanager

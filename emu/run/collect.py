@@ -23,6 +23,7 @@ from emu.run.build import Live
 from emu.run.autotdf import machine_cores
 from emu.run.plan import RunPlan
 from emu.run.workload import Outcome
+from emucore import datapath
 from emucore.fidelity import suggest_tdf
 
 
@@ -80,6 +81,7 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "checks_passed": checks,
         "fidelity": judged["fidelity"], "suggested_tdf": judged["suggested_tdf"],
         "tdf_choice": plan.tdf_choice, "cpu": cpu,
+        "data_path": datapath.describe(plan.options.datapath),
         "version": SCHEMA_VERSION, "qos": plan.qos.name if plan.qos is not None else "off",
         "transport": plan.options.transport,
         "trim": plan.qos.trim.describe() if plan.qos is not None and plan.qos.trim else None,

@@ -29,6 +29,7 @@ class RunOptions:
     topology: str  # a preset, rail{R}x{H} or a YAML file (a lab: its fabric's name)
     spines: int | None = None
     tdf: float | str = "auto"  # "auto" (emu.run.autotdf) or a number > 0
+    datapath: str = "auto"  # auto | python | fast (emucore.datapath)
     cli: bool = False
     servers: str | None = None  # a servers file (emu.cluster.servers)
     out: str | None = None  # the run directory (default runs/<topology>-<time>)
