@@ -18,7 +18,9 @@ from unittest import mock
 import pytest
 
 from emucore.qos.qosconfig import InterfaceQos
+from emu.realise.net import refusal
 from switch_agent import fastagent
+from switch_agent.__main__ import main as switch_agent_main
 from switch_agent.agent import Agent
 from switch_agent.control import AgentControl
 from switch_agent.fast.pipeline import Unsupported
@@ -218,3 +220,20 @@ def test_sanitized(tmp_path: Path, monkeypatch) -> None:
     test_fast_pipeline runs its own, with this child)."""
     monkeypatch.setattr(test_fast_pipeline, "SANITIZED_CHILD", SANITIZED_CHILD)
     test_fast_pipeline.test_sanitized(tmp_path)
+
+
+def test_a_refusal_reaches_emu(tmp_path, monkeypatch, capsys, caplog):
+    """`python -m switch_agent` under EMU_DATAPATH=fast exits 2 at start on a configuration
+    C does not implement, logging why; emu's wait_agents reads that reason from the log
+    (emu.realise.net.refusal) into its error."""
+    monkeypatch.setenv("EMU_DATAPATH", "fast")
+    path, log = tmp_path / "rail1.json", tmp_path / "agent-rail1.log"
+    path.write_text(replace(config(small_qos()), lb={"mode": "spray"}).to_json())
+    assert switch_agent_main([str(path), "--log", str(log)]) == 2
+    why = "lb.mode: 'spray' not implemented by the C pipeline (flow ECMP only)"
+    assert why in capsys.readouterr().err
+    line = next(r for r in caplog.records if r.levelname == "ERROR")  # as the log file has it
+    log.write_text(f"2026-11-27 08:00:00,000 switch_agent INFO rail1: starting\n"
+                   f"2026-11-27 08:00:00,001 {line.name} ERROR {line.getMessage()}\n")
+    assert refusal(str(log)) == why
+    assert refusal(str(tmp_path / "none.log")) == ""
