@@ -286,7 +286,7 @@ def test_exit_by_signal_closes_the_log(tmp_path, monkeypatch):
     def serve(agent):  # a pause, then SIGTERM: its handler raises SystemExit in the loop
         agent.on_frame(agent.ports["eth4"], pause_frame(mac(H[3]), 3, 0xFFFF), 0.0)
         raise SystemExit(0)
-    monkeypatch.setattr(entry, "Agent", lambda cfg: a)
+    monkeypatch.setattr(entry.fastagent, "build", lambda cfg: a)  # EMU_DATAPATH chooses
     monkeypatch.setattr(entry, "serve", serve)
     monkeypatch.setattr(entry.signal, "signal", lambda *args: None)
     cfg = tmp_path / "agent.json"
