@@ -15,7 +15,7 @@ from collectives.launch import MASTER_PORT
 from collectives.ring import RING_KINDS
 from emu.commands.topology import topo_args
 from emu.mncli import open_cli
-from emu.realise.procs import start_timeout
+from emu.realise.procs import START_ERRORS, start_timeout
 from emucore import datapath
 from emu.run import autotdf, build, collect, workload
 from emu.run.options import RunOptions
@@ -210,11 +210,15 @@ def main(args: argparse.Namespace) -> int:
         plan.tdf_choice = choice.to_dict()
         plan.fabric = topologies.load(opts.topology, spines=opts.spines, tdf=choice.tdf)
     build.announce(plan, term)
-    with build.build(plan, term) as live:
-        outcome = workload.run_all(plan, live, term)
-        all_counters = collect.stop_sampling(plan, live)
-        if opts.cli:
-            open_cli(live.fnet, term.say)
-        pcaps = live.captures.stop()
+    try:
+        with build.build(plan, term) as live:
+            outcome = workload.run_all(plan, live, term)
+            all_counters = collect.stop_sampling(plan, live)
+            if opts.cli:
+                open_cli(live.fnet, term.say)
+            pcaps = live.captures.stop()
+    except START_ERRORS as exc:  # torn down already; e.g. an agent refused --datapath fast
+        print(f"emu: {exc}", file=sys.stderr)
+        return 2
     summary = collect.summarise(plan, live, outcome, all_counters, pcaps)
     return print_report(plan, summary, outcome, pcaps)

@@ -21,7 +21,7 @@ from emu.realise.netplan import FRONTEND_MTU, plan_node
 from emu.realise.nics import NicProcesses, start_host_lldp
 from emu.realise.nodeops import NodeOps
 from emu.realise.nodes import AgentSwitch, build_mininet, mininet_classes
-from emu.realise.procs import start_timeout, stop_procs, wait_ready
+from emu.realise.procs import StartFailed, start_timeout, stop_procs, wait_ready
 from emucore import datapath
 from emucore.qos.classify import Classifier
 from emucore.timedil import TimeDilation
@@ -264,9 +264,9 @@ class FabricNet:
                            lambda p=str(self.control_path(sw.name)): control.request(
                                p, {"cmd": "ping"}, timeout=1.0),
                            deadline, timeout, hint=f"; see its log {node.agent_log}")
-            except RuntimeError as exc:  # it refused its configuration: say why
+            except StartFailed as exc:  # it refused its configuration: say why
                 why = refusal(node.agent_log)
-                raise RuntimeError(f"{exc}{': ' + why if why else ''}") from None
+                raise StartFailed(f"{exc}{': ' + why if why else ''}") from None
 
     # -- queries --------------------------------------------------------------
     def counters(self, switch: str) -> dict:

@@ -21,6 +21,17 @@ START_TIMEOUT_S = 20.0
 START_TIMEOUT_ENV = "EMU_START_TIMEOUT"
 
 
+class StartFailed(RuntimeError):
+    """A product process exited before it answered (a refused configuration, say)."""
+
+
+class StartTimedOut(TimeoutError):
+    """A product process did not answer within its start timeout."""
+
+
+START_ERRORS = (StartFailed, StartTimedOut)
+
+
 def start_timeout() -> float:
     """How long processes may take to start: EMU_START_TIMEOUT (seconds) if set - a
     machine that emulates its CPU (a VM without KVM, docs/VM.md) imports Python ~20x
@@ -62,13 +73,13 @@ def wait_ready(what: str, proc, ping, deadline: float, timeout: float, errors=()
     appended), TimeoutError after `deadline` (`timeout` only names it)."""
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}{hint}")
+            raise StartFailed(f"{what} exited with {proc.returncode}{hint}")
         try:
             if ping().get("ok"):
                 return
         except (FileNotFoundError, ConnectionRefusedError, socket.timeout, *errors):
             pass
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not ready after {timeout:.0f} s{hint} (a slow machine "
+            raise StartTimedOut(f"{what} not ready after {timeout:.0f} s{hint} (a slow machine "
                                f"may need more: {START_TIMEOUT_ENV}=SECONDS)")
         time.sleep(0.05)
