@@ -18,7 +18,8 @@ and the Python side's own drops and LLDP frames still count), and the fidelity g
 C's meter merged with the Python agent's (LLDP). A route reload, a degraded link and a
 fidelity reset go to both, and so do the flushes of a switch or link going down
 (`flush_port`). What C does not implement is refused, never approximated: the test drop
-hook answers `Unsupported`.
+hook answers `Unsupported`. The event log is the Python agent's: what C's stages noted is
+written through the Python agent's `EventSink` after every call into C (`FastPipeline.drain`).
 """
 
 from __future__ import annotations
@@ -154,6 +155,8 @@ class FastAgent:
         its errors), then the Python agent's control frames; the next wake time."""
         out = self.out
         wake = self.fast.c.service(now, out)
+        if self.fast.logging:
+            self.fast.drain()
         ports = self.py_ports
         for i, frame in out:
             p = ports[i]
@@ -252,8 +255,10 @@ class FastAgent:
     def flush_port(self, p, reason: str, now: float) -> int:
         """`AgentAdmin.flush_port` on both sides: C's queues and delay line, and what
         the Python port holds; how many frames."""
-        return self.fast.c.flush_port(self.fast.index[p.name], reason, now) + \
-            self.py_flush_port(p, reason, now)
+        n = self.fast.c.flush_port(self.fast.index[p.name], reason, now)
+        if self.fast.logging:
+            self.fast.drain()
+        return n + self.py_flush_port(p, reason, now)
 
     def set_admin(self, up: bool, now: float) -> int:
         """`AgentAdmin.set_admin` (its flushes reach C through `flush_port`), then C's

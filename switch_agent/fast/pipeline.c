@@ -18,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -164,6 +165,23 @@ static int drr_pick(Drr *d, Fifo *fifo, int paused_mask) {
     return -1;
 }
 
+/* one event for the log (switch_agent.events.EventSink; drained by pipeline.py) */
+enum { EV_QDROP, EV_CE_FIRST, EV_WRED, EV_HEADROOM, EV_XOFF, EV_XON, EV_REFRESH, EV_PFC_RX,
+       EV_PAUSE_START, EV_PAUSE_END, EV_WD, EV_CNP, EV_WIRE_DROP };
+typedef struct { int kind, port, a, b; long long v; double t, x; } Ev;
+typedef struct { Ev *buf; size_t len, cap; int failed; } EvList;
+
+static void ev_push(EvList *l, Ev e) {
+    if (l->len == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        Ev *n = PyMem_Realloc(l->buf, cap * sizeof(Ev));
+        if (n == NULL) { l->failed = 1; return; }
+        l->buf = n;
+        l->cap = cap;
+    }
+    l->buf[l->len++] = e;
+}
+
 /* queues.PortQueues */
 typedef struct {
     Fifo fifo[NQ];
@@ -180,6 +198,9 @@ typedef struct {
         max_qbytes[NQ], drops[NQ][ND_QUEUE], sojourn_hist[NQ][NSOJ + 1];
     double sojourn_max[NQ];
     Mt rng;
+    int idx; /* its port */
+    int noting; EvList events; /* PortQueues.events (noting: note_events was called) */
+    long long up_at[NQ], down_at[NQ]; /* the WRED levels watched (LLONG_MAX / -1: none) */
 } PortQueues;
 
 typedef struct {
@@ -210,7 +231,12 @@ typedef struct {
     double wd_detect_s, wd_restore_s, wd_cond_since[NQ];
     long long wd_dropped[NQ], wd_storms_detected[NQ], wd_storms_restored[NQ];
     long long refreshes[NQ];
+    /* events.EventSink.pauses: Port.paused_logged, EgressPause.expired (prio, time) */
+    int paused_logged, nexpired, exp_prio[2 * NQ];
+    double exp_t[2 * NQ];
 } Port;
+
+
 
 /* flow cache (switch_agent.flowcache): open addressing, key = up to 20 bytes + length */
 typedef struct {
@@ -241,7 +267,31 @@ typedef struct {
     int worst_port, worst_kind; /* the worst action's label: port, METER_* (-1: none) */
     int monotonic; /* sent_at = the clock (Agent.clock, time.monotonic), else `now` */
     int *backlog; int nbacklog; int *in_backlog; /* Agent.backlog, insertion-ordered */
+    int events_on; EvList ev; /* the events not yet drained */
 } Pipeline;
+
+static Pipeline *EVP; /* the pipeline whose stage runs now (stages are not reentrant) */
+static double EVNOW; /* and its `now`: the time of its events */
+
+static void emit(int kind, int port, int a, int b, long long v, double t, double x) {
+    if (EVP != NULL && EVP->events_on) ev_push(&EVP->ev, (Ev){kind, port, a, b, v, t, x});
+}
+
+/* a queue event noted in PortQueues.events */
+static void qnote(PortQueues *pq, int kind, int q, int b, long long v, double x) {
+    if (pq->noting) ev_push(&pq->events, (Ev){kind, pq->idx, q, b, v, 0.0, x});
+}
+
+/* EventSink.queues: write and forget what the port's queues noted, at `now` */
+static void sink_queues(PortQueues *pq, double now) {
+    for (size_t k = 0; k < pq->events.len; k++) {
+        Ev e = pq->events.buf[k];
+        emit(e.kind, e.port, e.a, e.b, e.v, now, e.x);
+    }
+    if (pq->events.failed && EVP != NULL) EVP->ev.failed = 1;
+    pq->events.len = 0;
+    pq->events.failed = 0;
+}
 
 static void backlog_add(Pipeline *P, int i) {
     if (!P->in_backlog[i]) { P->in_backlog[i] = 1; P->backlog[P->nbacklog++] = i; }
@@ -295,6 +345,25 @@ static void port_drop(Port *p, int reason) { p->drops[reason]++; } /* Port.drop 
 
 static void queues_drop(PortQueues *pq, int q, int reason, long long n) { /* PortQueues.drop */
     pq->drops[q][reason] += n;
+    for (long long k = 0; k < n; k++) qnote(pq, EV_QDROP, q, reason, 0, 0.0);
+}
+
+/* PortQueues._levels */
+static void queues_levels(PortQueues *pq, int q, long long depth) {
+    long long lo = pq->wmin[q], hi = pq->wmax[q];
+    pq->up_at[q] = depth < lo ? lo : depth < hi ? hi : LLONG_MAX;
+    pq->down_at[q] = depth >= hi ? hi : depth >= lo ? lo : -1;
+}
+
+/* PortQueues._crossed: the WRED levels (b: 0 min, 1 max; x: 1 up, 0 down) crossed */
+static void queues_crossed(PortQueues *pq, int q, long long before, long long after) {
+    long long lv[2] = {pq->wmin[q], pq->wmax[q]};
+    for (int j = 0; j < 2; j++) {
+        int k = after > before ? j : 1 - j;
+        if (before < lv[k] && lv[k] <= after) qnote(pq, EV_WRED, q, k, after, 1.0);
+        else if (after < lv[k] && lv[k] <= before) qnote(pq, EV_WRED, q, k, after, 0.0);
+    }
+    queues_levels(pq, q, after);
 }
 
 static int send_ctrl(Port *p, PyObject *frame, double now) { /* Port.send_ctrl */
@@ -313,6 +382,7 @@ static int release(Pipeline *P, int inp, int prio, long long nbytes, double now)
     if (h < p->xon && p->paused[prio]) {
         p->paused[prio] = 0;
         p->xon_sent[prio]++;
+        emit(EV_XON, inp, prio, 0, h, now, 0.0);
         p->refresh_at[prio] = INFINITY;
         double m = INFINITY;
         for (int i = 0; i < NQ; i++) if (p->refresh_at[i] < m) m = p->refresh_at[i];
@@ -389,7 +459,7 @@ static int queues_enqueue(PortQueues *pq, int q, PyObject *frame, int ingress, i
                 if (marked == NULL) return -1;
                 frame = marked;
                 pq->bin_marked[q][b]++;
-                pq->marks[q]++;
+                if (++pq->marks[q] == 1) qnote(pq, EV_CE_FIRST, q, 0, depth, 0.0);
             }
         }
     }
@@ -406,6 +476,7 @@ static int queues_enqueue(PortQueues *pq, int q, PyObject *frame, int ingress, i
     pq->bytes += n;
     pq->enq_packets[q]++;
     pq->enq_bytes[q] += n;
+    if (after >= pq->up_at[q]) queues_crossed(pq, q, depth, after);
     return verdict;
 }
 
@@ -415,6 +486,7 @@ static int agent_enqueue(Pipeline *P, int out, int q, PyObject *frame, int ingre
     Port *o = &P->ports[out];
     int verdict = queues_enqueue(&o->q, q, frame, ingress, tos, now, prio);
     if (verdict < 0) return -1;
+    if (o->q.events.len) sink_queues(&o->q, now);
     if (verdict == DROP) {
         if (ingress >= 0) return release(P, ingress, prio, PyBytes_GET_SIZE(frame), now);
         return 0;
@@ -434,6 +506,7 @@ static int admit(Pipeline *P, int inp, int out, PyObject *frame, double now) {
     if (o->has_wd && (o->wd_drop_mask >> q & 1)) {
         o->wd_dropped[q]++;
         queues_drop(&o->q, q, QD_WATCHDOG, 1);
+        if (o->q.events.len) sink_queues(&o->q, now);
         return 0;
     }
     if (ip->enabled[prio]) { /* IngressPfc.admit */
@@ -441,6 +514,7 @@ static int admit(Pipeline *P, int inp, int out, PyObject *frame, double now) {
         if (h > ip->drop_above) {
             ip->headroom_drops[prio]++;
             port_drop(ip, D_HEADROOM);
+            emit(EV_HEADROOM, inp, q, 0, 0, now, 0.0);
             return 0;
         }
         ip->held[prio] = h;
@@ -448,6 +522,7 @@ static int admit(Pipeline *P, int inp, int out, PyObject *frame, double now) {
         if (h > ip->xoff && !ip->paused[prio]) { /* XOFF: IngressBuffers.xoff */
             ip->paused[prio] = 1;
             ip->xoff_sent[prio]++;
+            emit(EV_XOFF, inp, prio, 0, h, now, 0.0);
             double t = now + ip->refresh_s;
             ip->refresh_at[prio] = t;
             if (t < ip->next_refresh) ip->next_refresh = t;
@@ -483,6 +558,10 @@ static PyObject *route_rewrite(const unsigned char *fr, Py_ssize_t n, const unsi
 static void pause_expire(Port *p, double now) {
     for (int k = 0; k < NQ; k++)
         if (p->since[k] >= 0 && p->until[k] <= now) {
+            if (EVP != NULL && EVP->events_on && p->nexpired < 2 * NQ) {
+                p->exp_prio[p->nexpired] = k;
+                p->exp_t[p->nexpired++] = p->until[k];
+            }
             p->paused_s[k] += p->until[k] - p->since[k];
             p->resumed_at[k] = p->until[k];
             p->since[k] = -1.0;
@@ -543,14 +622,40 @@ static int paused_mask(Port *p, double now) {
     return p->has_wd ? m & ~p->wd_ignore_mask : m;
 }
 
+/* EventSink.pauses: the log's view of port i's paused egress priorities brought up to date */
+static void sink_pauses(Port *p, int i, double now) {
+    int mask = paused_mask_raw(p, now), logged = p->paused_logged;
+    for (int e = 0; e < p->nexpired; e++) {
+        int bit = 1 << p->exp_prio[e];
+        if (logged & bit) {
+            emit(EV_PAUSE_END, i, p->exp_prio[e], 0, 0, p->exp_t[e], 0.0);
+            logged &= ~bit;
+        }
+    }
+    p->nexpired = 0;
+    int ignored = p->has_wd ? p->wd_ignore_mask : 0;
+    mask &= ~ignored;
+    for (int k = 0; mask != logged && k < NQ; k++) {
+        int bit = 1 << k;
+        if ((mask & bit) && !(logged & bit)) emit(EV_PAUSE_START, i, k, 0, 0, now, p->until[k]);
+        else if ((logged & bit) && !(mask & bit))
+            emit(EV_PAUSE_END, i, k, ignored & bit ? 2 : 1, 0, now, 0.0);
+    }
+    p->paused_logged = mask;
+}
+
 /* MacControl.on_frame for PFC (0x8808); other link-local frames go back to Python */
 static int mac_control(Pipeline *P, int i, const unsigned char *fr, Py_ssize_t n, double now) {
     Port *p = &P->ports[i];
     if (!(fr[12] == 0x88 && fr[13] == 0x08)) return MISS_LINK_LOCAL;
     p->pfc_rx_frames++;
     if (n < 34 || fr[14] != 0x01 || fr[15] != 0x01) return HANDLED; /* pause.parse_pfc */
+    for (int k = 0; P->events_on && k < NQ; k++) /* EventSink.pfc_rx */
+        if (fr[17] >> k & 1)
+            emit(EV_PFC_RX, i, k, 0, fr[18 + 2 * k] << 8 | fr[19 + 2 * k], now, 0.0);
     if (P->qos_on) {
         on_pfc(P, p, fr[17], fr + 18, now);
+        if (P->events_on) sink_pauses(p, i, now);
         backlog_add(P, i); /* the paused set changed: re-evaluate the scheduler */
         if (now < p->eligible_at) p->eligible_at = now;
     }
@@ -622,6 +727,7 @@ static Entry queues_pop(PortQueues *pq, int q) {
     pq->bytes -= n;
     pq->deq_packets[q]++;
     pq->deq_bytes[q] += n;
+    if (pq->qbytes[q] < pq->down_at[q]) queues_crossed(pq, q, pq->qbytes[q] + n, pq->qbytes[q]);
     return e;
 }
 
@@ -637,6 +743,12 @@ static int queues_dequeue(PortQueues *pq, int paused_mask, Entry *e) {
     if (q < 0) return -1;
     *e = queues_pop(pq, q);
     return q;
+}
+
+/* roce.is_cnp: a RoCEv2 CNP (IPv4 without options, UDP 4791, BTH opcode 0x81) */
+static int is_cnp(const unsigned char *f, Py_ssize_t n) {
+    return 72 <= n && n < 100 && f[42] == 0x81 && f[12] == 8 && f[13] == 0 && f[14] == 0x45 &&
+           f[23] == 17 && f[36] == 0x12 && f[37] == 0xB7;
 }
 
 /* PortQueues.note_sojourn */
@@ -686,6 +798,10 @@ static int line_flush(Pipeline *P, Port *p, LineQ *line, PyObject *sent, int idx
             double r = random_random(&p->impair_rng);
             if (r < p->loss || r < p->loss + p->corrupt) {
                 port_drop(p, r < p->loss ? D_LOSS : D_CORRUPT);
+                const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
+                int ip = PyBytes_GET_SIZE(frame) > 15 && f[12] == 8 && f[13] == 0;
+                emit(EV_WIRE_DROP, idx, ip ? P->q_by_tos[f[15]] : 0, /* Agent.queue_of */
+                     r < p->loss ? D_LOSS : D_CORRUPT, 0, now, 0.0);
                 Py_DECREF(frame);
                 continue;
             }
@@ -725,10 +841,12 @@ static int service(Pipeline *P, double now, PyObject *sent, double *wake) {
         int blocked = 0;
         if (pq->packets) {
             int mask = paused_mask(p, now);
+            if (p->nexpired) sink_pauses(p, snap[s], now); /* in the log at its expiry */
             while (pq->packets && p->free_at - now <= p->burst_s) { /* Shaper.can_send */
                 Entry e;
                 int q = queues_dequeue(pq, mask, &e);
                 if (q < 0) { blocked = 1; break; }
+                if (pq->events.len) sink_queues(pq, now);
                 Py_ssize_t n = PyBytes_GET_SIZE(e.frame);
                 if (e.ingress >= 0 && release(P, e.ingress, e.prio, n, now) < 0) {
                     Py_DECREF(e.frame);
@@ -749,7 +867,10 @@ static int service(Pipeline *P, double now, PyObject *sent, double *wake) {
                     Py_DECREF(e.frame);
                     return -1;
                 }
-                note_sojourn(pq, q, start > e.queued ? (start - e.queued) * us : 0.0);
+                double wait = start > e.queued ? (start - e.queued) * us : 0.0;
+                note_sojourn(pq, q, wait);
+                const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(e.frame);
+                if (n < 100 && is_cnp(f, n)) emit(EV_CNP, snap[s], q, 0, 0, now, wait);
             }
         }
         double t;
@@ -784,7 +905,7 @@ static void drr_deactivate(Drr *d, int q) {
 /* PortQueues.flush + IngressBuffers.release_entries: drop every frame queued in q
  * (the PFC watchdog, a link or the switch down) and release their ingress accounting;
  * how many */
-static long long queues_flush(Pipeline *P, Port *p, int q, int reason, double now) {
+static long long queues_flush(Pipeline *P, Port *p, int q, int reason, double now, int log) {
     PortQueues *pq = &p->q;
     Fifo *f = &pq->fifo[q];
     long long n = (long long)f->len;
@@ -793,8 +914,11 @@ static long long queues_flush(Pipeline *P, Port *p, int q, int reason, double no
     else if (pq->tier_of[q] == 2) drr_deactivate(&pq->scavenger, q);
     pq->packets -= n;
     pq->bytes -= pq->qbytes[q];
+    long long before = pq->qbytes[q];
     pq->qbytes[q] = 0;
     queues_drop(pq, q, reason, n);
+    if (pq->noting && pq->has_wred[q]) queues_crossed(pq, q, before, 0);
+    if (log && pq->events.len) sink_queues(pq, now); /* Python's timers do; AgentAdmin's do not */
     int err = 0;
     while (f->len) {
         Entry e = fifo_pop(f);
@@ -879,6 +1003,7 @@ static int timers(Pipeline *P, double now, PyObject *events, double *deadline) {
                 if (send_ctrl(p, p->pause_frames[k], now) < 0) return -1;
                 p->pause_tx[k]++;
                 backlog_add(P, i);
+                emit(EV_REFRESH, i, k, 0, 0, now, 0.0);
             }
         }
         if (p->next_refresh < nxt) nxt = p->next_refresh;
@@ -896,14 +1021,16 @@ static int timers(Pipeline *P, double now, PyObject *events, double *deadline) {
                 PyObject *t = Py_BuildValue("(iii)", kind[e], i, prio[e]);
                 if (t == NULL || PyList_Append(events, t) < 0) { Py_XDECREF(t); return -1; }
                 Py_DECREF(t);
+                emit(EV_WD, i, prio[e], kind[e], 0, now, 0.0);
                 if (now < p->eligible_at) p->eligible_at = now;
                 if (kind[e] == 1 && p->wd_action_drop) {
-                    long long dropped = queues_flush(P, p, prio[e], QD_WATCHDOG, now);
+                    long long dropped = queues_flush(P, p, prio[e], QD_WATCHDOG, now, 1);
                     if (dropped < 0) return -1;
                     p->wd_dropped[prio[e]] += dropped;
                 }
                 backlog_add(P, i);
             }
+            if ((n || p->nexpired) && P->events_on) sink_pauses(p, i, now);
         }
     }
     *deadline = nxt < P->next_wd ? nxt : P->next_wd;
@@ -941,6 +1068,7 @@ static void Pipeline_dealloc(Pipeline *P) {
             Py_XDECREF(p->pause_frames[q]);
             Py_XDECREF(p->resume_frames[q]);
         }
+        PyMem_Free(p->q.events.buf);
         LineQ *lines[2] = {&p->inflight, &p->ctrl};
         for (int l = 0; l < 2; l++) {
             for (size_t k = 0; k < lines[l]->len; k++)
@@ -959,6 +1087,8 @@ static void Pipeline_dealloc(Pipeline *P) {
     PyMem_Free(P->in_backlog);
     PyMem_Free(P->edges);
     PyMem_Free(P->hist);
+    PyMem_Free(P->ev.buf);
+    if (EVP == P) EVP = NULL;
     Py_TYPE(P)->tp_free((PyObject *)P);
 }
 
@@ -995,7 +1125,10 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
         p->vlan = -1;
         p->next_refresh = INFINITY;
         p->pause_next_expiry = INFINITY;
+        p->q.idx = i;
         for (int q = 0; q < NQ; q++) {
+            p->q.up_at[q] = LLONG_MAX;
+            p->q.down_at[q] = -1;
             p->refresh_at[q] = INFINITY;
             p->since[q] = -1.0;
             p->last_rx[q] = -INFINITY;
@@ -1349,8 +1482,9 @@ static PyObject *Pipeline_flush_port(Pipeline *P, PyObject *args) {
         return NULL;
     }
     long long n = 0;
+    EVP = P; EVNOW = now;
     for (int q = 0; q < NQ; q++) {
-        long long k = queues_flush(P, p, q, reason, now);
+        long long k = queues_flush(P, p, q, reason, now, 0);
         if (k < 0) return NULL;
         n += k;
     }
@@ -1376,6 +1510,37 @@ static PyObject *Pipeline_switch_up(Pipeline *P, PyObject *noargs) {
     (void)noargs;
     P->next_wd = -INFINITY;
     Py_RETURN_NONE;
+}
+
+/* set_events(on): note events from now on (Agent: the sink's log is open; the WRED levels
+ * to watch, PortQueues.note_events) */
+static PyObject *Pipeline_set_events(Pipeline *P, PyObject *args) {
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    P->events_on = on;
+    for (int i = 0; on && i < P->nports; i++) {
+        P->ports[i].q.noting = 1;
+        for (int q = 0; q < NQ; q++)
+            if (P->ports[i].q.has_wred[q])
+                queues_levels(&P->ports[i].q, q, P->ports[i].q.qbytes[q]);
+    }
+    Py_RETURN_NONE;
+}
+
+/* events(): the events noted since the last call, oldest first, as (kind, port, a, b, v, t, x)
+ * (the EV_* kinds; pipeline.py `drain` writes them through the EventSink) */
+static PyObject *Pipeline_events(Pipeline *P, PyObject *noargs) {
+    (void)noargs;
+    if (P->ev.failed) { P->ev.failed = 0; P->ev.len = 0; return PyErr_NoMemory(); }
+    PyObject *out = PyList_New((Py_ssize_t)P->ev.len);
+    for (size_t k = 0; out && k < P->ev.len; k++) {
+        Ev *e = &P->ev.buf[k];
+        PyObject *t = Py_BuildValue("(iiiiLdd)", e->kind, e->port, e->a, e->b, e->v, e->t, e->x);
+        if (t == NULL) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, (Py_ssize_t)k, t);
+    }
+    P->ev.len = 0;
+    return out;
 }
 
 /* flows(): [(cache 0 tcp / 1 udp / 2 other, key, port or -1, packets, bytes), ...] */
@@ -1407,6 +1572,7 @@ static PyObject *Pipeline_on_frame(Pipeline *P, PyObject *const *args, Py_ssize_
     if (PyErr_Occurred() || port_arg(P, i) == NULL) return NULL;
     PyObject *frame = frame_arg(args[1]);
     if (frame == NULL) return NULL;
+    EVP = P; EVNOW = now;
     int r = on_frame(P, i, frame, now);
     Py_DECREF(frame);
     return r < 0 ? NULL : PyLong_FromLong(r);
@@ -1426,6 +1592,7 @@ static PyObject *Pipeline_enqueue(Pipeline *P, PyObject *args) {
     }
     PyObject *frame = frame_arg(f);
     if (frame == NULL) return NULL;
+    EVP = P; EVNOW = now;
     int r = agent_enqueue(P, out, q, frame, -1, 0, now, prio);
     Py_DECREF(frame);
     if (r < 0) return NULL;
@@ -1439,6 +1606,7 @@ static int now_and_list(PyObject *const *args, Py_ssize_t nargs, const char *usa
         return -1;
     }
     *now = PyFloat_AsDouble(args[0]);
+    EVNOW = *now;
     return PyErr_Occurred() ? -1 : 0;
 }
 
@@ -1446,6 +1614,7 @@ static int now_and_list(PyObject *const *args, Py_ssize_t nargs, const char *usa
  * (1 storm / 0 restore, port, priority) */
 static PyObject *Pipeline_timers(Pipeline *P, PyObject *const *args, Py_ssize_t nargs) {
     double now, deadline;
+    EVP = P;
     if (now_and_list(args, nargs, "timers(now, events: list)", &now) < 0 ||
         timers(P, now, args[1], &deadline) < 0) return NULL;
     return PyFloat_FromDouble(deadline);
@@ -1454,6 +1623,7 @@ static PyObject *Pipeline_timers(Pipeline *P, PyObject *const *args, Py_ssize_t 
 /* service(now, sent) -> next wake or None; appends (port, frame) to the list `sent` */
 static PyObject *Pipeline_service(Pipeline *P, PyObject *const *args, Py_ssize_t nargs) {
     double now, wake;
+    EVP = P;
     if (now_and_list(args, nargs, "service(now, sent: list)", &now) < 0 ||
         service(P, now, args[1], &wake) < 0) return NULL;
     if (isnan(wake)) Py_RETURN_NONE;
@@ -1599,6 +1769,8 @@ static PyObject *Pipeline_run_frames(Pipeline *P, PyObject *args) {
     PyObject *frame = frame_arg(f), *sent = PyList_New(0);
     double wake;
     int r = 0;
+    EVP = P;
+    EVNOW = 0.0;
     for (long long k = 0; frame && sent && r == 0 && k < n; k++) {
         r = on_frame(P, i, frame, 0.0);
         if (r > 0) {
@@ -1652,6 +1824,8 @@ static PyMethodDef Pipeline_methods[] = {
     {"flush_port", (PyCFunction)Pipeline_flush_port, METH_VARARGS, "flush_port(i, reason, now)"},
     {"switch_down", (PyCFunction)Pipeline_switch_down, METH_NOARGS, "control frames and backlog emptied"},
     {"switch_up", (PyCFunction)Pipeline_switch_up, METH_NOARGS, "the watchdog polls at once"},
+    {"set_events", (PyCFunction)Pipeline_set_events, METH_VARARGS, "set_events(on): note events"},
+    {"events", (PyCFunction)Pipeline_events, METH_NOARGS, "the events noted since the last call"},
     {"flows", (PyCFunction)Pipeline_flows, METH_NOARGS, "the cached flows"},
     {"flushes", (PyCFunction)Pipeline_flushes, METH_NOARGS, "caches emptied when full"},
     {"on_frame", (PyCFunction)(void (*)(void))Pipeline_on_frame, METH_FASTCALL, "on_frame(i, frame, now)"},

@@ -18,13 +18,19 @@ the FIB, the neighbours and the load balancer. A flow the C cache misses is deci
 (`Agent.time_exceeded`'s ICMP, queued through C); a received PFC frame pauses the egress
 in C (`MacControl.on_frame`, `emucore.qos.pfc.EgressPause`); any other link-local frame
 (LLDP, CBFC) goes to the control plane's `MacControl`, never approximated. The configuration
-the C stages do not implement is refused (`Unsupported`, naming the field): the event
-log, the test drop hook, trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode
-auto (it needs LLDP/DCBX) unless the caller pushes DCBX's outcome (`push_ingress`, as
+the C stages do not implement is refused (`Unsupported`, naming the field): the test
+drop hook, trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode auto (it needs
+LLDP/DCBX) unless the caller pushes DCBX's outcome (`push_ingress`, as
 `switch_agent.fastagent` does). Pause refreshes and the watchdog's poll run in C (`timers`);
 LLDP announcements stay the caller's; the lag meter (`emucore.fidelity.LagMeter`) records
 what C did; a degraded link (`degrade`, `restore`) loses and corrupts frames with the
 Python's draws. Not here yet: LLR, CBFC, trimming (refused).
+
+The event log (docs/EVENTS.md): C notes the events of its stages where the Python notes
+them (`switch_agent.events.EventSink`'s calls, the queues' noted events and the pauses'
+expiries) in a buffer of (kind, port, fields) records; `drain`, after every call into C,
+writes them through the control plane's same `EventSink` and `EventLog`, so the file is
+the Python agent's, record for record.
 
 Measured against `emu.observe.calibrate.time_frames` with `time_frames` below (the routed
 book-QoS frame; figures in the commit that added `run_frames`).
@@ -37,6 +43,7 @@ import time
 from pathlib import Path
 
 from emucore import cbuild
+from emucore.eventlog import model_us
 from emucore.fidelity import BUCKET_EDGES, LagMeter
 from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig
@@ -53,6 +60,10 @@ if Path(_pipeline.__file__) == cbuild.target(MODULE) and not cbuild.is_current(M
     raise ImportError(f"{MODULE} is not built from today's sources: run ./setup.sh")
 
 LINK_LOCAL = "link_local"  #: on_frame's answer for a frame the Python MAC control took
+#: pipeline.c's event kinds (its enum EV_*), in order
+(EV_QDROP, EV_CE_FIRST, EV_WRED, EV_HEADROOM, EV_XOFF, EV_XON, EV_REFRESH, EV_PFC_RX,
+ EV_PAUSE_START, EV_PAUSE_END, EV_WD, EV_CNP, EV_WIRE_DROP) = range(13)
+PAUSE_END_HOW = ("expiry", "resume", "watchdog")  #: EV_PAUSE_END's b
 
 
 class Unsupported(ValueError):
@@ -62,8 +73,7 @@ class Unsupported(ValueError):
 def check_config(cfg: AgentConfig) -> None:
     """Raise Unsupported for the first field of `cfg` the C pipeline does not implement."""
     q = cfg.qos or {}
-    refused = (("events_path", cfg.events_path is not None),
-               ("test_drop_rate", cfg.test_drop_rate != 0),
+    refused = (("test_drop_rate", cfg.test_drop_rate != 0),
                ("qos.trim", bool(q.get("trim"))), ("qos.llr", bool(q.get("llr"))),
                ("qos.cbfc", bool(q.get("cbfc"))))
     for name, bad in refused:
@@ -123,6 +133,45 @@ class FastPipeline:
                                a.wd_period)
         c.set_meter(BUCKET_EDGES, monotonic)
         self.tables()
+        #: the event log is open: C notes its stages' events, `drain` writes them
+        self.logging = a.sink.enabled
+        c.set_events(self.logging)
+        self.ev_ports = ports
+
+    def drain(self) -> None:
+        """Write the events C noted since the last call through the agent's EventSink
+        (the EV_* kinds of pipeline.c: (kind, port, a, b, v, t, x))."""
+        sink = self.agent.sink
+        emit, ports = sink.emit, self.ev_ports
+        for kind, i, a, b, v, t, x in self.c.events():
+            p = ports[i]
+            if kind == EV_QDROP:
+                emit("drop", t, port=p.name, queue=a, reason=_pipeline.QUEUE_DROPS[b])
+            elif kind == EV_CE_FIRST:
+                emit("ce_first", t, port=p.name, queue=a, depth=v)
+            elif kind == EV_WRED:
+                emit(("wred_min", "wred_max")[b], t, port=p.name, queue=a,
+                     dir="up" if x else "down", depth=v)
+            elif kind == EV_HEADROOM:
+                sink.drop(p, a, "headroom_overflow", t)
+            elif kind == EV_XOFF:
+                sink.xoff(p, a, v, p.ingress.cfg.pause_quanta, t)
+            elif kind == EV_XON:
+                sink.xon(p, a, v, t)
+            elif kind == EV_REFRESH:
+                sink.pfc_refresh(p, a, p.ingress.cfg.pause_quanta, t)
+            elif kind == EV_PFC_RX:
+                emit("pfc_rx", t, port=p.name, prio=a, quanta=v)
+            elif kind == EV_PAUSE_START:
+                emit("pause_start", t, port=p.name, prio=a, until=model_us(x, sink.log.td))
+            elif kind == EV_PAUSE_END:
+                emit("pause_end", t, port=p.name, prio=a, how=PAUSE_END_HOW[b])
+            elif kind == EV_WD:
+                sink.watchdog(p, b == 1, a, p.watchdog.cfg.action, t)
+            elif kind == EV_CNP:
+                sink.cnp_fwd(p, a, x, t)
+            else:  # EV_WIRE_DROP
+                sink.wire_drop(p, _pipeline.PORT_DROPS[b], a, t)
 
     def push_ingress(self, port: str) -> int:
         """The port's ingress PFC settings, as the control plane's port has them (the
@@ -155,6 +204,8 @@ class FastPipeline:
         if r == _pipeline.MISS_FLOW:
             self.decide(frame, now)
             r = self.c.on_frame(i, frame, now)
+        if self.logging:
+            self.drain()
         if r == _pipeline.MISS_TTL:
             self.time_exceeded(port, frame, now)
         elif r == _pipeline.MISS_LINK_LOCAL:
@@ -180,6 +231,8 @@ class FastPipeline:
         if reply is not None:
             out = reply[1]
             self.c.enqueue(self.index[reply[0]], 0, out, now, a.prio_of(out))
+            if self.logging:
+                self.drain()
 
     def timers(self, now: float) -> float:
         """`AgentTimers.timers` but LLDP (the caller's, `Agent.send_lldp`) and the lag
@@ -187,6 +240,8 @@ class FastPipeline:
         the Python notes them; the next deadline."""
         events: list = []
         deadline = self.c.timers(now, events)
+        if self.logging:
+            self.drain()
         for storm, i, prio in events:
             wd = self.agent.ports[self.names[i]].watchdog
             self.agent.sink.note(str(WatchdogEvent("storm" if storm else "restore",
@@ -199,6 +254,8 @@ class FastPipeline:
         wake time."""
         out: list = []
         wake = self.c.service(now, out)
+        if self.logging:
+            self.drain()
         names = self.names
         sent.extend((names[i], f) for i, f in out)
         return wake

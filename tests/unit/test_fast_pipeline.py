@@ -15,11 +15,13 @@ run under ASan + UBSan: test_sanitized.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
@@ -241,11 +243,18 @@ LATE = (0.0,) * 6 + (2e-6, 30e-6, 300e-6)  #: lab s a wake-up may come late
 def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
                  actions: dict[float, Callable] | None = None) -> dict:
     """Run both on `frames`, serving at every arrival and every wake time (and installing
-    running `actions[t](ref, fast)` at the first step from t on); assert them equal; return what
-    happened (for the tests' own checks)."""
+    running `actions[t](ref, fast)` at the first step from t on), each writing its event
+    log; assert them equal (the two event files byte for byte); return what happened (for
+    the tests' own checks; "events": the records)."""
+    with tempfile.TemporaryDirectory() as d:
+        return run_both(cfg, frames, actions, Path(d))
+
+
+def run_both(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
+             actions: dict[float, Callable] | None, logs: Path) -> dict:
     now, py_sent, c_sent = [0.0], [], []
-    ref = reference(cfg, now, py_sent)
-    fast = FastPipeline(cfg, monotonic=False)
+    ref = reference(replace(cfg, events_path=str(logs / "py.jsonl")), now, py_sent)
+    fast = FastPipeline(replace(cfg, events_path=str(logs / "c.jsonl")), monotonic=False)
     fast.install_fib(*FIB)
     i, wake, wakes, deadline = 0, None, 0, math.inf
     late = random.Random(len(frames)).choice  # a loop that wakes up late now and then
@@ -284,7 +293,24 @@ def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
     assert fast.c.flushes() == ref.flowcache.flushes
     assert fast.agent.events == ref.events  # QoS warnings, watchdog storms and restores
     assert fast.meter().snapshot() == ref.meter.snapshot()
-    return {"sent": py_sent, "ref": ref, "wakes": wakes}
+    ref.log.close(now[0])
+    fast.agent.log.close(now[0])
+    py_events = records(logs / "py.jsonl")
+    assert records(logs / "c.jsonl") == py_events
+    return {"sent": py_sent, "ref": ref, "wakes": wakes, "events": [dict(e) for e in py_events]}
+
+
+def records(path: Path) -> list[list[tuple]]:
+    """An event file's records, their fields in order; a `fib` event without its time
+    (the control plane stamps a route change with the clock it arrives at, each agent
+    its own, `AgentAdmin.install_fib`)."""
+    out = []
+    for line in path.read_text().splitlines():
+        e = json.loads(line)
+        if e["ev"] == "fib":
+            del e["t"]
+        out.append(list(e.items()))
+    return out
 
 
 #: detection in 2 us and restoration after 4 us model: 2 and 4 ms lab, within a trace
@@ -335,6 +361,26 @@ def test_degraded_link() -> None:
         t2: lambda ref, fast: (ref.ports["eth5"].restore(), fast.restore("eth5"))})
     drops = r["ref"].ports["eth5"].drops
     assert drops.get("degrade_loss", 0) > 0 and drops.get("degrade_corrupt", 0) > 0
+    lost = {e["reason"] for e in r["events"] if e["ev"] == "drop" and e["port"] == "eth5"}
+    assert {"degrade_loss", "degrade_corrupt"} <= lost  # in the event log too
+
+
+def test_cnps_and_headroom_in_the_log() -> None:
+    """CNPs forwarded (`cnp_fwd`, their sojourn) and a burst past xOFF + headroom at one
+    ingress (`drop` headroom_overflow): the same records on both paths."""
+    src, dst = mac_bytes(HOSTS["eth1"][0]), mac_bytes(ROUTER)
+    frames = []
+    for k in range(60):
+        f = build_frame(src, dst, "10.0.1.11", "10.0.2.14", 4170, sport=49152, dport=4791,
+                        dscp=24, ecn=2)
+        frames.append((1e-3, "eth1", bytes(f)))
+        cnp = build_frame(src, dst, "10.0.1.11", "10.0.2.14", 90, sport=49153, dport=4791,
+                          dscp=48)
+        cnp[42] = 0x81  # BTH opcode CNP (roce.is_cnp)
+        frames.append((1e-3 + k * 1e-5, "eth1", bytes(cnp)))
+    r = differential(config(small_qos()), sorted(frames, key=lambda f: f[0]))
+    evs = {(e["ev"], e.get("reason")) for e in r["events"]}
+    assert {("cnp_fwd", None), ("drop", "headroom_overflow"), ("xoff", None)} <= evs
 
 
 def test_trace_reaches_every_stage() -> None:
@@ -367,6 +413,15 @@ def test_trace_reaches_every_stage() -> None:
     assert sum(sum(p.watchdog.storms_restored) for p in wd) > 0
     assert sum(sum(p.watchdog.dropped) for p in wd) > 0
     assert sum(sum(p.ingress.refreshes) for p in wd) > 0
+    logged = {(e["ev"], e.get("reason") or e.get("how") or e.get("dir") or e.get("refresh"))
+              for seed in (1, 2, 3) for case in ("book-small", "watchdog-drop", "watchdog-forward")
+              for e in differential(CASES[case](), trace(seed))["events"]}
+    assert {("xoff", None), ("xon", None), ("pfc_tx", False), ("pfc_tx", True),
+            ("pfc_rx", None), ("pause_start", None), ("pause_end", "expiry"),
+            ("pause_end", "resume"), ("pause_end", "watchdog"), ("wred_min", "up"),
+            ("wred_min", "down"), ("wred_max", "up"), ("wred_max", "down"), ("ce_first", None),
+            ("drop", "wred"), ("drop", "queue_full"), ("drop", "pfc_watchdog"),
+            ("wd_storm", None), ("wd_restore", None), ("path", None)} <= logged
 
 
 def test_wred_draws_are_pythons() -> None:
@@ -394,7 +449,7 @@ def test_flow_cache_overflow() -> None:
 
 def test_refuses_what_it_does_not_implement() -> None:
     cfg = config(small_qos())
-    for field, value in (("events_path", "/tmp/x.jsonl"), ("test_drop_rate", 0.1)):
+    for field, value in (("test_drop_rate", 0.1),):
         with pytest.raises(Unsupported, match=field):
             FastPipeline(replace(cfg, **{field: value}))
     with pytest.raises(Unsupported, match="pfc_mode"):
@@ -441,6 +496,7 @@ t.test_run_frames_is_the_pipeline()
 t.test_flow_cache_overflow()
 t.test_fib_change_mid_trace()
 t.test_degraded_link()
+t.test_cnps_and_headroom_in_the_log()
 print("sanitized ok")
 """
 

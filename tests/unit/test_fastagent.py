@@ -9,6 +9,7 @@ reference agent are tests/unit/test_fast_pipeline.py's).
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,7 +29,7 @@ from switch_agent.serve import discard
 from switch_agent.show import COMMANDS
 from switch_agent.forward import FibRoute
 from tests.unit import test_fast_pipeline
-from tests.unit.test_fast_pipeline import CASES, FIB, config, reference, small_qos, trace
+from tests.unit.test_fast_pipeline import CASES, FIB, config, records, reference, small_qos, trace
 
 #: one uplink for 10.0.2.0/24 and a host route on the other (a reconvergence)
 FIB2 = ([FIB[0][0], FibRoute("10.0.2.0/24", (("172.16.2.1", "eth6"),)),
@@ -59,14 +60,17 @@ def test_the_data_path_chosen_by_mode(monkeypatch):
         fastagent.build(cfg, "quick", open_sockets=False)
 
 
-def test_fast_refuses_what_c_does_not_implement():
-    """`fast` never falls back: the refusal names the field (the agent exits with it)."""
+def test_fast_refuses_what_c_does_not_implement(tmp_path):
+    """`fast` never falls back: the refusal names the field (the agent exits with it).
+    An event log is no refusal: C notes the events, the agent writes them."""
     cfg = config(small_qos())
-    for field, value in (("events_path", "/tmp/x.jsonl"), ("test_drop_rate", 0.1)):
-        with pytest.raises(Unsupported, match=field):
-            fastagent.build(replace(cfg, **{field: value}), "fast", open_sockets=False)
-        assert type(fastagent.build(replace(cfg, **{field: value}), "auto",
-                                    open_sockets=False)) is Agent
+    with pytest.raises(Unsupported, match="test_drop_rate"):
+        fastagent.build(replace(cfg, test_drop_rate=0.1), "fast", open_sockets=False)
+    assert type(fastagent.build(replace(cfg, test_drop_rate=0.1), "auto",
+                                open_sockets=False)) is Agent
+    fa = fastagent.build(replace(cfg, events_path=str(tmp_path / "rail1.jsonl")), "fast",
+                         open_sockets=False)
+    assert type(fa) is fastagent.FastAgent and fa.fast.logging
     with pytest.raises(Unsupported, match="lb.mode"):
         fastagent.build(replace(cfg, lb={"mode": "spray"}), "fast", open_sockets=False)
 
@@ -105,9 +109,15 @@ def answered(agent) -> dict:
 def drive(cfg, frames, actions: dict[float, dict]) -> tuple:
     """The reference agent and a FastAgent on `frames`, serving at every arrival and wake
     time, sending the control request `actions[t]` to both (or calling it on both) at the
-    first step from t."""
+    first step from t; each writes its event log, and the two hold the same records."""
+    with tempfile.TemporaryDirectory() as d:
+        return drive_logged(cfg, frames, actions, Path(d))
+
+
+def drive_logged(cfg, frames, actions: dict[float, dict], logs: Path) -> tuple:
     now, py_sent, c_sent = [0.0], [], []
-    ref, fa = reference(cfg, now, py_sent), fast_agent(cfg, now, c_sent)
+    ref = reference(replace(cfg, events_path=str(logs / "py.jsonl")), now, py_sent)
+    fa = fast_agent(replace(cfg, events_path=str(logs / "c.jsonl")), now, c_sent)
     i, wake = 0, None
     while i < len(frames) or wake is not None:
         t = min(frames[i][0] if i < len(frames) else math.inf,
@@ -117,8 +127,9 @@ def drive(cfg, frames, actions: dict[float, dict]) -> tuple:
             req = actions.pop(at)
             if callable(req):
                 req(ref), req(fa)
-            else:
-                assert ask(ref, req) == ask(fa, req), req
+            else:  # `admin` stamps its flushes with the clock: the trace's, for both
+                with mock.patch("switch_agent.control.time", SimpleNamespace(monotonic=lambda: t)):
+                    assert ask(ref, req) == ask(fa, req), req
         while i < len(frames) and frames[i][0] == t:  # as serve: discarded while down
             _, port, frame = frames[i]
             (ref.on_frame if ref.admin_up else discard)(ref.ports[port], frame, t)
@@ -130,6 +141,11 @@ def drive(cfg, frames, actions: dict[float, dict]) -> tuple:
         assert fa.service(t) == w, t
         wake = w if w is None or w > t else math.nextafter(t, math.inf)
     assert per_port(c_sent) == per_port(py_sent)  # each wire's frames, in order and time
+    ref.log.close(now[0])
+    fa.agent.log.close(now[0])
+    events = records(logs / "py.jsonl")
+    assert records(logs / "c.jsonl") == events
+    ref.logged = [dict(e) for e in events]  # for the tests' own checks
     return ref, fa
 
 
@@ -158,6 +174,9 @@ def test_switch_and_link_down(case):
     c = a["counters"]
     drops = {k for p in c["ports"].values() for k, n in p["drops"].items() if n}
     assert {"link_down", "switch_down"} <= drops
+    logged = {(e["ev"], e.get("reason") or e.get("state") or e.get("up")) for e in ref.logged}
+    assert {("link", "down"), ("link", "up"), ("switch_admin", False),
+            ("switch_admin", True)} <= logged
     assert sum(p["tx_packets"] for p in c["ports"].values()) > 0  # forwarding again
 
 
