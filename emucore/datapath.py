@@ -6,14 +6,14 @@ the run (switch agents, NICs, and the parts on other servers), which read it her
 
 * `python`: the Python reference everywhere;
 * `fast`: the compiled path for every stage that has one; a process whose configuration
-  the compiled path does not implement refuses to start, naming the field (switch
-  agents are started without an event log: the C pipeline keeps none);
+  the compiled path does not implement refuses to start, naming the field;
 * `auto` (the default): the compiled path wherever the configuration is supported, the
   Python path elsewhere, and the process says which it took. Switch agents stay on the
-  Python path under `auto` for now (`FAST_ONLY`): the C agent pipeline keeps no event
-  log (a run asks every agent for one) and refuses the switch-down fault and the test
-  drop hook at run time, which a run cannot know at start; its `counters` and `show`
-  answers are the Python agent's in shape and value (tests/unit/test_fastagent.py).
+  Python path under `auto` for now (`FAST_ONLY`): the C agent pipeline refuses the test
+  drop hook at run time, which a run cannot know at start, and `auto` moves them to C
+  once the e2e and netns suites have run on it. Its `counters` and `show` answers and
+  its event log are the Python agent's, record for record (tests/unit/test_fastagent.py,
+  tests/unit/test_fast_pipeline.py).
 
 `fast` and `auto` need the C modules built from today's sources (`./setup.sh` builds
 them, emucore/cbuild.py); a missing build is an error that says so, never a silent

@@ -22,7 +22,6 @@ from emu.realise.nics import NicProcesses, start_host_lldp
 from emu.realise.nodeops import NodeOps
 from emu.realise.nodes import AgentSwitch, build_mininet, mininet_classes
 from emu.realise.procs import StartFailed, start_timeout, stop_procs, wait_ready
-from emucore import datapath
 from emucore.qos.classify import Classifier
 from emucore.timedil import TimeDilation
 from emucore.wire.dscp import DSCP_ROCEV2
@@ -192,7 +191,6 @@ class FabricNet:
                                     f"{remote.node}:{remote.ifname}",
                                     fab.nodes[remote.node].kind == HOST))
         svi = fab.l2_tables(node)
-        # EMU_DATAPATH=fast: the C agent pipeline keeps no event log (switch_agent.fastagent)
         return AgentConfig(name=node, tdf=fab.tdf, control=str(self.control_path(node)),
                            ports=tuple(ports), svi=svi, ecmp_seed=n.ecmp_seed, mtu=fab.mtu,
                            test_drop_rate=self.test_drop_rate,
@@ -201,7 +199,7 @@ class FabricNet:
                            lb=self.lb[node].to_dict() if node in self.lb else None,
                            dlb_macs=lbplan.dlb_macs(self.lb),
                            events_path=str(self.run_dir / "events" / f"{node}.jsonl")
-                           if self.run_dir is not None and datapath.mode() != "fast" else None)
+                           if self.run_dir is not None else None)
 
     @property
     def nic_sockets(self) -> dict[str, str]:
