@@ -153,6 +153,9 @@ def test_a_write_on_each_data_path(mode, tmp_path):
     assert (dp["compiled"] == []) == (mode == "python")
     assert f"Data path: {mode} - " in r.stdout
     assert "PFC active on every fabric port" in r.stdout  # LLDP/DCBX in Python, pushed to C
+    events = [json.loads(line) for line in (d / "events" / "rail1.jsonl").read_text().splitlines()]
+    assert sorted(e["port"] for e in events if e["ev"] == "pfc_oper") == [
+        f"eth{i}" for i in range(1, 7)]  # both paths keep the switch's event log
     [pcap] = (d / "pcaps").glob("*h4*nic2*.pcap")
     rows = tshark_rows(pcap, "infiniband.bth.opcode == 6 || infiniband.bth.opcode == 7 || "
                              "infiniband.bth.opcode == 8 || infiniband.bth.opcode == 9 || "
