@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import topologies
-from emu.bench import uet as uet_bench, uetscen
+from emu.bench import paths as bench_paths, uet as uet_bench, uetscen
 from emu.cluster import remote
 from emu.commands import clean as clean_command, run as run_command, show as show_command
 from emu.lab import command as lab_command
 from emu.observe.summary import report
 from emu.realise import nsutil
+from emucore import datapath
 from emucore.timedil import parse_size
 from switch_agent import control
 
@@ -110,8 +111,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load", type=float, default=None,
                    help="bench tdf/speed: offered load per NIC as a fraction of its line "
                         "rate (default 0.5 for tdf, 1.0 for speed)")
-    p.add_argument("--topo", default="rail2x4",
-                   help="bench speed: topologies, comma-separated (e.g. rail2x4,rail8x4)")
+    p.add_argument("--topo", default=None,
+                   help="bench speed: topologies, comma-separated (default rail2x4; e.g. "
+                        "rail2x4,rail8x4); bench tdf: the topology (default rail2x4); bench "
+                        "fidelity: only the workloads on these (default all)")
+    p.add_argument("--datapath", choices=bench_paths.CHOICES, default=None,
+                   help="the per-frame code the fabric runs (emu run --datapath): forward, "
+                        "tdf, speed, fidelity measure on python and fast alternately in one "
+                        "invocation and print fast/python (default both), or on the one "
+                        "named; the other fabric benches run on the one named (default "
+                        "auto); bench switch builds no fabric and ignores it")
+    p.add_argument("--tdfs", default="1000,2000,5000,10000",
+                   help="bench tdf: the TDFs, comma-separated (default 1000,2000,5000,10000)")
     p.add_argument("--size", default=None, help="bench lb: bytes per flow (default 8MB); "
                                                  "bench transport: per incast sender "
                                                  "(default 4MB)")
@@ -190,28 +201,35 @@ def cmd_bench(args) -> int:
     if os.geteuid() != 0:
         print("emu bench needs root: try `sudo python -m emu bench forward`", file=sys.stderr)
         return 2
+    try:
+        paths = bench_paths.modes(args.what, args.datapath)
+        tdfs = tuple(bench_paths.tdfs(args.tdfs))
+        topos = tuple(args.topo.split(",")) if args.topo else None
+        for t in topos or ():
+            topologies.load(t)
+        if set(paths) - {"python"}:
+            datapath.require_built()
+    except (ValueError, datapath.NotBuilt, topologies.TopologyError) as exc:
+        print(f"emu bench: {exc}", file=sys.stderr)
+        return 2
     if args.load is not None and not 0 < args.load <= 1:
         print(f"emu bench: --load must be in (0, 1], got {args.load:g}", file=sys.stderr)
         return 2
     if args.what == "tdf":
-        return bench.fabric_load(duration=args.duration,
-                                 load=0.5 if args.load is None else args.load)
+        return bench.fabric_load(tdfs, duration=args.duration, topo=(topos or ("rail2x4",))[0],
+                                 load=0.5 if args.load is None else args.load, paths=paths)
     if args.what == "speed":
-        topos = tuple(args.topo.split(","))
-        try:
-            for t in topos:
-                topologies.load(t)
-        except topologies.TopologyError as exc:
-            print(f"emu bench: --topo: {exc}", file=sys.stderr)
-            return 2
-        return bench.speed(topos, load=1.0 if args.load is None else args.load,
-                           duration=args.duration)
+        return bench.speed(topos or ("rail2x4",), load=1.0 if args.load is None else args.load,
+                           duration=args.duration, paths=paths)
+    if args.what == "fidelity":
+        return bench.fidelity(paths=paths, topos=topos)
+    if args.what == "forward":
+        return bench.forward(duration=args.duration, paths=paths)
+    os.environ[datapath.ENV] = paths[0]  # one path: every process of the bench inherits it
     if args.what == "rnic":
         return bench.rnic()
     if args.what == "allreduce":
         return bench.allreduce()
-    if args.what == "fidelity":
-        return bench.fidelity()
     if args.what == "lb":
         args.size = args.size or "8MB"
         try:
@@ -246,7 +264,7 @@ def cmd_bench(args) -> int:
             print(f"emu bench: --size: {exc}", file=sys.stderr)
             return 2
         return fn(args.size or default, tdf=args.tdf or 10000.0, out=args.out)
-    return bench.forward(duration=args.duration)
+    raise AssertionError(f"bench {args.what}")  # argparse's choices
 
 
 COMMANDS = {"list": cmd_list, "show": show_command.main, "run": run_command.main,

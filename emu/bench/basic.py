@@ -1,12 +1,15 @@
 """`python -m emu bench ...`: measurements that print figures and ratios against a peer
 measured in the same run (never timed assertions in the test suite).
 
-bench fidelity: issue 11's workloads at TDF T and 4T through `emu run`, model results
-side by side and each run's fidelity verdict.
+bench tdf, speed: the fabric under load per TDF; the lowest TDF kept up beside ns-3.
 
 bench forward: the switch agent's forwarding throughput between two hosts of one rail
 (h1 -- rail1 -- h2, intra-rail, unshaped) against a Linux bridge between the same kind
 of namespaces, with iperf3 TCP at MTU 9000 and 1500. Packets/s are payload bytes / MSS.
+
+forward, tdf and speed measure on the data paths `--datapath` names, by default the
+Python and the compiled one alternately in one invocation (emu.bench.paths; `bench
+fidelity`: emu.bench.fidelity).
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from emu.bench.lb import lb as lb_bench  # noqa: F401 (emu bench lb)
 from emu.bench.fuzz import fuzz_bench  # noqa: F401 (`emu bench fuzz`)
 from emu.bench.train import train as train_bench  # noqa: F401 (`emu bench train`)
 from emu.bench.transport import transport as transport_bench  # noqa: F401 (`emu bench transport`)
-from emu.bench.benchrun import emu_run
+from emu.bench import paths as paths_
+from emu.bench.fidelity import fidelity  # noqa: F401 (`emu bench fidelity`)
 from emu.observe import calibrate, guard
 from emu.realise.net import FabricNet
 from emu.peers import ns3_env, spec
-from emu.realise.procs import run_module
+from emu.realise.procs import START_ERRORS, run_module
+from emucore import datapath
 from emucore.qos.qosconfig import QosConfig
 from emucore.wire.templates import bench_build
 from traffic.workloads import rdma
@@ -55,28 +60,51 @@ def iperf(fnet: FabricNet, seconds: float) -> float:
         server.wait()
 
 
-def forward(duration: float = 5.0) -> int:
-    """Agent vs Linux bridge forwarding throughput; prints a table."""
+def forward(duration: float = 5.0, paths: tuple[str, ...] = paths_.BOTH) -> int:
+    """Agent vs Linux bridge forwarding throughput, the agent on each data path of `paths`
+    (alternating, emu.bench.paths), the bridge once per MTU; prints a table."""
     rows = []
     for mtu in (9000, 1500):
         fab = topologies.from_dict({"gpus_per_host": 1, "hosts": 2, "spines": 0, "mtu": mtu,
                                     "name": f"bench-mtu{mtu}"})
-        res = {}
-        for kind in ("agent", "bridge"):
+        res: dict[str, tuple[float | None, str]] = {}
+        for _, kind in paths_.alternate([*paths, "bridge"], [mtu]):
             print(f"  measuring {kind} at MTU {mtu} for {duration:g} s ...", flush=True)
-            with FabricNet(fab, shaping=False, switch_kind=kind) as fnet:
-                res[kind] = iperf(fnet, duration)
-        mss = mtu - TCP_OVERHEAD
-        rows.append((mtu, res["agent"], res["agent"] / 8 / mss, res["bridge"],
-                     res["bridge"] / 8 / mss))
+            with paths_.use(datapath.DEFAULT if kind == "bridge" else kind):
+                try:
+                    with FabricNet(fab, shaping=False,
+                                   switch_kind="bridge" if kind == "bridge" else "agent") as fnet:
+                        ran = "kernel" if kind == "bridge" else \
+                            paths_.agents_path({"rail1": fnet.counters("rail1")})
+                        res[kind] = (iperf(fnet, duration), ran)
+                except (*START_ERRORS, RuntimeError) as exc:  # e.g. an agent refused fast
+                    print(f"  {kind} at MTU {mtu}: {exc}", flush=True)
+                    res[kind] = (None, "failed")
+        rows.append((mtu, res))
+    mss = {mtu: mtu - TCP_OVERHEAD for mtu, _ in rows}
     print("\nbench forward: h1 -> rail1 -> h2, one TCP stream (iperf3), offloads off, "
-          "unshaped")
-    print(f"{'MTU':>5} {'agent Gbps':>11} {'agent pps':>10} {'bridge Gbps':>12} "
-          f"{'bridge pps':>11} {'agent/bridge':>13}")
-    for mtu, ab, ap, bb, bp in rows:
-        print(f"{mtu:>5} {ab / 1e9:>11.3f} {ap:>10.0f} {bb / 1e9:>12.3f} {bp:>11.0f} "
-              f"{ab / bb:>13.2f}")
-    return 0
+          "unshaped (no TDF, so no fidelity verdict); agents ran: c = compiled, python")
+    print("\n".join(paths_.legend(paths)))
+    table = []
+    for mtu, res in rows:
+        bridge = res["bridge"][0]
+        for m in paths:
+            bps, ran = res[m]
+            table.append([str(mtu), m, ran, _num(bps, 1e9, ".3f"), _num(bps, 8 * mss[mtu], ".0f"),
+                          _num(bridge, 1e9, ".3f"), _num(bridge, 8 * mss[mtu], ".0f"),
+                          format(bps / bridge, ".2f") if bps and bridge else "-"])
+        if len(paths) == 2:
+            f, p = (paths_.Figure(m, res[m][0]) for m in ("fast", "python"))
+            table.append([str(mtu), "fast/python", "", paths_.ratio_cell(f, p), "", "", "",
+                          ""])
+    print("\n".join(paths_.render(["MTU", "path", "agents", "agent Gbps", "agent pps",
+                                   "bridge Gbps", "bridge pps", "agent/bridge"], table, 3)))
+    return 0 if all(r[0] is not None for _, res in rows for r in res.values()) else 1
+
+
+def _num(value: float | None, unit: float, fmt: str) -> str:
+    """value / unit formatted, "-" for None."""
+    return "-" if value is None else format(value / unit, fmt)
 
 
 ROCE_FRAME = calibrate.ROCE_FRAME
@@ -85,8 +113,9 @@ ROCE_FRAME = calibrate.ROCE_FRAME
 def load_trial(topo: str, tdf: float, load: float, duration: float) -> dict:
     """One TDF of `bench tdf`: the cross-rail load (emu.peers.spec.flow_pairs) at `load` x line rate
     for `duration` s after a 1 s start, the book's QoS, senders honouring PFC. Returns
-    offered and delivered lab bit/s, agent drops, the agents' CPU per forwarded frame
-    and the fidelity guard's verdict on the agents over the window (emu.observe.guard)."""
+    offered and delivered lab bit/s, agent drops, the agents' CPU per forwarded frame,
+    the fidelity guard's verdict on the agents over the window (emu.observe.guard) and
+    the data path the agents reported (emu.bench.paths.agents_path)."""
     fab = topologies.load(topo, tdf=tdf)
     with FabricNet(fab, qos=QosConfig()) as fnet:  # the book's QoS, as `emu run`
         procs = []
@@ -121,29 +150,62 @@ def load_trial(topo: str, tdf: float, load: float, duration: float) -> dict:
     return {"tdf": tdf, "lab_link_bps": fnet.td.lab_rate(2e11), "offered_bps": offered,
             "delivered_bps": delivered, "drops": drops,
             "cpu_us_per_frame": cpu / frames * 1e6 if frames else 0.0,
-            "kept_up": bool(fid["kept_up"]), "p99_lag_model_us": fid["p99_lag_model_us"]}
+            "kept_up": bool(fid["kept_up"]), "p99_lag_model_us": fid["p99_lag_model_us"],
+            "agents": paths_.agents_path(b)}
 
 
 def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
-                topo: str = "rail2x4", load: float = 0.5) -> int:
-    """Which TDF does this machine sustain? Every GPU NIC sends RoCE-sized frames at
-    `load` x its host link's rate to the next host's GPU on another rail (every flow
-    crosses rail -> spine -> rail; at half rate no uplink is oversubscribed whatever ECMP
-    picks, so any loss is the machine falling behind); senders honour PFC; prints
-    delivered / offered per TDF, and the guard's p99 lag of the agents."""
+                topo: str = "rail2x4", load: float = 0.5,
+                paths: tuple[str, ...] = paths_.BOTH) -> int:
+    """Which TDF does this machine sustain, on each data path? Every GPU NIC sends
+    RoCE-sized frames at `load` x its host link's rate to the next host's GPU on another
+    rail (every flow crosses rail -> spine -> rail; at half rate no uplink is
+    oversubscribed whatever ECMP picks, so any loss is the machine falling behind);
+    senders honour PFC; per TDF and path (alternating): delivered / offered, the agents'
+    CPU per frame-hop and the guard's p99 lag, and the CPU ratio fast / python."""
     print(f"bench tdf: {topo}, every GPU sends {ROCE_FRAME}-byte frames at {load:g} x its line "
-          f"rate to the next host's GPU on another rail, {duration:g} s per TDF")
-    print(f"{'TDF':>6} {'lab link':>9} {'offered Mbps':>13} {'delivered Mbps':>15} "
-          f"{'delivered/offered':>18} {'agent drops':>12} {'agent CPU us/frame':>19} "
-          f"{'guard p99 lag':>14}")
+          f"rate to the next host's GPU on another rail, {duration:g} s per TDF and path",
+          flush=True)
+    trials = {}
+    for tdf, m in paths_.alternate(paths, tdfs):
+        print(f"  TDF {tdf:g}, {m} ...", flush=True)
+        trials[(tdf, m)] = _trial(topo, tdf, load, duration, m)
+    print("\n".join(paths_.legend(paths)))
+    rows = []
     for tdf in tdfs:
-        r = load_trial(topo, tdf, load, duration)
-        off, dlv = r["offered_bps"], r["delivered_bps"]
-        print(f"{tdf:>6g} {r['lab_link_bps'] / 1e6:>7g} M {off / 1e6:>13.1f} {dlv / 1e6:>15.1f} "
-              f"{dlv / off if off else 0:>18.3f} {r['drops']:>12.0f} "
-              f"{r['cpu_us_per_frame']:>19.1f} {r['p99_lag_model_us']:>11.2f} us "
-              f"{'kept up' if r['kept_up'] else 'LOST'}", flush=True)
-    return 0
+        for m in paths:
+            r = trials[(tdf, m)]
+            if r is None:
+                rows.append([f"{tdf:g}", m, "failed"] + [""] * 8)
+                continue
+            off, dlv = r["offered_bps"], r["delivered_bps"]
+            rows.append([f"{tdf:g}", m, r["agents"], f"{r['lab_link_bps'] / 1e6:g} M",
+                         f"{off / 1e6:.1f}", f"{dlv / 1e6:.1f}", f"{dlv / off if off else 0:.3f}",
+                         f"{r['drops']:.0f}", f"{r['cpu_us_per_frame']:.1f}",
+                         f"{r['p99_lag_model_us']:.2f} us", paths_.verdict(r["kept_up"])])
+        if len(paths) == 2:
+            f, p = (_cpu_figure(trials[(tdf, m)], m) for m in ("fast", "python"))
+            rows.append([f"{tdf:g}", "fast/python", "", "", "", "", "", "",
+                         paths_.ratio_cell(f, p), "", ""])
+    print("\n".join(paths_.render(["TDF", "path", "agents", "lab link", "offered Mbps",
+                                   "delivered Mbps", "delivered/offered", "agent drops",
+                                   "agent CPU us/frame", "guard p99 lag", "fidelity"], rows, 3)))
+    return 0 if all(r is not None for r in trials.values()) else 1
+
+
+def _trial(topo: str, tdf: float, load: float, duration: float, mode: str) -> dict | None:
+    """`load_trial` with the fabric on data path `mode`; None (said why) if it did not start."""
+    with paths_.use(mode):
+        try:
+            return load_trial(topo, tdf, load, duration)
+        except (*START_ERRORS, RuntimeError) as exc:  # e.g. an agent refused --datapath fast
+            print(f"  {topo} TDF {tdf:g} on {mode}: {exc}", flush=True)
+            return None
+
+
+def _cpu_figure(r: dict | None, mode: str) -> paths_.Figure:
+    """A trial's CPU per frame-hop as a figure with its verdict."""
+    return paths_.Figure(mode, r and r["cpu_us_per_frame"], r and r["kept_up"])
 
 
 SPEED_TDFS = (2000.0, 3000.0, 5000.0, 7000.0, 10000.0, 15000.0, 20000.0, 30000.0, 50000.0,
@@ -151,28 +213,33 @@ SPEED_TDFS = (2000.0, 3000.0, 5000.0, 7000.0, 10000.0, 15000.0, 20000.0, 30000.0
 
 
 def speed(topos: tuple[str, ...] = ("rail2x4",), load: float = 1.0, duration: float = 5.0,
-          sim_ms: float = 2.0) -> int:
-    """emu's lowest TDF that keeps up beside ns-3's slowdown, same topology and load
-    (every NIC sends cross-rail at `load` x line rate: emu.peers.spec), measured in the
-    same run. emu: `load_trial` at rising TDFs until the guard says the agents kept up
-    with no drops. ns-3 3.44 (its own venv, set up on first use; skipped if it cannot
-    be): wall / simulated time of `sim_ms` of the same traffic, a thinner model (no
-    PFC, ECN, RoCE; per-packet ECMP). Ratio emu TDF / ns-3 slowdown: < 1 = emu faster."""
+          sim_ms: float = 2.0, paths: tuple[str, ...] = paths_.BOTH) -> int:
+    """emu's lowest TDF that keeps up, per data path, beside ns-3's slowdown, same topology
+    and load (every NIC sends cross-rail at `load` x line rate: emu.peers.spec), measured
+    in the same run. emu: `load_trial` at rising TDFs, each path (alternating) until the
+    guard says its agents kept up with no drops. ns-3 3.44 (its own venv, set up on first
+    use; skipped if it cannot be): wall / simulated time of `sim_ms` of the same traffic,
+    a thinner model (no PFC, ECN, RoCE; per-packet ECMP). Ratio emu TDF / ns-3 slowdown:
+    < 1 = emu faster; fast / python: the paths' lowest TDFs."""
     print(f"bench speed: every GPU sends {ROCE_FRAME}-byte frames at {load:g} x line rate to "
           f"the next host's GPU on the next rail; emu: the lowest TDF its guard says kept up "
-          f"({duration:g} s each), ns-3: wall / simulated time of {sim_ms:g} ms", flush=True)
+          f"({duration:g} s each) on each data path, ns-3: wall / simulated time of "
+          f"{sim_ms:g} ms", flush=True)
     venv = ns3_env.ensure_venv()
     rows = []
     for topo in topos:
-        found = None
+        found: dict[str, dict] = {}
         for tdf in SPEED_TDFS:
-            r = load_trial(topo, tdf, load, duration)
-            ok = r["kept_up"] and r["drops"] == 0
-            print(f"  emu {topo} TDF {tdf:g}: p99 lag {r['p99_lag_model_us']:.2f} us model, "
-                  f"{r['drops']:.0f} drops, {r['cpu_us_per_frame']:.0f} us CPU per frame-hop"
-                  f" -> {'kept up' if ok else 'fell behind'}", flush=True)
-            if ok:
-                found = r
+            for m in [m for m in paths if m not in found]:
+                r = _trial(topo, tdf, load, duration, m)
+                ok = r is not None and r["kept_up"] and r["drops"] == 0
+                if r is not None:
+                    print(f"  emu {topo} {m} TDF {tdf:g}: p99 lag {r['p99_lag_model_us']:.2f} us "
+                          f"model, {r['drops']:.0f} drops, {r['cpu_us_per_frame']:.0f} us CPU "
+                          f"per frame-hop -> {'kept up' if ok else 'fell behind'}", flush=True)
+                if ok:
+                    found[m] = r
+            if len(found) == len(paths):
                 break
         ns3 = None
         if venv is not None:
@@ -182,14 +249,25 @@ def speed(topos: tuple[str, ...] = ("rail2x4",), load: float = 1.0, duration: fl
             except RuntimeError as exc:
                 print(f"  ns-3 {topo}: failed: {exc}", flush=True)
         rows.append((topo, found, ns3))
-    print(f"\n{'topology':<9} {'emu lowest TDF kept up':>23} {'ns-3 slowdown':>14} "
-          f"{'emu / ns-3':>11}")
+    print("\n".join(paths_.legend(paths)))
+    table = []
     for topo, found, ns3 in rows:
-        e = found["tdf"] if found else None
         n = ns3["slowdown"] if ns3 else None
-        print(f"{topo:<9} {format(e, ',.0f') if e else '> ' + format(SPEED_TDFS[-1], ',.0f'):>23} "
-              f"{format(n, ',.0f') if n else 'not run':>14} "
-              f"{format(e / n, '.2f') if e and n else '-':>11}")
+        for m in paths:
+            r = found.get(m)
+            e = r["tdf"] if r else None
+            table.append([topo, m, r["agents"] if r else "-",
+                          format(e, ",.0f") if e else "> " + format(SPEED_TDFS[-1], ",.0f"),
+                          f"{r['cpu_us_per_frame']:.1f}" if r else "-",
+                          format(n, ",.0f") if n else "not run",
+                          format(e / n, ".2f") if e and n else "-"])
+        if len(paths) == 2:
+            f, p = (paths_.Figure(m, found[m]["tdf"] if m in found else None) for m in
+                    ("fast", "python"))
+            table.append([topo, "fast/python", "", paths_.ratio_cell(f, p), "", "", ""])
+    print("\n".join(paths_.render(["topology", "path", "agents", "emu lowest TDF kept up",
+                                   "CPU us/frame-hop", "ns-3 slowdown", "emu / ns-3"],
+                                  table, 3)))
     if venv is None:
         print("(ns-3 not available: see the message above; `python -m emu.peers.ns3_env` sets "
               "it up)")
@@ -277,60 +355,3 @@ def allreduce(sizes: str = "1MB,16MB,64MB", iters: int = 2) -> int:
               f"{e['busbw_lab_bps'] / g['busbw_lab_bps']:>9.4f} "
               f"{str(e['correct'] and g['correct']):>8}")
     return 0 if ok else 1
-
-
-#: (name, `emu run` arguments, T): issue 11's workloads at the TDF it aims to keep up at
-FIDELITY_CASES = (
-    ("rail2x4 AllReduce 16 MB", ["rail2x4", "--workload", "allreduce", "--size", "16MB",
-                                 "--iters", "2"], 2000.0),
-    ("rail8x4 AllReduce 4 MB (32 ranks)", ["rail8x4", "--workload", "allreduce", "--size",
-                                           "4MB", "--iters", "2"], 5000.0),
-    ("rail2x4 3:1 incast 16 MB", ["rail2x4", "--workload", "incast", "--size", "16MB"],
-     2000.0),
-)
-
-
-def model_results(summary: dict) -> dict[str, float]:
-    """The model-time figures of a run that should not depend on the TDF: AllReduce time
-    and busbw of the first size, incast per-sender steady rates."""
-    wl = summary.get("workload") or {}
-    rows = (wl.get("rank0") or {}).get("rows") or []
-    if rows:
-        return {"time_model_ms": rows[0]["seconds_model"] * 1e3,
-                "busbw_gbps": rows[0]["busbw_model_bps"] / 1e9}
-    rates = wl.get("steady_rate_model_bps") or {}
-    return {f"{g}_gbps": (r or 0.0) / 1e9 for g, r in rates.items()}
-
-
-def fidelity(factor: float = 4.0) -> int:
-    """The same workloads at TDF T and factor x T (`emu run` each, as a user would):
-    model results side by side with their ratio, and each run's fidelity verdict. A
-    result that the lab's speed does not change has ratio 1; issue 11 aims within 5 %."""
-    print(f"bench fidelity: each workload at TDF T and {factor:g}T, model results and the "
-          "guard's verdict (emu run, --pcap none)", flush=True)
-    ok = True
-    with tempfile.TemporaryDirectory(prefix="emu-bench-fidelity-") as tmp:
-        for name, argv, t in FIDELITY_CASES:
-            runs = []
-            for tdf in (t, factor * t):
-                out = Path(tmp) / f"{argv[0]}-{argv[2]}-{tdf:g}"
-                print(f"  {name} at TDF {tdf:g} ...", flush=True)
-                code = emu_run([*argv, "--tdf", str(tdf), "--pcap", "none", "--quiet",
-                                "--out", str(out)])
-                path = out / "summary.json"
-                summary = json.loads(path.read_text()) if path.is_file() else {}
-                runs.append((tdf, code, summary))
-            print(f"\n{name}")
-            print(f"{'figure':<16} {'TDF ' + format(t, 'g'):>12} "
-                  f"{'TDF ' + format(factor * t, 'g'):>12} {'ratio':>7}")
-            a, b = (model_results(s) for _, _, s in runs)
-            for k in a:
-                ratio = a[k] / b[k] if b.get(k) else float("nan")
-                print(f"{k:<16} {a[k]:>12.3f} {b.get(k, float('nan')):>12.3f} {ratio:>7.3f}")
-            for tdf, code, s in runs:
-                line = guard.line(s) if s else None
-                print(f"  TDF {tdf:g}: exit {code}, verdict {s.get('verdict', '?')}; "
-                      f"{line or 'no summary.json'}")
-                ok &= code == 0
-    return 0 if ok else 1
-
