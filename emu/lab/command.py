@@ -1,8 +1,11 @@
-"""`python -m emu lab list | show ID | run ID [--variant V] [--tdf T] | run --all`.
+"""`python -m emu lab list | show ID | run ID [--variant V] [--tdf T] | run --all |
+results RUNDIR...`.
 
 `run` prints the run directory first (as `emu run` does), runs every variant (or the one
-named), then the verdict table in the terminal, and writes RUNDIR/lab.json and
-RUNDIR/lab.html (`run --all` also docs/LAB_RESULTS.md, emu.lab.results). Exit status: 0
+named), then the verdict table in the terminal, and writes RUNDIR/lab.json (with where the
+result came from: emu.lab.publish) and RUNDIR/lab.html; `run --all` also
+docs/LAB_RESULTS.md (or --results PATH; issue 31), naming the labs that errored or were
+not reached. Exit status: 0
 every check passed (or differs from the book for its stated reason) and the lab kept
 up, 1 a check failed, 2 a bad lab file or option, 3 the checks passed but the lab did
 not keep up with the model (the verdict does not count; the page names the TDF to rerun
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,7 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import topologies
-from emu.lab import page, results, runner
+from emu.lab import page, publish, runner
 from emu.lab import schema as S
 from emu.lab import verdict as V
 from emucore import datapath
@@ -32,8 +34,9 @@ from emu.lab.variant import Variant
 from emu.run.terminal import Terminal
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD, EXIT_FIDELITY_LOST = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # as a shell reports SIGINT
 #: what `emu lab run --all` writes (emu.lab.results)
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "LAB_RESULTS.md"
+RESULTS = publish.RESULTS
 
 
 def cmd_list(_args) -> int:
@@ -126,6 +129,7 @@ def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
     """Run a lab (all variants or one) into `out` - or, with `rejudge`, judge the runs
     already there again (after editing the lab's checks); exit status and lab.json."""
     term = Terminal(quiet)
+    start = time.monotonic()
     todo = [v for v in lab.variants if variant is None or v.name == variant]
     many = len(lab.variants) > 1
     runs, results, shown = {}, [], []
@@ -149,7 +153,8 @@ def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
                  f"{'kept up' if fid.get('kept_up') else 'DID NOT keep up'} "
                  f"(p99 lag {fid.get('p99_lag_model_us', float('nan')):.2f} µs model)")
     results += runner.judge_ratios(lab, results)
-    doc = runner.write_json(out / "lab.json", lab, results, runs)
+    doc = runner.write_json(out / "lab.json", lab, results, runs, publish.provenance(
+        lab, None if rejudge else time.monotonic() - start, rejudged=rejudge))
     (out / "lab.html").write_text(page.render(lab, doc, shown))
     Console(width=150).print(verdict_table(doc))
     if doc["kept_up"] is False:
@@ -166,6 +171,9 @@ def cmd_run(args) -> int:
     """`emu lab run ID | --all`."""
     if not args.all and not args.id:
         print("emu lab run: name a lab (emu lab list) or --all", file=sys.stderr)
+        return EXIT_BAD
+    if not args.all and (args.results or args.no_results):
+        print("emu lab run: --results and --no-results go with --all", file=sys.stderr)
         return EXIT_BAD
     try:
         if args.tdf is not None and not args.tdf > 0:
@@ -198,42 +206,52 @@ def cmd_run(args) -> int:
                   file=sys.stderr)
             return EXIT_BAD
         return run_one(labs[0], Path(args.out), args.variant, args.quiet, rejudge=True)[0]
+    if not args.all:
+        out = Path(args.out) if args.out else Path("runs") / \
+            f"lab-{labs[0].id}-{time.strftime('%Y%m%d-%H%M%S')}"
+        print(f"Run directory: {out}", flush=True)
+        return run_one(labs[0], out, args.variant, args.quiet)[0]
+    return run_all(labs, args)
+
+
+def run_all(labs: list, args) -> int:
+    """`run --all`: every lab in turn; a lab that errors is named and the next one runs;
+    Ctrl-C stops. Then the table and (unless --no-results or --variant) LAB_RESULTS.md,
+    which names the labs left without a result and why."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    rows, docs, worst = [], [], EXIT_PASS
-    for lab in labs:
-        out = Path(args.out) if args.out and not args.all else \
-            Path(args.out or "runs") / f"lab-{lab.id}-{stamp}"
+    rows, docs, reasons, worst = [], {}, {}, EXIT_PASS
+    for i, lab in enumerate(labs):
+        out = Path(args.out or "runs") / f"lab-{lab.id}-{stamp}"
         print(f"Run directory: {out}", flush=True)
         t = time.monotonic()
-        code, doc = run_one(lab, out, args.variant, args.quiet)
+        try:
+            code, doc = run_one(lab, out, args.variant, args.quiet)
+        except KeyboardInterrupt:
+            for rest in labs[i:]:
+                reasons[rest.id] = f"not run: `run --all` was interrupted at {lab.id}"
+            worst = EXIT_INTERRUPTED
+            break
+        except Exception as exc:  # one broken lab must not end the benchmark
+            print(f"emu lab: {lab.id} errored: {exc!r}", file=sys.stderr)
+            reasons[lab.id] = f"errored: {type(exc).__name__}: {exc}"
+            worst = max(worst, EXIT_FAIL)
+            continue
         rows.append((lab.id, lab.title, doc["verdict"], doc["kept_up"], time.monotonic() - t,
                      sum(c["pass"] for c in doc["checks"]), len(doc["checks"])))
-        docs.append(doc)
+        docs[lab.id] = doc
         worst = max(worst, code)
-    if args.all:
-        t = Table("lab", "title", "verdict", "kept up", "checks", "lab time", box=None)
-        for lid, title, verdict, kept, secs, npass, n in rows:
-            t.add_row(lid, title[:60], OUTCOME_STYLE[verdict].lower(), str(kept),
-                      f"{npass}/{n}", f"{secs:.0f} s")
-        Console(width=150).print(t)
-        (Path(args.out or "runs") / f"labs-{stamp}.json").write_text(json.dumps(rows))
-        if args.variant is None:  # every variant of every lab: the results a reader checks
-            RESULTS.write_text(results.results_md(docs, git_commit(),
-                                                  time.strftime("%Y-%m-%d")))
-            print(f"Wrote {RESULTS}")
+    t = Table("lab", "title", "verdict", "kept up", "checks", "lab time", box=None)
+    for lid, title, verdict, kept, secs, npass, n in rows:
+        t.add_row(lid, title[:60], OUTCOME_STYLE[verdict].lower(), str(kept),
+                  f"{npass}/{n}", f"{secs:.0f} s")
+    Console(width=150).print(t)
+    Path(args.out or "runs").mkdir(parents=True, exist_ok=True)
+    (Path(args.out or "runs") / f"labs-{stamp}.json").write_text(json.dumps(rows))
+    if args.variant is None and not args.no_results:  # every variant: what a reader checks
+        dest = Path(args.results) if args.results else RESULTS
+        publish.write(dest, docs, "python -m emu lab run --all", reasons)
+        print(f"Wrote {dest}")
     return worst
-
-
-def git_commit() -> str:
-    """The checkout's commit (short), '+dirty' when tracked files differ from it."""
-    def git(*argv: str) -> str:
-        try:
-            return subprocess.run(["git", *argv], cwd=RESULTS.parent, capture_output=True,
-                                  text=True, timeout=30, check=False).stdout.strip()
-        except OSError:
-            return ""
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def add_parser(sub) -> None:
@@ -263,15 +281,22 @@ def add_parser(sub) -> None:
     r.add_argument("--out", default=None, metavar="DIR",
                    help="run directory (default runs/lab-<id>-<time>; with --all the parent)")
     r.add_argument("--quiet", action="store_true", help="only the verdict")
+    r.add_argument("--results", default=None, metavar="PATH",
+                   help="with --all: write the results file here instead of "
+                        "docs/LAB_RESULTS.md")
+    r.add_argument("--no-results", action="store_true",
+                   help="with --all: do not write the results file")
     r.add_argument("--judge", action="store_true",
                    help="do not run: judge the run in --out DIR again (after editing the "
                         "lab's checks; no root needed)")
+    publish.add_parser(lsub)
 
 
 def main(args) -> int:
     """Dispatch `emu lab ACTION`."""
     try:
-        return {"list": cmd_list, "show": cmd_show, "run": cmd_run}[args.lab_command](args)
+        return {"list": cmd_list, "show": cmd_show, "run": cmd_run,
+                "results": publish.cmd_results}[args.lab_command](args)
     except ValueError as exc:
         print(f"emu lab: {exc}", file=sys.stderr)
         return EXIT_BAD

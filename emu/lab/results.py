@@ -1,10 +1,16 @@
-"""docs/LAB_RESULTS.md: every lab's verdict as last run by `emu lab run --all` - results
-a reader can check (pure: tests/unit/test_lab_results.py).
+"""docs/LAB_RESULTS.md: every lab's verdict as last run - results a reader can check
+(issue 31 "Results a reader can check"; docs/LABS.md; pure: tests/unit/test_lab_results.py).
 
-Per lab and variant: the commit that ran it, the TDF, the data path, the fidelity guard's
-verdict; per check: the measured value, the bound, where the bound comes from (book,
-catalogue, theory, spec: emu.lab.verdict) and the outcome (pass, differs, fail, shown).
-The file is generated, and committed with the code that produced it.
+Written by `emu lab run --all`, or again from run directories by `emu lab results RUNDIR...`
+(emu.lab.publish gathers the inputs). A header says which command made the file, at which
+commit (and whether the tree was dirty), on which machine, how many cores, when. A summary
+row per lab of the catalogue: its verdict, TDF, data path, whether the fidelity guard says
+it kept up, its wall time and the commit its result came from. Then per lab and variant:
+the guard's verdict, and per check the measured value, the bound, where the bound comes
+from (book, catalogue, theory, spec: emu.lab.verdict) and the outcome (pass, differs,
+fail, shown). Every lab of the catalogue has a row: one without a result says why (not
+run, errored, interrupted, or its result came from another lab file). A lab that fell
+behind the model says so, and its verdict does not count as a pass.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from emu.lab.page import _fmt
 
 OUTCOME_TEXT = {"pass": "pass", "differs": "**differs**", "fail": "**FAIL**",
                 "shown": "shown"}
+TALLY = ("pass", "differs", "fail", "shown")
+NO_RESULT = "not run at this commit"
 
 
 def _cell(x) -> str:
@@ -24,6 +32,16 @@ def _cell(x) -> str:
 def _num(x) -> str:
     """A TDF in full (10000, not 1e+04)."""
     return f"{x:g}" if isinstance(x, (int, float)) and x < 1e15 else str(x)
+
+
+def _secs(x) -> str:
+    """A wall time: '812 s', or '-' when unknown."""
+    return f"{x:.0f} s" if isinstance(x, (int, float)) else "-"
+
+
+def commit_text(run: dict) -> str:
+    """'abc1234' or 'abc1234 (dirty)': the commit a result or the file came from."""
+    return f"{run.get('commit') or 'unknown'}{' (dirty)' if run.get('dirty') else ''}"
 
 
 def _guard(v: dict) -> str:
@@ -38,17 +56,74 @@ def _guard(v: dict) -> str:
     return "not judged"
 
 
-def lab_section(doc: dict, commit: str) -> list[str]:
-    """One lab's part: its verdict, its variants, its checks."""
+def why_no_result(doc: dict | None, lab_sha: str) -> str:
+    """Why a lab.json is not a result of the current lab file ('' when it is)."""
+    if doc is None:
+        return NO_RESULT
+    run = doc.get("run")
+    if not run or not run.get("lab_sha"):
+        return "its lab.json predates runs recording their commit and lab file"
+    if run["lab_sha"] != lab_sha:
+        return (f"its run (commit {commit_text(run)}) used another version of the lab "
+                "file")
+    return ""
+
+
+def verdict_text(doc: dict) -> str:
+    """The lab's verdict for the summary; one that fell behind does not count."""
+    if doc.get("kept_up") is False:
+        return "**fell behind** (does not count)"
+    if doc.get("kept_up") is None:
+        return "**not judged** (no guard verdict)"
+    return OUTCOME_TEXT.get(doc["verdict"], doc["verdict"])
+
+
+def _joined(doc: dict, key: str, fmt=str) -> str:
+    """The variants' values of `key`, each once, in order ('10000', 'python, fast')."""
+    seen = []
+    for v in doc["variants"].values():
+        t = fmt(v.get(key)) if v.get(key) is not None else "?"
+        if t not in seen:
+            seen.append(t)
+    return ", ".join(seen) or "-"
+
+
+def _kept_up(doc: dict) -> str:
+    return {True: "yes", False: "**no**"}.get(doc.get("kept_up"), "-")
+
+
+def summary_row(lab: dict, doc: dict | None, reason: str) -> str:
+    """One lab's row of the summary table."""
+    link = f"[{lab['id']}](#{anchor(lab['id'], lab['title'])})"
+    if reason:
+        return f"| {lab['id']} | {_cell(lab['title'])} | no result: {reason} | | | | | | |"
     t = doc.get("outcomes", {})
-    counts = ", ".join(f"{n} {k}" for k, n in t.items() if n)
-    out = [f"## {doc['id']}: {doc['title']}", "",
-           f"Verdict: **{doc['verdict']}** ({counts or 'no checks'}).", "",
-           "| variant | commit | TDF | data path | lab time | fidelity guard |",
-           "|---|---|---|---|---|---|"]
+    run = doc["run"]
+    return (f"| {link} | {_cell(lab['title'])} | {verdict_text(doc)} | "
+            + " / ".join(str(t.get(k, 0)) for k in TALLY)
+            + f" | {_joined(doc, 'tdf', _num)} | {_joined(doc, 'data_path')} | "
+              f"{_kept_up(doc)} | {_secs(run.get('wall_s'))} | {commit_text(run)} |")
+
+
+def lab_section(lab: dict, doc: dict) -> list[str]:
+    """One lab's part: where its result came from, its variants, its checks."""
+    t = doc.get("outcomes", {})
+    counts = ", ".join(f"{t[k]} {k}" for k in TALLY if t.get(k))
+    run = doc["run"]
+    rejudged = " (judged again from an earlier run's evidence)" if run.get("rejudged") else ""
+    verdict = (f"Verdict: **{doc['verdict']}** ({counts or 'no checks'})." if
+               doc.get("kept_up") is not False else "Verdict: **fell behind** - the lab "
+               f"did not keep up with the model, so its checks ({counts}) do not count.")
+    out = [f"## {lab['id']}: {lab['title']}", "", verdict, "",
+           f"Result from commit {commit_text(run)}, lab file {run['lab_file']} "
+           f"(sha256 {run['lab_sha']}), on {run.get('machine', '?')} "
+           f"({run.get('cores', '?')} cores), {run.get('date', '?')}; wall time "
+           f"{_secs(run.get('wall_s'))}{rejudged}.", "",
+           "| variant | TDF | data path | traffic done in (lab) | fidelity guard |",
+           "|---|---|---|---|---|"]
     for name, v in doc["variants"].items():
-        out.append(f"| {_cell(name)} | {commit} | {_num(v.get('tdf'))} | "
-                   f"{v.get('data_path', '?')} | {_fmt(v.get('lab_s'))} s | {_guard(v)} |")
+        out.append(f"| {_cell(name)} | {_num(v.get('tdf'))} | {v.get('data_path', '?')} | "
+                   f"{_fmt(v.get('lab_s'))} s | {_guard(v)} |")
     out += ["", "| check | variant | measured | bound | source | outcome |",
             "|---|---|---|---|---|---|"]
     notes = []
@@ -70,25 +145,56 @@ def lab_section(doc: dict, commit: str) -> list[str]:
     return out + [""]
 
 
-def results_md(docs: list[dict], commit: str, date: str) -> str:
-    """The whole file from the labs' lab.json documents (in catalogue order)."""
-    rows = [f"| [{d['id']}](#{_anchor(d)}) | {_cell(d['title'])} | {d['verdict']} | "
-            + " / ".join(str(d.get("outcomes", {}).get(k, 0))
-                         for k in ("pass", "differs", "fail", "shown")) + " |" for d in docs]
-    head = ["# Lab results", "",
-            f"Generated by `python -m emu lab run --all` at commit {commit} on {date}; do "
-            "not edit. Each check's bound and where it comes from are in its lab file "
-            "(labs/*.yaml, [LABS.md](LABS.md)); an outcome is pass, **differs** (emu "
-            "differs from the book where the book simplifies, for the reason given), "
-            "**FAIL** or shown (a figure without a bound, not judged). A verdict counts "
-            "only when the fidelity guard says the lab kept up with the model.", "",
-            "| lab | title | verdict | pass / differs / fail / shown |", "|---|---|---|---|",
+def header_lines(head: dict, n_labs: int, counted: list[dict]) -> list[str]:
+    """The title, where the file came from, and how many labs have a result."""
+    dirty = (" - the working tree had uncommitted changes (dirty)" if head.get("dirty")
+             else " (clean tree)")
+    verdicts = [verdict_text(d) for d in counted]
+    tally = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
+    return ["# Lab results", "",
+            f"Generated by `{head['command']}` at commit {head['commit']}{dirty}, on "
+            f"{head['machine']} ({head['cores']} cores), {head['date']}. Do not edit: "
+            "regenerate it (`python -m emu lab run --all`, or `python -m emu lab results "
+            "RUNDIR...` from existing runs).", "",
+            f"{len(counted)} of {n_labs} labs have a result from their current lab file"
+            + (f": {tally}." if counted else
+               ": the benchmark has not been run at this commit. Run every lab with `sudo "
+               ".venv/bin/python -m emu lab run --all`, or one with `emu lab run ID` and "
+               "then `python -m emu lab results RUNDIR...`."), "",
+            "Each check's bound and where it comes from are in its lab file (labs/*.yaml, "
+            "[LABS.md](LABS.md)); an outcome is pass, **differs** (emu differs from the "
+            "book where the book simplifies, for the reason given), **FAIL** or shown (a "
+            "figure without a bound, not judged). A verdict counts only when the fidelity "
+            "guard says the lab kept up with the model; a lab that fell behind says so. "
+            "Each result names the commit it came from; \"dirty\" means that commit plus "
+            "uncommitted changes.", ""]
+
+
+def results_md(labs: list[dict], docs: dict, head: dict,
+               reasons: dict | None = None) -> str:
+    """The whole file. `labs`: the catalogue in order, each {id, title, sha} (sha256 of
+    its lab file); `docs`: lab id -> lab.json document; `head`: command, commit, dirty,
+    machine, cores, date of this file; `reasons`: lab id -> why it has no result
+    (errored, interrupted) when it has no lab.json."""
+    reasons = reasons or {}
+    why = {}
+    for lab in labs:
+        why[lab["id"]] = why_no_result(docs.get(lab["id"]), lab["sha"])
+        if lab["id"] in reasons and why[lab["id"]] == NO_RESULT:
+            why[lab["id"]] = reasons[lab["id"]]
+    counted = [docs[lab["id"]] for lab in labs if not why[lab["id"]]]
+    rows = [summary_row(lab, docs.get(lab["id"]), why[lab["id"]]) for lab in labs]
+    out = header_lines(head, len(labs), counted)
+    out += ["| lab | title | verdict | pass / differs / fail / shown | TDF | data path | "
+            "kept up | wall time | commit |", "|---|---|---|---|---|---|---|---|---|",
             *rows, ""]
-    body = [line for d in docs for line in lab_section(d, commit)]
-    return "\n".join(head + body)
+    for lab in labs:
+        if not why[lab["id"]]:
+            out += lab_section(lab, docs[lab["id"]])
+    return "\n".join(out)
 
 
-def _anchor(doc: dict) -> str:
+def anchor(lab_id: str, title: str) -> str:
     """GitHub's anchor of the lab's heading."""
-    text = f"{doc['id']}: {doc['title']}".lower()
+    text = f"{lab_id}: {title}".lower()
     return "".join(ch for ch in text.replace(" ", "-") if ch.isalnum() or ch in "-_")

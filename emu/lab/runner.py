@@ -304,8 +304,10 @@ def timeline(ev: Evidence, limit: int = 400) -> list[dict]:
     return out
 
 
-def write_json(path: Path, lab: Lab, results: list[dict], runs: dict) -> dict:
-    """RUNDIR/lab.json: id, verdict, kept_up, checks (and per variant its figures)."""
+def write_json(path: Path, lab: Lab, results: list[dict], runs: dict,
+               run: dict | None = None) -> dict:
+    """RUNDIR/lab.json: id, verdict, kept_up, checks (and per variant its figures); `run`:
+    where the result came from (emu.lab.publish.provenance)."""
     kept = [r["fidelity"].get("kept_up") for r in runs.values()]
     kept_up = all(k is True for k in kept) if kept else None
     outcomes = [r["outcome"] for r in results]
@@ -320,6 +322,7 @@ def write_json(path: Path, lab: Lab, results: list[dict], runs: dict) -> dict:
                             "kept_up": r["fidelity"].get("kept_up"),
                             "p99_lag_us": r["fidelity"].get("p99_lag_model_us"),
                             "suggested_tdf": r.get("suggested_tdf"),
-                            "flows": r["result"]["flows"]} for n, r in runs.items()}}
+                            "flows": r["result"]["flows"]} for n, r in runs.items()},
+           "run": run}
     path.write_text(json.dumps(doc, indent=1, default=str))
     return doc

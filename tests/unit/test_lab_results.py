@@ -1,47 +1,198 @@
-"""emu.lab.results: docs/LAB_RESULTS.md from the labs' lab.json documents (pure, from a
-fabricated result)."""
+"""emu.lab.results and emu.lab.publish: docs/LAB_RESULTS.md from the labs' lab.json
+documents (issue 31). Exact output from fixed lab.json documents; the run directories are
+read as `emu lab results` reads them (no root, no fabric)."""
 
-from emu.lab.results import results_md
+import argparse
+import json
 
-DOC = {"id": "L11.6", "title": "DCQCN timeline t1..t8", "verdict": "differs",
-       "kept_up": True, "outcomes": {"pass": 1, "differs": 1, "fail": 0, "shown": 1},
-       "checks": [
-           {"name": "no drops", "check": "no drops", "variant": "", "measured": 0.0,
-            "expected": "== 0", "source": "book: ch.11 L2499", "outcome": "pass",
-            "pass": True},
-           {"name": "t7 <= t8", "check": "t7 <= t8", "variant": "", "measured": -671.1,
-            "expected": ">= 0", "source": "book: ch.11 Fig 11-7", "outcome": "differs",
-            "pass": True, "differs": {"expected": "< 0", "why": "a shared buffer | egress",
-                                      "source": "theory: shared-buffer accounting"}},
-           {"name": "t1", "check": "t1", "variant": "", "measured": 6.98,
-            "expected": "(shown)", "source": "", "outcome": "shown", "pass": True}],
-       "variants": {"main": {"tdf": 10000.0, "lab_s": 42.3, "data_path": "python",
-                             "kept_up": True, "p99_lag_us": 0.75}}}
+from emu import cli
+from emu.lab import command, publish
+from emu.lab import schema as S
+from emu.lab.results import results_md, verdict_text
 
-FELL = {"id": "L12.5", "title": "shoot-out", "verdict": "fail", "kept_up": False,
-        "outcomes": {"pass": 0, "differs": 0, "fail": 1, "shown": 0},
-        "checks": [{"name": "spray [s1]", "check": "spray", "variant": "s1", "measured": 800.0,
-                    "expected": "<= 717", "source": "catalogue: L12.5 (P)", "outcome": "fail",
-                    "pass": False}],
+RUN = {"commit": "abc1234", "dirty": False, "machine": "vm1", "cores": 2,
+       "date": "2026-11-25 09:00 UTC", "wall_s": 61.4, "lab_file": "labs/L11.6.yaml",
+       "lab_sha": "aaaa"}
+L116 = {"id": "L11.6", "title": "DCQCN timeline t1..t8", "verdict": "differs",
+        "checks_passed": True, "kept_up": True,
+        "outcomes": {"pass": 1, "differs": 1, "fail": 0, "shown": 1},
+        "checks": [
+            {"name": "no drops", "check": "no drops", "variant": "", "measured": 0.0,
+             "expected": "== 0", "source": "book: ch.11 L2499", "outcome": "pass",
+             "pass": True},
+            {"name": "t7 <= t8", "check": "t7 <= t8", "variant": "", "measured": -671.1,
+             "expected": ">= 0", "source": "book: ch.11 Fig 11-7", "outcome": "differs",
+             "pass": True, "differs": {"expected": "< 0", "why": "a shared buffer | egress",
+                                       "source": "theory: shared-buffer accounting"}},
+            {"name": "t1", "check": "t1", "variant": "", "measured": 6.98,
+             "expected": "(shown)", "source": "", "outcome": "shown", "pass": True}],
+        "variants": {"main": {"tdf": 10000.0, "lab_s": 42.3, "data_path": "python",
+                              "kept_up": True, "p99_lag_us": 0.75, "suggested_tdf": None,
+                              "flows": []}},
+        "run": RUN}
+L125 = {"id": "L12.5", "title": "shoot-out", "verdict": "fail", "checks_passed": True,
+        "kept_up": False, "outcomes": {"pass": 1, "differs": 0, "fail": 0, "shown": 0},
+        "checks": [{"name": "spray [s1]", "check": "spray", "variant": "s1", "measured": 700.0,
+                    "expected": "<= 717", "source": "catalogue: L12.5 (P)", "outcome": "pass",
+                    "pass": True}],
         "variants": {"s1": {"tdf": 20000.0, "lab_s": 9.0, "data_path": "python",
-                            "kept_up": False, "p99_lag_us": 1.33, "suggested_tdf": 40000}}}
+                            "kept_up": True, "p99_lag_us": 0.5, "suggested_tdf": None},
+                     "s2": {"tdf": 20000.0, "lab_s": 9.5, "data_path": "fast",
+                            "kept_up": False, "p99_lag_us": 1.33, "suggested_tdf": 40000}},
+        "run": dict(RUN, commit="def5678", dirty=True, wall_s=480.0,
+                    lab_file="labs/L12.5.yaml", lab_sha="bbbb")}
+STALE = dict(L116, id="L11.7", title="x", run=dict(RUN, lab_sha="old"))
+OLD = {k: v for k, v in L116.items() if k != "run"} | {"id": "L11.8", "title": "y"}
+
+LABS = [{"id": "L11.6", "title": "DCQCN timeline t1..t8", "sha": "aaaa"},
+        {"id": "L11.7", "title": "PFC xoff", "sha": "cccc"},
+        {"id": "L11.8", "title": "Why DCQCN", "sha": "dddd"},
+        {"id": "L12.5", "title": "shoot-out", "sha": "bbbb"},
+        {"id": "L13.3", "title": "one rail switch", "sha": "eeee"},
+        {"id": "UE.1", "title": "NSCC vs DCQCN", "sha": "ffff"}]
+DOCS = {"L11.6": L116, "L11.7": STALE, "L11.8": OLD, "L12.5": L125}
+HEAD = {"command": "python -m emu lab run --all", "commit": "abc1234", "dirty": True,
+        "machine": "vm1", "cores": 2, "date": "2026-11-25 09:30 UTC"}
+REASONS = {"L13.3": "errored: OSError: no such device"}
+
+EXPECTED = """# Lab results
+
+Generated by `python -m emu lab run --all` at commit abc1234 - the working tree had uncommitted changes (dirty), on vm1 (2 cores), 2026-11-25 09:30 UTC. Do not edit: regenerate it (`python -m emu lab run --all`, or `python -m emu lab results RUNDIR...` from existing runs).
+
+2 of 6 labs have a result from their current lab file: 1 **differs**, 1 **fell behind** (does not count).
+
+Each check's bound and where it comes from are in its lab file (labs/*.yaml, [LABS.md](LABS.md)); an outcome is pass, **differs** (emu differs from the book where the book simplifies, for the reason given), **FAIL** or shown (a figure without a bound, not judged). A verdict counts only when the fidelity guard says the lab kept up with the model; a lab that fell behind says so. Each result names the commit it came from; "dirty" means that commit plus uncommitted changes.
+
+| lab | title | verdict | pass / differs / fail / shown | TDF | data path | kept up | wall time | commit |
+|---|---|---|---|---|---|---|---|---|
+| [L11.6](#l116-dcqcn-timeline-t1t8) | DCQCN timeline t1..t8 | **differs** | 1 / 1 / 0 / 1 | 10000 | python | yes | 61 s | abc1234 |
+| L11.7 | PFC xoff | no result: its run (commit abc1234) used another version of the lab file | | | | | | |
+| L11.8 | Why DCQCN | no result: its lab.json predates runs recording their commit and lab file | | | | | | |
+| [L12.5](#l125-shoot-out) | shoot-out | **fell behind** (does not count) | 1 / 0 / 0 / 0 | 20000 | python, fast | **no** | 480 s | def5678 (dirty) |
+| L13.3 | one rail switch | no result: errored: OSError: no such device | | | | | | |
+| UE.1 | NSCC vs DCQCN | no result: not run at this commit | | | | | | |
+
+## L11.6: DCQCN timeline t1..t8
+
+Verdict: **differs** (1 pass, 1 differs, 1 shown).
+
+Result from commit abc1234, lab file labs/L11.6.yaml (sha256 aaaa), on vm1 (2 cores), 2026-11-25 09:00 UTC; wall time 61 s.
+
+| variant | TDF | data path | traffic done in (lab) | fidelity guard |
+|---|---|---|---|---|
+| main | 10000 | python | 42.3 s | kept up (p99 lag 0.75 µs model) |
+
+| check | variant | measured | bound | source | outcome |
+|---|---|---|---|---|---|
+| no drops | all | 0 | == 0 | book: ch.11 L2499 | pass |
+| t7 <= t8 | all | -671.1 | >= 0 (emu: < 0) | book: ch.11 Fig 11-7; emu: theory: shared-buffer accounting | **differs** |
+| t1 | all | 6.98 | (shown) | - | shown |
+
+Where emu differs from the book, and why:
+
+* t7 <= t8: a shared buffer | egress
+
+## L12.5: shoot-out
+
+Verdict: **fell behind** - the lab did not keep up with the model, so its checks (1 pass) do not count.
+
+Result from commit def5678 (dirty), lab file labs/L12.5.yaml (sha256 bbbb), on vm1 (2 cores), 2026-11-25 09:00 UTC; wall time 480 s.
+
+| variant | TDF | data path | traffic done in (lab) | fidelity guard |
+|---|---|---|---|---|
+| s1 | 20000 | python | 9 s | kept up (p99 lag 0.5 µs model) |
+| s2 | 20000 | fast | 9.5 s | fell behind (p99 lag 1.33 µs model), rerun at TDF 40000 |
+
+| check | variant | measured | bound | source | outcome |
+|---|---|---|---|---|---|
+| spray | s1 | 700 | <= 717 | catalogue: L12.5 (P) | pass |
+"""
 
 
-def test_the_results_file_names_commit_tdf_data_path_guard_and_every_check():
-    md = results_md([DOC, FELL], "abc1234+dirty", "2026-11-25")
-    lines = md.splitlines()
-    assert lines[0] == "# Lab results"
-    assert "at commit abc1234+dirty on 2026-11-25" in md
-    assert "| [L11.6](#l116-dcqcn-timeline-t1t8) | DCQCN timeline t1..t8 | differs | 1 / 1 / 0 / 1 |" in lines
-    assert "| [L12.5](#l125-shoot-out) | shoot-out | fail | 0 / 0 / 1 / 0 |" in lines
-    assert "## L11.6: DCQCN timeline t1..t8" in lines
-    assert "Verdict: **differs** (1 pass, 1 differs, 1 shown)." in lines
-    assert "| main | abc1234+dirty | 10000 | python | 42.3 s | kept up (p99 lag 0.75 µs model) |" in lines
-    assert "| no drops | all | 0 | == 0 | book: ch.11 L2499 | pass |" in lines
-    assert ("| t7 <= t8 | all | -671.1 | >= 0 (emu: < 0) | book: ch.11 Fig 11-7; emu: theory: "
-            "shared-buffer accounting | **differs** |") in lines
-    assert "* t7 <= t8: a shared buffer | egress" in lines  # the reason, under the table
-    assert "| t1 | all | 6.98 | (shown) | - | shown |" in lines
-    assert ("| s1 | abc1234+dirty | 20000 | python | 9 s | fell behind (p99 lag 1.33 µs "
-            "model), rerun at TDF 40000 |") in lines
-    assert "| spray | s1 | 800 | <= 717 | catalogue: L12.5 (P) | **FAIL** |" in lines
+def test_the_results_file_exactly():
+    assert results_md(LABS, DOCS, HEAD, REASONS) == EXPECTED
+
+
+def test_a_lab_that_fell_behind_is_not_a_pass_though_its_checks_passed():
+    assert L125["checks_passed"] and verdict_text(L125) == "**fell behind** (does not count)"
+    assert verdict_text(dict(L125, kept_up=None)) == "**not judged** (no guard verdict)"
+
+
+def _rundir(path, doc):
+    path.mkdir(parents=True)
+    (path / "lab.json").write_text(json.dumps(doc))
+    return path
+
+
+def _current(lab_id):
+    lab = next(x for x in publish.catalogue() if x["id"] == lab_id)
+    return dict(L116, id=lab_id, title=lab["title"],
+                run=dict(RUN, lab_sha=lab["sha"], lab_file=f"labs/{lab_id}.yaml"))
+
+
+def test_of_several_runs_of_a_lab_its_current_lab_file_then_the_newest_wins(tmp_path):
+    now = _current("L11.3")
+    newer_stale = dict(now, run=dict(now["run"], lab_sha="old", date="2026-12-01 00:00 UTC"))
+    older = dict(now, run=dict(now["run"], date="2026-11-01 00:00 UTC"))
+    _rundir(tmp_path / "runs" / "lab-L11.3-1", newer_stale)
+    _rundir(tmp_path / "runs" / "lab-L11.3-2", older)
+    _rundir(tmp_path / "runs" / "lab-L11.3-3", now)
+    assert publish.load_runs([tmp_path / "runs"]) == {"L11.3": now}
+    assert publish.load_runs([tmp_path / "runs" / "lab-L11.3-1"]) == {"L11.3": newer_stale}
+
+
+def emu(argv):
+    """`python -m emu ARGV` in this process (emu.cli's parser and dispatch)."""
+    args = cli.build_parser().parse_args(argv)
+    return cli.COMMANDS[args.command](args)
+
+
+def test_emu_lab_results_writes_the_file_from_run_directories(tmp_path, capsys):
+    d = _rundir(tmp_path / "lab-L11.3", _current("L11.3"))
+    out = tmp_path / "docs" / "R.md"
+    assert emu(["lab", "results", str(d), "--out", str(out)]) == 0
+    assert capsys.readouterr().out == f"Wrote {out} (1 lab results read)\n"
+    lines = out.read_text().splitlines()
+    n = len(publish.catalogue())
+    assert lines[2].startswith(f"Generated by `python -m emu lab results {d}` at commit ")
+    assert lines[4] == f"1 of {n} labs have a result from their current lab file: 1 **differs**."
+    assert sum(line.endswith("| no result: not run at this commit | | | | | | |")
+               for line in lines) == n - 1
+    assert not list(out.parent.glob("*.tmp"))  # written by one rename
+    assert emu(["lab", "results", "--out", str(out)]) == 0  # no runs: an honest placeholder
+    lines = out.read_text().splitlines()
+    assert lines[2].startswith("Generated by `python -m emu lab results` at commit ")
+    assert lines[4] == (f"0 of {n} labs have a result from their current lab file: the "
+                        "benchmark has not been run at this commit. Run every lab with `sudo "
+                        ".venv/bin/python -m emu lab run --all`, or one with `emu lab run ID` "
+                        "and then `python -m emu lab results RUNDIR...`.")
+    assert not any(line.startswith("## ") for line in lines)
+    capsys.readouterr()
+    assert emu(["lab", "results", str(tmp_path / "no")]) == 2
+    assert capsys.readouterr().err == f"emu lab results: {tmp_path / 'no'}: not a directory\n"
+
+
+def test_run_all_names_the_labs_that_errored_or_were_not_reached(tmp_path, monkeypatch):
+    labs = [S.load(i) for i in ("L11.3", "L11.4", "L11.7", "L12.1")]
+    done = _current("L11.3")
+
+    def fake_run_one(lab, out, variant, quiet):
+        if lab.id == "L11.4":
+            raise OSError("no such device")
+        if lab.id == "L11.7":
+            raise KeyboardInterrupt
+        return 0, done
+
+    monkeypatch.setattr(command, "run_one", fake_run_one)
+    args = argparse.Namespace(out=str(tmp_path / "runs"), variant=None, quiet=True,
+                              results=str(tmp_path / "R.md"), no_results=False)
+    assert command.run_all(labs, args) == command.EXIT_INTERRUPTED
+    text = (tmp_path / "R.md").read_text()
+    assert "| L11.4 | " in text and "| no result: errored: OSError: no such device |" in text
+    for lid in ("L11.7", "L12.1"):
+        assert (f"| no result: not run: `run --all` was interrupted at L11.7 |") in \
+            next(line for line in text.splitlines() if line.startswith(f"| {lid} |"))
+    assert text.splitlines()[2].startswith("Generated by `python -m emu lab run --all` ")
+    args.no_results, args.results = True, str(tmp_path / "none.md")
+    monkeypatch.setattr(command, "run_one", lambda *a: (0, done))
+    assert command.run_all(labs[:1], args) == 0 and not (tmp_path / "none.md").exists()
