@@ -58,8 +58,10 @@ def machine() -> dict:
                                                              time.gmtime())}
 
 
-def provenance(lab: S.Lab, wall_s: float | None, rejudged: bool = False) -> dict:
-    """lab.json's `run`: where and from what this result came."""
+def provenance(lab: S.Lab, wall_s: float | None, rejudged: bool = False,
+               variant: str | None = None) -> dict:
+    """lab.json's `run`: where and from what this result came (`variant`: the one variant
+    run, when not all were)."""
     run = machine()
     path = Path(lab.path) if lab.path else None
     run.update(wall_s=None if wall_s is None else round(wall_s, 1),
@@ -67,6 +69,8 @@ def provenance(lab: S.Lab, wall_s: float | None, rejudged: bool = False) -> dict
                lab_sha=(file_sha(path) if path else None))
     if rejudged:
         run["rejudged"] = True
+    if variant is not None:
+        run["only_variant"] = variant
     return run
 
 
@@ -91,7 +95,7 @@ def _when(doc: dict) -> str:
 def load_runs(dirs: list[Path]) -> dict:
     """lab id -> lab.json from run directories (each DIR/lab.json, or DIR/*/lab.json for a
     parent such as runs/). Of several results of one lab, one of its current lab file is
-    preferred, then the newest."""
+    preferred, then one of all its variants, then the newest."""
     current = {lab["id"]: lab["sha"] for lab in catalogue()}
     best: dict = {}
     for d in dirs:
@@ -108,7 +112,8 @@ def load_runs(dirs: list[Path]) -> dict:
             except (OSError, ValueError, KeyError) as exc:
                 raise ValueError(f"{f}: not a lab.json ({exc})") from None
             sha = (doc.get("run") or {}).get("lab_sha")
-            key = (sha is not None and sha == current.get(lid), _when(doc))
+            whole = not (doc.get("run") or {}).get("only_variant")
+            key = (sha is not None and sha == current.get(lid), whole, _when(doc))
             if lid not in best or key >= best[lid][0]:
                 best[lid] = (key, doc)
     return {lid: doc for lid, (_, doc) in best.items()}

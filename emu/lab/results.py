@@ -9,7 +9,8 @@ it kept up, its wall time and the commit its result came from. Then per lab and 
 the guard's verdict, and per check the measured value, the bound, where the bound comes
 from (book, catalogue, theory, spec: emu.lab.verdict) and the outcome (pass, differs,
 fail, shown). Every lab of the catalogue has a row: one without a result says why (not
-run, errored, interrupted, or its result came from another lab file). A lab that fell
+run, errored, interrupted, only one variant run, or its result came from another lab
+file). A lab that fell
 behind the model says so, and its verdict does not count as a pass.
 """
 
@@ -66,6 +67,8 @@ def why_no_result(doc: dict | None, lab_sha: str) -> str:
     if run["lab_sha"] != lab_sha:
         return (f"its run (commit {commit_text(run)}) used another version of the lab "
                 "file")
+    if run.get("only_variant"):
+        return f"only variant {run['only_variant']} was run (commit {commit_text(run)})"
     return ""
 
 
