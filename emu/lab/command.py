@@ -228,6 +228,8 @@ def run_all(labs: list, args) -> int:
         try:
             code, doc = run_one(lab, out, args.variant, args.quiet)
         except KeyboardInterrupt:
+            print(f"\nemu lab: interrupted at {lab.id}; its fabric has been removed, the "
+                  "labs not reached are named in the results", file=sys.stderr)
             for rest in labs[i:]:
                 reasons[rest.id] = f"not run: `run --all` was interrupted at {lab.id}"
             worst = EXIT_INTERRUPTED
