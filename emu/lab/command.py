@@ -154,8 +154,8 @@ def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
                  f"(p99 lag {fid.get('p99_lag_model_us', float('nan')):.2f} µs model)")
     results += runner.judge_ratios(lab, results)
     doc = runner.write_json(out / "lab.json", lab, results, runs, publish.provenance(
-        lab, None if rejudge else time.monotonic() - start, rejudged=rejudge,
-        variant=variant))
+        lab, None if rejudge else time.monotonic() - start, variant=variant,
+        rejudged=publish.earlier_run(out) if rejudge else None))
     (out / "lab.html").write_text(page.render(lab, doc, shown))
     Console(width=150).print(verdict_table(doc))
     if doc["kept_up"] is False:

@@ -58,17 +58,28 @@ def machine() -> dict:
                                                              time.gmtime())}
 
 
-def provenance(lab: S.Lab, wall_s: float | None, rejudged: bool = False,
+def earlier_run(out: Path) -> dict:
+    """The `run` record of the lab.json already in `out` ({} when it has none)."""
+    try:
+        return json.loads((Path(out) / "lab.json").read_text()).get("run") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def provenance(lab: S.Lab, wall_s: float | None, rejudged: dict | None = None,
                variant: str | None = None) -> dict:
     """lab.json's `run`: where and from what this result came (`variant`: the one variant
-    run, when not all were)."""
+    run, when not all were; `rejudged`: the record of the run whose evidence was judged
+    again, kept under `evidence_from`)."""
     run = machine()
     path = Path(lab.path) if lab.path else None
     run.update(wall_s=None if wall_s is None else round(wall_s, 1),
                lab_file=(os.path.relpath(path, ROOT) if path else None),
                lab_sha=(file_sha(path) if path else None))
-    if rejudged:
+    if rejudged is not None:
         run["rejudged"] = True
+        run["evidence_from"] = rejudged.get("evidence_from", rejudged)
+        run["wall_s"] = run["evidence_from"].get("wall_s")
     if variant is not None:
         run["only_variant"] = variant
     return run

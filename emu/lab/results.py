@@ -113,7 +113,9 @@ def lab_section(lab: dict, doc: dict) -> list[str]:
     t = doc.get("outcomes", {})
     counts = ", ".join(f"{t[k]} {k}" for k in TALLY if t.get(k))
     run = doc["run"]
-    rejudged = " (judged again from an earlier run's evidence)" if run.get("rejudged") else ""
+    rejudged = ("" if not run.get("rejudged") else " - judged again from the evidence of a "
+                f"run at commit {commit_text(run.get('evidence_from') or {})}, "
+                f"{(run.get('evidence_from') or {}).get('date', 'date unknown')}")
     verdict = (f"Verdict: **{doc['verdict']}** ({counts or 'no checks'})." if
                doc.get("kept_up") is not False else "Verdict: **fell behind** - the lab "
                f"did not keep up with the model, so its checks ({counts}) do not count.")

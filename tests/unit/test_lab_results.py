@@ -8,7 +8,7 @@ import json
 from emu import cli
 from emu.lab import command, publish
 from emu.lab import schema as S
-from emu.lab.results import results_md, verdict_text
+from emu.lab.results import lab_section, results_md, verdict_text
 
 RUN = {"commit": "abc1234", "dirty": False, "machine": "vm1", "cores": 2,
        "date": "2026-11-25 09:00 UTC", "wall_s": 61.4, "lab_file": "labs/L11.6.yaml",
@@ -202,3 +202,18 @@ def test_run_all_names_the_labs_that_errored_or_were_not_reached(tmp_path, monke
     args.no_results, args.results = True, str(tmp_path / "none.md")
     monkeypatch.setattr(command, "run_one", lambda *a: (0, done))
     assert command.run_all(labs[:1], args) == 0 and not (tmp_path / "none.md").exists()
+
+
+def test_a_result_judged_again_names_the_run_its_evidence_came_from(tmp_path):
+    lab = S.load("L11.3")
+    assert publish.earlier_run(tmp_path) == {}
+    run = publish.provenance(lab, None, rejudged=publish.earlier_run(_rundir(tmp_path / "r", L116)))
+    assert (run["rejudged"], run["evidence_from"], run["wall_s"]) == (True, RUN, 61.4)
+    assert (run["lab_file"], run["lab_sha"]) == ("labs/L11.3.yaml", publish.file_sha(lab.path))
+    assert publish.provenance(lab, None, rejudged=run)["evidence_from"] == RUN  # twice
+    doc = dict(L116, run=dict(run, commit="fff0000", dirty=False))
+    [line] = [x for x in lab_section(LABS[0], doc) if x.startswith("Result from")]
+    assert line == (f"Result from commit fff0000, lab file labs/L11.3.yaml (sha256 "
+                    f"{run['lab_sha']}), on {run['machine']} ({run['cores']} cores), "
+                    f"{run['date']}; wall time 61 s - judged again from the evidence of a run "
+                    "at commit abc1234, 2026-11-25 09:00 UTC.")
