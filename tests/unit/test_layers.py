@@ -46,6 +46,7 @@ ROOMS: dict[str, list[set[str]]] = {
                 {"emucore.qos"}],                   # QoS stages, their YAML, DCBX policy
     "traffic": [{"traffic.*"},                      # verbs, dcqcn
                 {"traffic.rc", "traffic.uet"},      # the transports
+                {"traffic.fast"},                   # their per-frame work in C
                 {"traffic.nic"},                    # the RNIC over them
                 {"traffic.tools", "traffic.workloads"}],
     "collectives": [{"collectives.compute"}, {"collectives.*"}, {"collectives.workloads"}],
@@ -64,6 +65,8 @@ DEFERRED = {
                               "(0.6 s of imports); every other command starts without them",
     ("emucore.framing", "emucore.wire.fast"): "the C framing is imported only when chosen: "
                                               "EMU_DATAPATH=python runs where it is not built",
+    ("traffic.fast.dcqcn", "traffic.fast"): "the C DCQCN is imported only when chosen: "
+                                            "EMU_DATAPATH=python runs where it is not built",
     ("switch_agent.fastagent", "switch_agent.fast.pipeline"): "the C agent pipeline is imported "
                                                              "only when chosen (EMU_DATAPATH=fast)",
 }

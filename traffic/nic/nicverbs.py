@@ -6,9 +6,9 @@ its NIC over the control socket (traffic.nic.ctl) — protection domains, memory
 over the worker's shared memory, completion queues, RC QPs taken INIT -> RTR -> RTS as
 the CM exchange agrees, work requests posted and received. Each QP gets its transport
 (traffic.rc.endpoint), its frame template towards the peer QP (emucore.framing: C or
-Python, EMU_DATAPATH) and, with
-DCQCN on, a reaction point (traffic.dcqcn, book ch.11). The local ACK timeout is a
-model duration, converted to lab time with emucore.timedil.
+Python, EMU_DATAPATH) and, with DCQCN on, a reaction point (traffic.dcqcn, book ch.11;
+C or Python by EMU_DATAPATH: traffic.fast.dcqcn). The local ACK timeout is a model
+duration, converted to lab time with emucore.timedil.
 
 A QP's data frames carry its DSCP and ECN (default DSCP 24, ECT(0), Example 11-1) and
 travel on the PFC priority of that DSCP: the NIC's `pfc_priority` for DSCP 24 (what the
@@ -44,7 +44,8 @@ from emucore.wire.ib import Op
 from emucore.wire.roce import CNP_ECN, DATA_ECN, udp_sport
 from emucore.framing import FrameTemplate
 from emucore.wire.uet_codec import UetTemplate
-from traffic.dcqcn import DcqcnProfile, NotificationPoint, ReactionPoint
+from traffic.dcqcn import DcqcnProfile
+from traffic.fast.dcqcn import NotificationPoint, ReactionPoint
 from traffic.nic.client import access_from_json, attach_untracked
 from traffic.nic.nicconfig import NicConfig
 from traffic.rc.endpoint import RcEndpoint

@@ -1,0 +1,9 @@
+"""The NIC's per-frame work in C (issue 30): DCQCN's reaction and notification points.
+
+Each `traffic/fast/NAME.c` is built by emucore/cbuild.py (./setup.sh runs it) as
+`traffic.fast._NAME` and mirrors a Python reference under the same names; the Python stays
+the reference (docs/DATAPATH.md "Keeping Python the reference") and a differential test
+holds the two equal: `dcqcn.c` mirrors traffic/dcqcn.py (tests/unit/test_fast_dcqcn.py).
+`traffic.fast.paths` chooses between them by EMU_DATAPATH. Importing this package
+imports no C, so the Python data path runs where nothing is built.
+"""
