@@ -148,6 +148,11 @@ def add_parser(sub) -> None:
                         "RDMA WRITE (not with --write-only on RoCE: a SEND cannot be sprayed)")
     p.add_argument("--dcqcn", default=D.dcqcn, choices=["paper", "nvidia", "off"],
                    help="NIC congestion control profile (default paper; RoCE only)")
+    p.add_argument("--nic-timeout", default=D.nic_timeout, metavar="T",
+                   help="every NIC's retransmission timeout, model time (default 1.049ms: "
+                        "RoCE's local ACK timeout at IB exponent 8, 4.096 us x 2^8; UET's "
+                        "RTO); a QP whose peer never answers fails with RETRY_EXC_ERR after "
+                        "8 of them")
     p.add_argument("--transport", default=D.transport, choices=["roce", "uet"],
                    help="what the NICs speak: roce (RC over RoCEv2, default) or uet (Ultra "
                         "Ethernet over UDP 4793: RUD with SACK, NSCC, an entropy value per "

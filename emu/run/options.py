@@ -60,6 +60,7 @@ class RunOptions:
     write_only: bool = False
     send: bool = False
     dcqcn: str = "paper"
+    nic_timeout: str | None = None  # every NIC's retransmission timeout, model time
     transport: str = "roce"
     uet: str | None = None  # K=V,... (with transport uet)
     trim: str | None = None  # "on" or K=V,... (emucore.qos.trim)

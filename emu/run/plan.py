@@ -101,6 +101,21 @@ def uet_options(opts: RunOptions, qos: QosConfig | None) -> dict:
     return uet_nic_options(kv_arg("--uet", opts.uet or ""), qos, "--uet")
 
 
+def nic_timeout_option(opts: RunOptions) -> dict:
+    """`--nic-timeout T`: every NIC's retransmission timeout (NicConfig.timeout_s, model
+    seconds); {} without it."""
+    if opts.nic_timeout is None:
+        return {}
+    try:
+        t = parse_duration(opts.nic_timeout)
+    except ValueError:
+        t = 0.0
+    if not 0 < t < float("inf"):
+        raise ValueError(f"--nic-timeout: a model time > 0 such as 131us, got "
+                         f"{opts.nic_timeout!r}")
+    return {"timeout_s": t}
+
+
 def run_dir_arg(out: str | None, fabric: Fabric) -> Path:
     """`--out`, or runs/<topology>-<time> under the current directory."""
     if out:
@@ -116,9 +131,12 @@ def make_plan(opts: RunOptions, fabric: Fabric) -> RunPlan:
         qos = with_part(qos, name, part, getattr(opts, name))
     wl = options.validate(opts, fabric)
     opts = options.absolute_cwd(options.resolve(opts))
-    nic = uet_options(opts, qos)
+    nic = uet_options(opts, qos) | nic_timeout_option(opts)
     if wl is not None:
         wl["nic"] = nic  # further NicConfig fields of every NIC the workload starts
+    elif opts.nic_timeout is not None:
+        raise ValueError("--nic-timeout: the NICs start with a workload; add --workload or "
+                         "--script")
     if wl is not None and opts.workload in options.TORCH_WORKLOADS and targets:
         for h in sorted({g.host for g in fabric.gpus.values()})[:2]:  # the rendezvous
             if (h, "fe0") not in targets:

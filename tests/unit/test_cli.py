@@ -110,11 +110,18 @@ def test_run_plan_checks_options_before_anything_is_built():
     assert p.qos.name and p.interval == pytest.approx(50e-6)
     assert plan_of("--qos", "off").qos is None
     assert plan_of("--workload", "write", "--send", "--write-only", "--transport", "uet").workload
+    assert plan_of("--workload", "allreduce").workload["nic"] == {}  # NicConfig's own
+    assert plan_of("--workload", "write", "--nic-timeout", "131.072us").workload["nic"] == {
+        "timeout_s": pytest.approx(131.072e-6)}
     for argv, opt in ((["--interval", "0us"], "--interval"), (["--pcap", "rail9:eth1"], "rail9"),
                       (["--workload", "write", "--src", "h9g9"], "--src"),
                       (["--workload", "allreduce", "--dtype", "bf16"], "--dtype"),
                       (["--workload", "incast", "--send"], "--send: with --workload write"),
-                      (["--workload", "write", "--send", "--write-only"], "--send and --write-only")):
+                      (["--workload", "write", "--send", "--write-only"], "--send and --write-only"),
+                      (["--workload", "write", "--nic-timeout", "0us"], "--nic-timeout: a model "
+                                                                        "time > 0"),
+                      (["--workload", "write", "--nic-timeout", "soon"], "--nic-timeout"),
+                      (["--nic-timeout", "1ms"], "--nic-timeout: the NICs start with a workload")):
         with pytest.raises(ValueError, match=opt):
             plan_of(*argv)
 
