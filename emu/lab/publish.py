@@ -33,16 +33,18 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "LAB_RESULTS.md"
 
 
+def _git(*argv: str) -> str:
+    try:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True,
+                              timeout=30, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def git_state() -> tuple[str, bool]:
     """The checkout's short commit and whether tracked files differ from it."""
-    def git(*argv: str) -> str:
-        try:
-            return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True,
-                                  timeout=30, check=False).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head, bool(git("status", "--porcelain", "--untracked-files=no"))
+    head = _git("rev-parse", "--short", "HEAD") or "unknown"
+    return head, bool(_git("status", "--porcelain", "--untracked-files=no"))
 
 
 def file_sha(path: Path) -> str:
@@ -75,7 +77,8 @@ def provenance(lab: S.Lab, wall_s: float | None, rejudged: dict | None = None,
     path = Path(lab.path) if lab.path else None
     run.update(wall_s=None if wall_s is None else round(wall_s, 1),
                lab_file=(os.path.relpath(path, ROOT) if path else None),
-               lab_sha=(file_sha(path) if path else None))
+               lab_sha=(file_sha(path) if path else None),
+               lab_dirty=bool(path and _git("status", "--porcelain", "--", str(path))))
     if rejudged is not None:
         run["rejudged"] = True
         run["evidence_from"] = rejudged.get("evidence_from", rejudged)

@@ -41,8 +41,11 @@ def _secs(x) -> str:
 
 
 def commit_text(run: dict) -> str:
-    """'abc1234' or 'abc1234 (dirty)': the commit a result or the file came from."""
-    return f"{run.get('commit') or 'unknown'}{' (dirty)' if run.get('dirty') else ''}"
+    """'abc1234', 'abc1234 (dirty)' or 'abc1234 (dirty, the lab file too)': the commit a
+    result or the file came from."""
+    dirty = ((" (dirty, the lab file too)" if run.get("lab_dirty") else " (dirty)")
+             if run.get("dirty") else "")
+    return f"{run.get('commit') or 'unknown'}{dirty}"
 
 
 def _guard(v: dict) -> str:

@@ -4,6 +4,7 @@ read as `emu lab results` reads them (no root, no fabric)."""
 
 import argparse
 import json
+import subprocess
 
 from emu import cli
 from emu.lab import command, publish
@@ -39,7 +40,7 @@ L125 = {"id": "L12.5", "title": "shoot-out", "verdict": "fail", "checks_passed":
                             "kept_up": True, "p99_lag_us": 0.5, "suggested_tdf": None},
                      "s2": {"tdf": 20000.0, "lab_s": 9.5, "data_path": "fast",
                             "kept_up": False, "p99_lag_us": 1.33, "suggested_tdf": 40000}},
-        "run": dict(RUN, commit="def5678", dirty=True, wall_s=480.0,
+        "run": dict(RUN, commit="def5678", dirty=True, lab_dirty=True, wall_s=480.0,
                     lab_file="labs/L12.5.yaml", lab_sha="bbbb")}
 STALE = dict(L116, id="L11.7", title="x", run=dict(RUN, lab_sha="old"))
 OLD = {k: v for k, v in L116.items() if k != "run"} | {"id": "L11.8", "title": "y"}
@@ -70,7 +71,7 @@ Each check's bound and where it comes from are in its lab file (labs/*.yaml, [LA
 | [L11.6](#l116-dcqcn-timeline-t1t8) | DCQCN timeline t1..t8 | **differs** | 1 / 1 / 0 / 1 | 10000 | python | yes | 61 s | abc1234 |
 | L11.7 | PFC xoff | no result: its run (commit abc1234) used another version of the lab file | | | | | | |
 | L11.8 | Why DCQCN | no result: its lab.json predates runs recording their commit and lab file | | | | | | |
-| [L12.5](#l125-shoot-out) | shoot-out | **fell behind** (does not count) | 1 / 0 / 0 / 0 | 20000 | python, fast | **no** | 480 s | def5678 (dirty) |
+| [L12.5](#l125-shoot-out) | shoot-out | **fell behind** (does not count) | 1 / 0 / 0 / 0 | 20000 | python, fast | **no** | 480 s | def5678 (dirty, the lab file too) |
 | L13.3 | one rail switch | no result: errored: OSError: no such device | | | | | | |
 | UE.1 | NSCC vs DCQCN | no result: not run at this commit | | | | | | |
 | UE.2 | Trimming vs PFC | no result: only variant trim was run (commit abc1234) | | | | | | |
@@ -99,7 +100,7 @@ Where emu differs from the book, and why:
 
 Verdict: **fell behind** - the lab did not keep up with the model, so its checks (1 pass) do not count.
 
-Result from commit def5678 (dirty), lab file labs/L12.5.yaml (sha256 bbbb), on vm1 (2 cores), 2026-11-25 09:00 UTC; wall time 480 s.
+Result from commit def5678 (dirty, the lab file too), lab file labs/L12.5.yaml (sha256 bbbb), on vm1 (2 cores), 2026-11-25 09:00 UTC; wall time 480 s.
 
 | variant | TDF | data path | traffic done in (lab) | fidelity guard |
 |---|---|---|---|---|
@@ -210,6 +211,9 @@ def test_a_result_judged_again_names_the_run_its_evidence_came_from(tmp_path):
     run = publish.provenance(lab, None, rejudged=publish.earlier_run(_rundir(tmp_path / "r", L116)))
     assert (run["rejudged"], run["evidence_from"], run["wall_s"]) == (True, RUN, 61.4)
     assert (run["lab_file"], run["lab_sha"]) == ("labs/L11.3.yaml", publish.file_sha(lab.path))
+    assert run["lab_dirty"] == bool(subprocess.run(
+        ["git", "status", "--porcelain", "--", "labs/L11.3.yaml"], cwd=publish.ROOT,
+        capture_output=True, text=True, check=True).stdout)
     assert publish.provenance(lab, None, rejudged=run)["evidence_from"] == RUN  # twice
     doc = dict(L116, run=dict(run, commit="fff0000", dirty=False))
     [line] = [x for x in lab_section(LABS[0], doc) if x.startswith("Result from")]
