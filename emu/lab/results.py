@@ -24,10 +24,11 @@ TALLY = ("pass", "differs", "fail", "shown")
 NO_RESULT = "not run at this commit"
 
 
-def _cell(x) -> str:
-    """Markdown table cell text: one line, pipes escaped, long values cut."""
+def _cell(x, limit: int | None = None) -> str:
+    """Markdown table cell text: one line, pipes escaped; cut to `limit` characters (only
+    a measured value is: a bound, its source and a check's name are given whole)."""
     t = _fmt(x).replace("|", "\\|").replace("\n", " ")
-    return t if len(t) <= 80 else t[:77] + "..."
+    return t if limit is None or len(t) <= limit else t[:limit - 3] + "..."
 
 
 def _num(x) -> str:
@@ -146,7 +147,7 @@ def lab_section(lab: dict, doc: dict) -> list[str]:
             if res == "differs":
                 notes.append(f"* {c.get('check', c['name'])}: {d['why']}")
         out.append(f"| {_cell(c.get('check', c['name']))} | {_cell(c.get('variant') or 'all')} | "
-                   f"{_cell(c['measured'])} | {_cell(bound)} | {_cell(src)} | "
+                   f"{_cell(c['measured'], 160)} | {_cell(bound)} | {_cell(src)} | "
                    f"{OUTCOME_TEXT.get(res, res)} |")
     if notes:
         out += ["", "Where emu differs from the book, and why:", "", *notes]

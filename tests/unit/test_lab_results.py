@@ -32,10 +32,15 @@ L116 = {"id": "L11.6", "title": "DCQCN timeline t1..t8", "verdict": "differs",
                               "flows": []}},
         "run": RUN}
 L125 = {"id": "L12.5", "title": "shoot-out", "verdict": "fail", "checks_passed": True,
-        "kept_up": False, "outcomes": {"pass": 1, "differs": 0, "fail": 0, "shown": 0},
+        "kept_up": False, "outcomes": {"pass": 1, "differs": 0, "fail": 0, "shown": 1},
         "checks": [{"name": "spray [s1]", "check": "spray", "variant": "s1", "measured": 700.0,
                     "expected": "<= 717", "source": "catalogue: L12.5 (P)", "outcome": "pass",
-                    "pass": True}],
+                    "pass": True},
+                   {"name": "fields [s1]", "check": "fields", "variant": "s1",
+                    "measured": {f"macc.cbfc.pause_time.c{i}": "65535" for i in range(8)},
+                    "expected": "eth.type=0x8808", "outcome": "shown", "pass": True,
+                    "source": "book: ch.11 L2532-2541, the fields of one pause frame as "
+                              "tshark decodes them, every one of the eight priorities"}],
         "variants": {"s1": {"tdf": 20000.0, "lab_s": 9.0, "data_path": "python",
                             "kept_up": True, "p99_lag_us": 0.5, "suggested_tdf": None},
                      "s2": {"tdf": 20000.0, "lab_s": 9.5, "data_path": "fast",
@@ -71,7 +76,7 @@ Each check's bound and where it comes from are in its lab file (labs/*.yaml, [LA
 | [L11.6](#l116-dcqcn-timeline-t1t8) | DCQCN timeline t1..t8 | **differs** | 1 / 1 / 0 / 1 | 10000 | python | yes | 61 s | abc1234 |
 | L11.7 | PFC xoff | no result: its run (commit abc1234) used another version of the lab file | | | | | | |
 | L11.8 | Why DCQCN | no result: its lab.json predates runs recording their commit and lab file | | | | | | |
-| [L12.5](#l125-shoot-out) | shoot-out | **fell behind** (does not count) | 1 / 0 / 0 / 0 | 20000 | python, fast | **no** | 480 s | def5678 (dirty, the lab file too) |
+| [L12.5](#l125-shoot-out) | shoot-out | **fell behind** (does not count) | 1 / 0 / 0 / 1 | 20000 | python, fast | **no** | 480 s | def5678 (dirty, the lab file too) |
 | L13.3 | one rail switch | no result: errored: OSError: no such device | | | | | | |
 | UE.1 | NSCC vs DCQCN | no result: not run at this commit | | | | | | |
 | UE.2 | Trimming vs PFC | no result: only variant trim was run (commit abc1234) | | | | | | |
@@ -98,7 +103,7 @@ Where emu differs from the book, and why:
 
 ## L12.5: shoot-out
 
-Verdict: **fell behind** - the lab did not keep up with the model, so its checks (1 pass) do not count.
+Verdict: **fell behind** - the lab did not keep up with the model, so its checks (1 pass, 1 shown) do not count.
 
 Result from commit def5678 (dirty, the lab file too), lab file labs/L12.5.yaml (sha256 bbbb), on vm1 (2 cores), 2026-11-25 09:00 UTC; wall time 480 s.
 
@@ -110,6 +115,7 @@ Result from commit def5678 (dirty, the lab file too), lab file labs/L12.5.yaml (
 | check | variant | measured | bound | source | outcome |
 |---|---|---|---|---|---|
 | spray | s1 | 700 | <= 717 | catalogue: L12.5 (P) | pass |
+| fields | s1 | {'macc.cbfc.pause_time.c0': '65535', 'macc.cbfc.pause_time.c1': '65535', 'macc.cbfc.pause_time.c2': '65535', 'macc.cbfc.pause_time.c3': '65535', 'macc.cbfc.p... | eth.type=0x8808 | book: ch.11 L2532-2541, the fields of one pause frame as tshark decodes them, every one of the eight priorities | shown |
 """
 
 
