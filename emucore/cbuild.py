@@ -31,7 +31,8 @@ PACKAGES = ("emucore", "switch_agent", "traffic")
 
 def discover() -> dict[str, tuple[str, ...]]:
     """Every `PKG/.../fast/NAME.c` is the one source of module `PKG....fast._NAME`;
-    headers shared between modules live in emucore/csrc/."""
+    headers shared between modules live in emucore/csrc/, a module's own beside it (both
+    are in its stamp: a changed header rebuilds it)."""
     found = {}
     for pkg in PACKAGES:
         for c in sorted((ROOT / pkg).glob("**/fast/*.c")):
@@ -82,6 +83,7 @@ def command(name: str, sanitize: bool = False, out_dir: Path | None = None) -> l
 def _digest(name: str, cmd: list[str]) -> str:
     h = hashlib.sha256(" ".join(cmd).encode())
     headers = sorted((ROOT / "emucore" / "csrc").glob("*.h"))
+    headers += sorted(h for s in EXTENSIONS[name] for h in (ROOT / s).parent.glob("*.h"))
     for path in [*(ROOT / s for s in EXTENSIONS[name]), *headers]:
         h.update(path.read_bytes())
     return h.hexdigest()

@@ -5,7 +5,8 @@ path an agent takes (`choose`, from `emucore.datapath`'s mode), and `FastAgent`,
 `FastAgent` holds the Python `Agent` (with its sockets: the control plane) and a
 `switch_agent.fast.pipeline.FastPipeline` built on it. Frames go to C; a flow C misses,
 an expired TTL and LLDP come back to the Python agent (FastPipeline). C's frames leave
-through the port sockets here, one `service` per wake-up; LLDP announcements and what
+through the port sockets from C (`Pipeline.set_fd`: a failed send is dropped, counted and
+logged as `Agent.flush` does), one `service` per wake-up; LLDP announcements and what
 the Python MAC control queues leave through the Python agent's `service`, as before.
 Pause refreshes and the watchdog's poll run in C (`FastPipeline.timers`), LLDP in Python;
 the priorities LLDP/DCBX make PFC active on (`pfc_mode auto`) are pushed to C as they change.
@@ -17,14 +18,21 @@ two sides both move - rx, tx, drops - by C's change since the last copy, so a `r
 and the Python side's own drops and LLDP frames still count), and the fidelity guard is
 C's meter merged with the Python agent's (LLDP). A route reload, a degraded link and a
 fidelity reset go to both, and so do the flushes of a switch or link going down
-(`flush_port`). What C does not implement is refused, never approximated: the test drop
-hook answers `Unsupported`. The event log is the Python agent's: what C's stages noted is
+(`flush_port`). What C does not implement is refused, never approximated; the test drop
+hook runs in C. The event log is the Python agent's: what C's stages noted is
 written through the Python agent's `EventSink` after every call into C (`FastPipeline.drain`).
+
+With $EMU_FAST_RINGS=1 the poll loop is C's too (`open_rings`, `python_deadline`,
+`punted`, `served`; `switch_agent.serve.serve_rings`): PACKET_MMAP rings on the port
+sockets, wake-ups on a grid of GRID_FRACTION of the fidelity guard's bound (`grid_step`).
 """
 
 from __future__ import annotations
 
 import errno
+import logging
+import math
+import os
 
 from emucore import datapath, fidelity
 from emucore.fidelity import BUCKET_EDGES
@@ -32,8 +40,22 @@ from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig
 from switch_agent.forward import flow_key
 
+log = logging.getLogger("switch_agent")
+
 #: the data path names counters()["datapath"] reports
 C, PYTHON = "c", "python"
+#: C's loop rounds its next wake-up up to a grid of this fraction of the fidelity guard's
+#: bound (`grid_step`), so deadlines close together share one wake-up: an action is made
+#: at most 1/10 of the bound later by it, 9/10 of the bound is left for the wake-up's
+#: own lateness, so a run the guard passes without the grid passes with it unless its
+#: p99 lag was already within 10 % of the bound (DATAPATH budget: 5-10 % of the bound)
+GRID_FRACTION = 0.1
+#: loop.h's answers: one of Python's descriptors is readable; Python's deadline came
+SERVE_PYTHON, SERVE_DEADLINE = 0, 1
+#: $EMU_FAST_RINGS=1: the fast agent runs C's loop on PACKET_MMAP rings (else, for now,
+#: Python's poll loop on its port sockets)
+RINGS = os.environ.get("EMU_FAST_RINGS", "0") == "1"
+MAC_CONTROL = b"\x01\x80\xc2"  #: the link-local group C's control frames (PFC) go to
 PORT_MOVED = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")  #: moved by both sides
 QUEUE_COPIED = ("qbytes", "bytes", "avg", "enq_packets", "enq_bytes", "deq_packets",
                 "deq_bytes", "marks", "max_qbytes", "drops", "sojourn_max", "sojourn_hist",
@@ -41,6 +63,16 @@ QUEUE_COPIED = ("qbytes", "bytes", "avg", "enq_packets", "enq_bytes", "deq_packe
 INGRESS_COPIED = ("held", "max_held", "xoff_sent", "xon_sent", "headroom_drops", "refreshes")
 PAUSE_COPIED = ("until", "since", "last_rx", "resumed_at", "paused_s", "pauses_rx",
                 "resumes_rx", "mask", "next_expiry")
+
+
+def grid_step(cfg: AgentConfig) -> float:
+    """The wake-up grid of C's loop, lab seconds: GRID_FRACTION of the fidelity guard's
+    bound as `emu.observe.guard.lag_bound` takes it, from this switch's ports: the
+    shortest cable's delay, or one MTU frame at the fastest port's model rate if longer
+    (or if no cable has a delay)."""
+    mtu = fidelity.lag_bound_model_s(cfg.mtu, max(p.model_bps for p in cfg.ports))
+    cable = min((p.delay_lab_s for p in cfg.ports if p.delay_lab_s > 0), default=0.0)
+    return GRID_FRACTION * max(mtu * cfg.tdf, cable)
 
 
 def choose(mode: str) -> str:
@@ -77,6 +109,8 @@ class FastAgent:
     datapath = C
     #: C keeps its own backlog: `serve` calls `service` on every wake-up
     backlog = True
+    #: `serve` runs C's loop on PACKET_MMAP rings (`open_rings`) when the sockets take them
+    rings = RINGS
 
     def __init__(self, agent: Agent, monotonic: bool = True) -> None:
         from switch_agent.fast.pipeline import FastPipeline
@@ -91,6 +125,9 @@ class FastAgent:
         self.c_drops: list[dict[str, int]] = [{} for _ in self.py_ports]
         self.fifo: list[list[int]] = [[0] * 8 for _ in self.py_ports]
         self.out: list = []
+        for i, p in enumerate(self.py_ports):  # C sends on the port sockets itself
+            if hasattr(p.sock, "fileno"):
+                self.fast.c.set_fd(i, p.sock.fileno())
         self.pfc_masks = [self.fast.push_ingress(n) for n in self.fast.names]
         #: the control plane's flushes (switch down, a link down) flush C's queues too
         self.py_flush_port, agent.flush_port = agent.flush_port, self.flush_port
@@ -134,10 +171,75 @@ class FastAgent:
         """`FastPipeline.on_frame`; after an LLDP frame, the priorities DCBX made PFC
         active on (`pfc_mode auto`) are pushed to C."""
         if self.fast.on_frame(port.name, frame, now) is not None:
-            i = self.fast.index[port.name]
-            ing = port.ingress
-            if self.pfc_masks[i] != sum(1 << k for k in range(8) if ing.enabled[k]):
-                self.pfc_masks[i] = self.fast.push_ingress(port.name)
+            self.push_pfc(port)
+
+    def punted(self, i: int, frame: bytes, now: float, miss: int) -> None:
+        """A frame C's loop handed back (`Pipeline.serve`): as `on_frame` after C's `miss`."""
+        port = self.py_ports[i]
+        if self.fast.missed(port.name, frame, now, miss) is not None:
+            self.push_pfc(port)
+
+    def push_pfc(self, port) -> None:
+        i = self.fast.index[port.name]
+        ing = port.ingress
+        if self.pfc_masks[i] != sum(1 << k for k in range(8) if ing.enabled[k]):
+            self.pfc_masks[i] = self.fast.push_ingress(port.name)
+
+    # -- C's own loop on PACKET_MMAP rings (switch_agent/fast/loop.h) ------------------
+    def open_rings(self, now: float) -> bool:
+        """TPACKET_V2 RX and TX rings on every data port's socket; False (nothing changed)
+        when a socket refuses them. What the sockets received before goes to `on_frame`;
+        the Python agent's own sends (LLDP) go through C's TX ring from now on."""
+        from switch_agent.fast.pipeline import RingSocket
+        c = self.fast.c
+        for i, p in enumerate(self.py_ports):
+            try:
+                c.open_ring(i)
+            except (OSError, ValueError) as exc:
+                if i:  # the rings of the ports before stay: a broken start, said so
+                    raise
+                log.warning("%s: no PACKET_MMAP rings (%s): Python's poll loop", self.cfg.name,
+                            exc)
+                return False
+            sock = p.sock
+            while True:
+                try:
+                    frame = sock.recv(65535)
+                except OSError:
+                    break
+                self.on_frame(p, frame, now)
+            p.sock = RingSocket(sock, c, i)
+        c.set_grid(grid_step(self.cfg))
+        return True
+
+    def python_deadline(self, now: float) -> float:
+        """LLDP's timer and the Python agent's own control frames (`timers`, `service`
+        without C's): when Python must run next."""
+        a = self.agent
+        wake = math.inf
+        if a.admin_up:
+            if now >= a.next_lldp:
+                if a.next_lldp > -math.inf:
+                    a.meter.record(a.next_lldp, now, "lldp")
+                a.next_lldp = now + a.lldp_period
+                a.send_lldp(now)
+            wake = a.next_lldp
+        if a.backlog:
+            w = a.service(now)
+            if w is not None and w < wake:
+                wake = w
+        return wake
+
+    def served(self, now: float, watchdog: list, sent: list) -> None:
+        """After C's loop returned: its events written, its watchdog's noted, frames of
+        ports without a ring sent (`service`'s)."""
+        if self.fast.logging:
+            self.fast.drain()
+        if watchdog:
+            self.fast.note_watchdog(watchdog, now)
+            watchdog.clear()
+        if sent:
+            self.send(sent, now)
 
     def timers(self, now: float) -> float:
         """C's timers (pause refreshes, the watchdog), then LLDP's (`AgentTimers.timers`)."""
@@ -155,23 +257,30 @@ class FastAgent:
         its errors), then the Python agent's control frames; the next wake time."""
         out = self.out
         wake = self.fast.c.service(now, out)
+        self.send(out, now)
         if self.fast.logging:
             self.fast.drain()
+        if self.agent.backlog:
+            w = self.agent.service(now)
+            if w is not None and (wake is None or w < wake):
+                wake = w
+        return wake
+
+    def send(self, out: list, now: float) -> None:
+        """C's frames for the ports without a descriptor (a test's sockets), sent here."""
         ports = self.py_ports
         for i, frame in out:
             p = ports[i]
             try:
                 p.sock.send(frame)
             except OSError as exc:  # C counted it sent: it was dropped
-                p.drop("tx_error" if exc.errno != errno.ENOBUFS else "tx_nobufs")
+                reason = "tx_error" if exc.errno != errno.ENOBUFS else "tx_nobufs"
+                p.drop(reason)
                 p.tx_packets -= 1
                 p.tx_bytes -= len(frame)
+                if frame[:3] != MAC_CONTROL:  # a data frame (C's control frames: PFC)
+                    self.agent.sink.wire_drop(p, reason, self.agent.queue_of(frame), now)
         out.clear()
-        if self.agent.backlog:
-            w = self.agent.service(now)
-            if w is not None and (wake is None or w < wake):
-                wake = w
-        return wake
 
     def install_fib(self, routes, neighbours, local_ips) -> None:
         """Both flow caches emptied together (`FastPipeline.install_fib`); the paths
@@ -272,9 +381,9 @@ class FastAgent:
 
     @property
     def drop_rate(self) -> float:
-        return self.agent.drop_rate
+        return self.fast.drop_rate
 
     @drop_rate.setter
     def drop_rate(self, rate: float) -> None:
-        from switch_agent.fast.pipeline import Unsupported
-        raise Unsupported("test_drop_rate: not implemented by the C pipeline")
+        """The test hook (`switch_agent.testhook`), run in C (`FastPipeline.set_drop_rate`)."""
+        self.fast.set_drop_rate(rate)

@@ -9,6 +9,10 @@ loop sleeps in `select` on the epoll descriptor itself (readable when any regist
 descriptor is: one descriptor, a microsecond timeout), then collects the events with a
 non-blocking `epoll.poll(0)`; it asks the kernel for a 1 us timer slack
 (emucore.rawsock.tighten_timer_slack). Nothing spins: with no deadline it blocks.
+
+A fast agent (switch_agent.fastagent) whose port sockets take PACKET_MMAP rings runs
+`serve_rings` instead: the loop is C's (switch_agent/fast/loop.h), Python runs only for
+its own descriptors and deadlines.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import os
 import select
+import signal
 import time
 
 from pyroute2 import IPRoute
@@ -24,7 +30,7 @@ from pyroute2 import IPRoute
 from emucore import rawsock
 from switch_agent import control, kernel
 from switch_agent.agent import Agent
-from switch_agent.fastagent import FastAgent
+from switch_agent.fastagent import SERVE_PYTHON, FastAgent
 
 log = logging.getLogger("switch_agent")
 
@@ -49,6 +55,48 @@ def discard(port, frame: bytes, now: float) -> None:
     port.drop("switch_down")
 
 
+def serve_rings(agent: FastAgent, ep: select.epoll, ctl, nl, ipr) -> None:
+    """The fast agent's loop when its ports have rings (`FastAgent.open_rings`): C's loop
+    (`Pipeline.serve`, switch_agent/fast/loop.h) runs until Python has something to do -
+    the control socket, netlink, LLDP, a route reload, events to write, a signal (Python's
+    signal wake-up descriptor is in the epoll set) - then Python does it."""
+    serve_c, epfd, punted, ctl_fd, nl_fd = (agent.fast.c.serve, ep.fileno(), agent.punted,
+                                            ctl.fileno(), nl.fileno())
+    wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    previous = signal.set_wakeup_fd(wakeup_w)
+    ep.register(wakeup_r, select.EPOLLIN)
+    watchdog: list = []
+    sent: list = []
+    reload_at = None
+    clock = time.monotonic
+    try:
+        while agent.running:
+            wake = agent.python_deadline(clock())
+            if reload_at is not None and reload_at < wake:
+                wake = reload_at
+            why, now = serve_c(epfd, wake, agent.admin_up, punted, watchdog, sent)
+            agent.served(now, watchdog, sent)
+            if why == SERVE_PYTHON:
+                for fd, _ in ep.poll(0):  # a port's descriptor: C has read its ring
+                    if fd == ctl_fd:
+                        ctl.handle()
+                    elif fd == nl_fd:
+                        rawsock.drain(nl)
+                        reload_at = now + RELOAD_DEBOUNCE_S
+                    elif fd == wakeup_r:
+                        while os.read(wakeup_r, 512) == 512:
+                            pass
+            if reload_at is not None and clock() >= reload_at:
+                agent.link_states(kernel.port_states(ipr), clock())
+                agent.install_fib(*kernel.read_control_plane(ipr))
+                reload_at = None
+    finally:
+        signal.set_wakeup_fd(previous)
+        ep.unregister(wakeup_r)
+        os.close(wakeup_r)
+        os.close(wakeup_w)
+
+
 def serve(agent: Agent | FastAgent) -> None:
     """Serve until SIGTERM/SIGINT (the signal handler clears `agent.running`); `agent`
     is the Python agent or, on the compiled data path, `switch_agent.fastagent.FastAgent`
@@ -65,6 +113,7 @@ def serve(agent: Agent | FastAgent) -> None:
     if not rawsock.tighten_timer_slack():
         log.warning("%s: cannot set the timer slack: wake-ups may be up to 50 us late", name)
     agent.install_fib(*kernel.read_control_plane(ipr))
+    rings = isinstance(agent, FastAgent) and agent.rings and agent.open_rings(time.monotonic())
     reload_at = None
     log.info("%s: forwarding on %s (QoS %s, data path %s)", name, ", ".join(agent.ports),
              "on" if agent.qos else "off", agent.datapath)
@@ -73,6 +122,8 @@ def serve(agent: Agent | FastAgent) -> None:
     on_frame = agent.on_frame
     clock = time.monotonic
     try:
+        if rings:  # returns when the agent stops
+            serve_rings(agent, ep, ctl, nl, ipr)
         while agent.running:
             now = clock()
             wake = agent.timers(now) if agent.admin_up else math.inf

@@ -18,11 +18,15 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+
+#include "ring.h"
 
 #define NQ 8
 #define WRED_BIN_BYTES 150000
@@ -34,10 +38,10 @@ static const double SOJOURN_EDGES_US[NSOJ] = {1, 2, 5, 10, 20, 50, 100, 200, 500
 enum { HANDLED = 0, MISS_FLOW = 1, MISS_TTL = 2, MISS_LINK_LOCAL = 3 };
 /* port drop reasons (Port.drop) */
 enum { D_MALFORMED, D_NOT_FOR_US, D_TTL_EXPIRED, D_HEADROOM, D_NO_ROUTE, D_NO_NEIGHBOR,
-       D_NO_L2_ENTRY, D_LOSS, D_CORRUPT, ND_PORT };
+       D_NO_L2_ENTRY, D_LOSS, D_CORRUPT, D_TEST_HOOK, D_TX_ERROR, D_TX_NOBUFS, D_SWITCH_DOWN, D_RX_NETDOWN, ND_PORT };
 static const char *PORT_DROPS[ND_PORT] = {"malformed", "not_for_us", "ttl_expired",
     "headroom_overflow", "no_route", "no_neighbor", "no_l2_entry", "degrade_loss",
-    "degrade_corrupt"};
+    "degrade_corrupt", "test_hook", "tx_error", "tx_nobufs", "switch_down", "rx_netdown"};
 /* queue drop reasons (PortQueues.drop) */
 enum { QD_FULL, QD_WRED, QD_WATCHDOG, QD_LINK_DOWN, QD_SWITCH_DOWN, ND_QUEUE };
 static const char *QUEUE_DROPS[ND_QUEUE] = {"queue_full", "wred", "pfc_watchdog", "link_down",
@@ -167,7 +171,7 @@ static int drr_pick(Drr *d, Fifo *fifo, int paused_mask) {
 
 /* one event for the log (switch_agent.events.EventSink; drained by pipeline.py) */
 enum { EV_QDROP, EV_CE_FIRST, EV_WRED, EV_HEADROOM, EV_XOFF, EV_XON, EV_REFRESH, EV_PFC_RX,
-       EV_PAUSE_START, EV_PAUSE_END, EV_WD, EV_CNP, EV_WIRE_DROP };
+       EV_PAUSE_START, EV_PAUSE_END, EV_WD, EV_CNP, EV_WIRE_DROP, EV_TEST_HOOK };
 typedef struct { int kind, port, a, b; long long v; double t, x; } Ev;
 typedef struct { Ev *buf; size_t len, cap; int failed; } EvList;
 
@@ -234,6 +238,8 @@ typedef struct {
     /* events.EventSink.pauses: Port.paused_logged, EgressPause.expired (prio, time) */
     int paused_logged, nexpired, exp_prio[2 * NQ];
     double exp_t[2 * NQ];
+    int fd; /* the port's socket (set_fd): C sends on it itself; -1: frames go to `sent` */
+    Ring ring; /* its PACKET_MMAP rings (loop.h's open_ring), when set up */
 } Port;
 
 
@@ -268,6 +274,9 @@ typedef struct {
     int monotonic; /* sent_at = the clock (Agent.clock, time.monotonic), else `now` */
     int *backlog; int nbacklog; int *in_backlog; /* Agent.backlog, insertion-ordered */
     int events_on; EvList ev; /* the events not yet drained */
+    double drop_rate; Mt drop_rng; /* testhook.DropHook: its rate and its die */
+    double grid; /* loop.h: next wake-ups rounded up to a multiple of it (0: none) */
+    long long wakeups, ring_frames; /* loop.h: its wake-ups, the frames its RX rings gave */
 } Pipeline;
 
 static Pipeline *EVP; /* the pipeline whose stage runs now (stages are not reentrant) */
@@ -480,10 +489,16 @@ static int queues_enqueue(PortQueues *pq, int q, PyObject *frame, int ingress, i
     return verdict;
 }
 
-/* Agent.enqueue: WRED + enqueue; a dropped frame releases its ingress bytes */
+/* Agent.enqueue: WRED + enqueue; a dropped frame releases its ingress bytes. With the
+ * test hook's rate above 0, testhook.DropHook first: one draw per frame, before WRED. */
 static int agent_enqueue(Pipeline *P, int out, int q, PyObject *frame, int ingress, int tos,
                          double now, int prio) {
     Port *o = &P->ports[out];
+    if (P->drop_rate > 0 && random_random(&P->drop_rng) < P->drop_rate) {
+        port_drop(o, D_TEST_HOOK);
+        emit(EV_TEST_HOOK, out, q, 0, 0, now, 0.0);
+        return ingress >= 0 ? release(P, ingress, prio, PyBytes_GET_SIZE(frame), now) : 0;
+    }
     int verdict = queues_enqueue(&o->q, q, frame, ingress, tos, now, prio);
     if (verdict < 0) return -1;
     if (o->q.events.len) sink_queues(&o->q, now);
@@ -806,15 +821,31 @@ static int line_flush(Pipeline *P, Port *p, LineQ *line, PyObject *sent, int idx
                 continue;
             }
         }
-        PyObject *t = PyTuple_New(2), *port = PyLong_FromLong(idx);
-        if (t == NULL || port == NULL) { Py_XDECREF(t); Py_XDECREF(port); Py_DECREF(frame); return -1; }
-        PyTuple_SET_ITEM(t, 0, port);
-        PyTuple_SET_ITEM(t, 1, frame); /* the line's reference */
-        int r = PyList_Append(sent, t);
-        Py_DECREF(t);
-        if (r < 0) return -1;
+        Py_ssize_t n = PyBytes_GET_SIZE(frame);
+        if (p->fd >= 0) { /* Agent.flush's send: an error drops the frame (logged if data) */
+            const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
+            int failed = p->ring.map != NULL ? ring_put(&p->ring, p->fd, f, (size_t)n) < 0
+                                             : send(p->fd, f, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0;
+            if (failed) {
+                int reason = p->ring.map != NULL || errno == ENOBUFS ? D_TX_NOBUFS : D_TX_ERROR;
+                port_drop(p, reason);
+                if (kind == METER_TX)
+                    emit(EV_WIRE_DROP, idx, n > 15 && f[12] == 8 && f[13] == 0 ? P->q_by_tos[f[15]] : 0,
+                         reason, 0, now, 0.0);
+            }
+            Py_DECREF(frame);
+            if (failed) continue;
+        } else {
+            PyObject *t = PyTuple_New(2), *port = PyLong_FromLong(idx);
+            if (t == NULL || port == NULL) { Py_XDECREF(t); Py_XDECREF(port); Py_DECREF(frame); return -1; }
+            PyTuple_SET_ITEM(t, 0, port);
+            PyTuple_SET_ITEM(t, 1, frame); /* the line's reference */
+            int r = PyList_Append(sent, t);
+            Py_DECREF(t);
+            if (r < 0) return -1;
+        }
         p->tx_packets++;
-        p->tx_bytes += PyBytes_GET_SIZE(frame);
+        p->tx_bytes += n;
         if (isnan(sent_at)) sent_at = P->monotonic ? monotonic_s() : now;
         record(P, model_due, sent_at, idx, kind);
     }
@@ -1058,6 +1089,7 @@ static void flows_free(FlowTable *t) { PyMem_Free(t->slot); t->slot = NULL; t->c
 static void Pipeline_dealloc(Pipeline *P) {
     for (int i = 0; i < P->nports; i++) {
         Port *p = &P->ports[i];
+        ring_close(&p->ring);
         for (int q = 0; q < NQ; q++) {
             Fifo *f = &p->q.fifo[q];
             for (size_t k = 0; k < f->len; k++) Py_DECREF(f->buf[(f->head + k) % f->cap].frame);
@@ -1126,6 +1158,7 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
         p->next_refresh = INFINITY;
         p->pause_next_expiry = INFINITY;
         p->q.idx = i;
+        p->fd = -1;
         for (int q = 0; q < NQ; q++) {
             p->q.up_at[q] = LLONG_MAX;
             p->q.down_at[q] = -1;
@@ -1244,6 +1277,27 @@ static PyObject *Pipeline_set_rng(Pipeline *P, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iO", &i, &t)) return NULL;
     Port *p = port_arg(P, i);
     if (p == NULL || mt_arg(t, &p->q.rng) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* set_fd(i, fd): port i's socket, C sends on it (-1: frames go to service's `sent`) */
+static PyObject *Pipeline_set_fd(Pipeline *P, PyObject *args) {
+    int i, fd;
+    if (!PyArg_ParseTuple(args, "ii", &i, &fd)) return NULL;
+    Port *p = port_arg(P, i);
+    if (p == NULL) return NULL;
+    p->fd = fd;
+    Py_RETURN_NONE;
+}
+
+/* set_test_drop(rate, state or None): the test hook's rate (0: off) and, when given,
+ * its die's random.Random state (testhook.DropHook: set once, kept while the rate is 0) */
+static PyObject *Pipeline_set_test_drop(Pipeline *P, PyObject *args) {
+    double rate;
+    PyObject *t;
+    if (!PyArg_ParseTuple(args, "dO", &rate, &t)) return NULL;
+    if (t != Py_None && mt_arg(t, &P->drop_rng) < 0) return NULL;
+    P->drop_rate = rate;
     Py_RETURN_NONE;
 }
 
@@ -1812,11 +1866,20 @@ static PyObject *Pipeline_flushes(Pipeline *P, PyObject *noargs) {
     return PyLong_FromLongLong(P->flushes);
 }
 
+#include "loop.h"
+
 static PyMethodDef Pipeline_methods[] = {
     {"set_port", (PyCFunction)Pipeline_set_port, METH_VARARGS, "set_port(i, mac, vlan, rate_Bps, burst_s, delay)"},
     {"set_queue", (PyCFunction)Pipeline_set_queue, METH_VARARGS, "set_queue(i, q, limit, tier, quantum, wred)"},
     {"set_strict", (PyCFunction)Pipeline_set_strict, METH_VARARGS, "set_strict(i, queues)"},
     {"set_rng", (PyCFunction)Pipeline_set_rng, METH_VARARGS, "set_rng(i, mt state)"},
+    {"open_ring", (PyCFunction)Pipeline_open_ring, METH_VARARGS, "open_ring(i): TPACKET_V2 rings on port i's socket"},
+    {"ring_send", (PyCFunction)Pipeline_ring_send, METH_VARARGS, "ring_send(i, frame): send through the TX ring"},
+    {"set_grid", (PyCFunction)Pipeline_set_grid, METH_VARARGS, "set_grid(seconds): the wake-up grid"},
+    {"loop_stats", (PyCFunction)Pipeline_loop_stats, METH_NOARGS, "(wake-ups, frames received) of serve"},
+    {"serve", (PyCFunction)Pipeline_serve, METH_VARARGS, "serve(epfd, py_deadline, admin_up, punt, wd_events, sent)"},
+    {"set_fd", (PyCFunction)Pipeline_set_fd, METH_VARARGS, "set_fd(i, fd): C sends on it"},
+    {"set_test_drop", (PyCFunction)Pipeline_set_test_drop, METH_VARARGS, "set_test_drop(rate, mt state or None)"},
     {"set_ingress", (PyCFunction)Pipeline_set_ingress, METH_VARARGS, "set_ingress(i, ...)"},
     {"set_tables", (PyCFunction)Pipeline_set_tables, METH_VARARGS, "set_tables(router, dlb, local, l2)"},
     {"install", (PyCFunction)Pipeline_install, METH_VARARGS, "install(frame, port, l2, drop)"},
@@ -1872,7 +1935,12 @@ PyMODINIT_FUNC PyInit__pipeline(void) {
         PyModule_AddIntConstant(m, "MISS_FLOW", MISS_FLOW) < 0 ||
         PyModule_AddIntConstant(m, "MISS_TTL", MISS_TTL) < 0 ||
         PyModule_AddIntConstant(m, "MISS_LINK_LOCAL", MISS_LINK_LOCAL) < 0 ||
-        PyModule_AddIntConstant(m, "FLOW_CACHE_MAX", FLOW_CACHE_MAX) < 0) {
+        PyModule_AddIntConstant(m, "FLOW_CACHE_MAX", FLOW_CACHE_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "SERVE_PYTHON", SERVE_PYTHON) < 0 ||
+        PyModule_AddIntConstant(m, "SERVE_DEADLINE", SERVE_DEADLINE) < 0 ||
+        PyModule_AddIntConstant(m, "SERVE_EVENTS", SERVE_EVENTS) < 0 ||
+        PyModule_AddIntConstant(m, "SERVE_SENT", SERVE_SENT) < 0 ||
+        PyModule_AddIntConstant(m, "SERVE_SIGNAL", SERVE_SIGNAL) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,7 +1,9 @@
 """The switch agent's per-frame pipeline in C (`switch_agent/fast/pipeline.c`, built as
 `_pipeline`), built from the same `AgentConfig` and QoS config as the Python agent and
-driven like it: `on_frame(port, frame, now)`, `service(now)` (issue 30, first slice: the
-pure stages, no socket or ring I/O; docs/DATAPATH.md).
+driven like it: `on_frame(port, frame, now)`, `service(now)` (issue 30; docs/DATAPATH.md).
+Given a port's socket (`Pipeline.set_fd`), C sends on it itself; given PACKET_MMAP rings
+on it too (`open_ring`, switch_agent/fast/ring.h), `Pipeline.serve` is the agent's poll
+loop (switch_agent/fast/loop.h, driven by `switch_agent.fastagent` and `serve`).
 
 The C code mirrors, under the same names, `switch_agent.agent.Agent.on_frame` / `admit` /
 `enqueue` / `service` / `flush`, `forward.route_rewrite`, the classifier's tables
@@ -18,13 +20,13 @@ the FIB, the neighbours and the load balancer. A flow the C cache misses is deci
 (`Agent.time_exceeded`'s ICMP, queued through C); a received PFC frame pauses the egress
 in C (`MacControl.on_frame`, `emucore.qos.pfc.EgressPause`); any other link-local frame
 (LLDP, CBFC) goes to the control plane's `MacControl`, never approximated. The configuration
-the C stages do not implement is refused (`Unsupported`, naming the field): the test
-drop hook, trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode auto (it needs
+the C stages do not implement is refused (`Unsupported`, naming the field): trimming, LLR, CBFC, flowlet and spray load balancing, PFC mode auto (it needs
 LLDP/DCBX) unless the caller pushes DCBX's outcome (`push_ingress`, as
 `switch_agent.fastagent` does). Pause refreshes and the watchdog's poll run in C (`timers`);
 LLDP announcements stay the caller's; the lag meter (`emucore.fidelity.LagMeter`) records
 what C did; a degraded link (`degrade`, `restore`) loses and corrupts frames with the
-Python's draws. Not here yet: LLR, CBFC, trimming (refused).
+Python's draws; the test drop hook (`set_drop_rate`, `switch_agent.testhook`) draws
+its die in C from the Python's `random.Random(test_drop_seed)` state. Not here yet: LLR, CBFC, trimming (refused).
 
 The event log (docs/EVENTS.md): C notes the events of its stages where the Python notes
 them (`switch_agent.events.EventSink`'s calls, the queues' noted events and the pauses'
@@ -39,6 +41,7 @@ book-QoS frame; figures in the commit that added `run_frames`).
 from __future__ import annotations
 
 import importlib
+import random
 import time
 from pathlib import Path
 
@@ -62,7 +65,7 @@ if Path(_pipeline.__file__) == cbuild.target(MODULE) and not cbuild.is_current(M
 LINK_LOCAL = "link_local"  #: on_frame's answer for a frame the Python MAC control took
 #: pipeline.c's event kinds (its enum EV_*), in order
 (EV_QDROP, EV_CE_FIRST, EV_WRED, EV_HEADROOM, EV_XOFF, EV_XON, EV_REFRESH, EV_PFC_RX,
- EV_PAUSE_START, EV_PAUSE_END, EV_WD, EV_CNP, EV_WIRE_DROP) = range(13)
+ EV_PAUSE_START, EV_PAUSE_END, EV_WD, EV_CNP, EV_WIRE_DROP, EV_TEST_HOOK) = range(14)
 PAUSE_END_HOW = ("expiry", "resume", "watchdog")  #: EV_PAUSE_END's b
 
 
@@ -73,8 +76,7 @@ class Unsupported(ValueError):
 def check_config(cfg: AgentConfig) -> None:
     """Raise Unsupported for the first field of `cfg` the C pipeline does not implement."""
     q = cfg.qos or {}
-    refused = (("test_drop_rate", cfg.test_drop_rate != 0),
-               ("qos.trim", bool(q.get("trim"))), ("qos.llr", bool(q.get("llr"))),
+    refused = (("qos.trim", bool(q.get("trim"))), ("qos.llr", bool(q.get("llr"))),
                ("qos.cbfc", bool(q.get("cbfc"))))
     for name, bad in refused:
         if bad:
@@ -137,6 +139,20 @@ class FastPipeline:
         self.logging = a.sink.enabled
         c.set_events(self.logging)
         self.ev_ports = ports
+        self.drop_rate = 0.0
+        self.drop_seeded = False
+        self.set_drop_rate(cfg.test_drop_rate)
+
+    def set_drop_rate(self, rate: float) -> None:
+        """`testhook.DropRate`: the test hook's drop fraction (0: off). Its die,
+        `random.Random(test_drop_seed)`, is handed to C when first set above 0 and kept
+        (its draws go on) while the rate is 0, as the Python hook's."""
+        state = None
+        if rate and not self.drop_seeded:
+            state = tuple(random.Random(self.agent.cfg.test_drop_seed).getstate()[1])
+            self.drop_seeded = True
+        self.c.set_test_drop(rate, state)
+        self.drop_rate = rate
 
     def drain(self) -> None:
         """Write the events C noted since the last call through the agent's EventSink
@@ -170,6 +186,8 @@ class FastPipeline:
                 sink.watchdog(p, b == 1, a, p.watchdog.cfg.action, t)
             elif kind == EV_CNP:
                 sink.cnp_fwd(p, a, x, t)
+            elif kind == EV_TEST_HOOK:
+                sink.drop(p, a, "test_hook", t)
             else:  # EV_WIRE_DROP
                 sink.wire_drop(p, _pipeline.PORT_DROPS[b], a, t)
 
@@ -199,11 +217,15 @@ class FastPipeline:
         """`Agent.on_frame`: None when handled in C (or its ICMP here); LINK_LOCAL for an
         LLDP or CBFC frame, which C counted received and the control plane's MAC control
         took (`MacControl.on_frame`: neighbours, DCBX; its drops are that port's)."""
-        i = self.index[port]
-        r = self.c.on_frame(i, frame, now)
+        return self.missed(port, frame, now, self.c.on_frame(self.index[port], frame, now))
+
+    def missed(self, port: str, frame: bytes, now: float, r: int) -> str | None:
+        """`on_frame` after C's answer `r` (HANDLED or a MISS_*; also the frames C's own
+        loop hands back, `Pipeline.serve`): a flow decided here and run again in C, an
+        expired TTL answered, a link-local frame to the MAC control."""
         if r == _pipeline.MISS_FLOW:
             self.decide(frame, now)
-            r = self.c.on_frame(i, frame, now)
+            r = self.c.on_frame(self.index[port], frame, now)
         if self.logging:
             self.drain()
         if r == _pipeline.MISS_TTL:
@@ -242,12 +264,16 @@ class FastPipeline:
         deadline = self.c.timers(now, events)
         if self.logging:
             self.drain()
+        self.note_watchdog(events, now)
+        return deadline
+
+    def note_watchdog(self, events: list, now: float) -> None:
+        """The watchdog's storms and restores C's timers found, noted as Python notes them."""
         for storm, i, prio in events:
             wd = self.agent.ports[self.names[i]].watchdog
             self.agent.sink.note(str(WatchdogEvent("storm" if storm else "restore",
                                                    self.names[i], prio, wd.cfg.action, now,
                                                    wd.td.model_time(now))))
-        return deadline
 
     def service(self, now: float, sent: list) -> float | None:
         """`Agent.service`: the frames sent go to `sent` as (port name, frame); the next
@@ -300,6 +326,20 @@ class FastPipeline:
         packets, bytes)."""
         return [(c, k, self.names[p] if p >= 0 else None, n, b)
                 for c, k, p, n, b in self.c.flows()]
+
+
+class RingSocket:
+    """A port socket with PACKET_MMAP rings: a send goes through C's TX ring (a socket with
+    a TX ring sends from nothing else); the rest is the socket's."""
+
+    def __init__(self, sock, c, i: int) -> None:
+        self.sock, self.ring_send, self.i = sock, c.ring_send, i
+
+    def send(self, frame) -> int:
+        return self.ring_send(self.i, frame)
+
+    def __getattr__(self, name: str):
+        return getattr(self.sock, name)
 
 
 def time_frames(fast: FastPipeline, frame: bytes, n: int, port: str = "eth1",

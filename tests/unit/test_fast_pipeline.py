@@ -328,7 +328,8 @@ CASES = {"book-small": lambda: config(small_qos()),
          "watchdog-forward": lambda: config(replace(small_qos(), watchdog=replace(
              FAST_WATCHDOG, action="forward"))),
          "book-unshaped": lambda: config(QosConfig(default_interface=InterfaceQos(pfc_mode="on")),
-                                         shaped=False)}
+                                         shaped=False),
+         "test-hook": lambda: replace(config(small_qos()), test_drop_rate=0.2, test_drop_seed=5)}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -363,6 +364,23 @@ def test_degraded_link() -> None:
     assert drops.get("degrade_loss", 0) > 0 and drops.get("degrade_corrupt", 0) > 0
     lost = {e["reason"] for e in r["events"] if e["ev"] == "drop" and e["port"] == "eth5"}
     assert {"degrade_loss", "degrade_corrupt"} <= lost  # in the event log too
+
+
+def test_drop_hook_switched_mid_trace() -> None:
+    """The test hook (`switch_agent.testhook`) off, then on, then at another rate mid-trace:
+    its die (random.Random(test_drop_seed), set once) draws in C what it draws in Python,
+    only while the rate is above 0; dropped frames are counted, logged and released."""
+    frames = trace(6)
+    at = [frames[len(frames) * k // 4][0] for k in (1, 2, 3)]
+
+    def rate(r: float) -> Callable:
+        return lambda ref, fast: (setattr(ref, "drop_rate", r), fast.set_drop_rate(r))
+
+    r = differential(config(small_qos()), frames,
+                     {at[0]: rate(0.3), at[1]: rate(0.0), at[2]: rate(0.05)})
+    hooked = sum(p.drops.get("test_hook", 0) for p in r["ref"].ports.values())
+    logged = [e for e in r["events"] if e["ev"] == "drop" and e["reason"] == "test_hook"]
+    assert hooked > 0 and len(logged) == hooked
 
 
 def test_cnps_and_headroom_in_the_log() -> None:
@@ -449,9 +467,6 @@ def test_flow_cache_overflow() -> None:
 
 def test_refuses_what_it_does_not_implement() -> None:
     cfg = config(small_qos())
-    for field, value in (("test_drop_rate", 0.1),):
-        with pytest.raises(Unsupported, match=field):
-            FastPipeline(replace(cfg, **{field: value}))
     with pytest.raises(Unsupported, match="pfc_mode"):
         FastPipeline(config(QosConfig()))
     with pytest.raises(Unsupported, match="lb.mode"):
@@ -497,6 +512,7 @@ t.test_flow_cache_overflow()
 t.test_fib_change_mid_trace()
 t.test_degraded_link()
 t.test_cnps_and_headroom_in_the_log()
+t.test_drop_hook_switched_mid_trace()
 print("sanitized ok")
 """
 

@@ -8,7 +8,9 @@ reference agent are tests/unit/test_fast_pipeline.py's).
 
 from __future__ import annotations
 
+import errno
 import math
+import socket
 import tempfile
 import time
 from dataclasses import replace
@@ -64,10 +66,6 @@ def test_fast_refuses_what_c_does_not_implement(tmp_path):
     """`fast` never falls back: the refusal names the field (the agent exits with it).
     An event log is no refusal: C notes the events, the agent writes them."""
     cfg = config(small_qos())
-    with pytest.raises(Unsupported, match="test_drop_rate"):
-        fastagent.build(replace(cfg, test_drop_rate=0.1), "fast", open_sockets=False)
-    assert type(fastagent.build(replace(cfg, test_drop_rate=0.1), "auto",
-                                open_sockets=False)) is Agent
     fa = fastagent.build(replace(cfg, events_path=str(tmp_path / "rail1.jsonl")), "fast",
                          open_sockets=False)
     assert type(fa) is fastagent.FastAgent and fa.fast.logging
@@ -75,12 +73,14 @@ def test_fast_refuses_what_c_does_not_implement(tmp_path):
         fastagent.build(replace(cfg, lb={"mode": "spray"}), "fast", open_sockets=False)
 
 
-def test_fast_refuses_the_test_hook():
-    """The test drop hook answers Unsupported on the C path."""
+def test_fast_runs_the_test_hook():
+    """The test drop hook is set on the C path (the control request), from the config too."""
     fa = fastagent.build(config(small_qos()), "fast", open_sockets=False)
-    with pytest.raises(Unsupported, match="test_drop_rate"):
-        ask(fa, {"cmd": "set", "test_drop_rate": 0.1})
-    assert ask(fa, {"cmd": "set"}) == {"ok": True}
+    assert ask(fa, {"cmd": "set", "test_drop_rate": 0.1}) == {"ok": True}
+    assert fa.drop_rate == 0.1 == fa.fast.drop_rate
+    fa = fastagent.build(replace(config(small_qos()), test_drop_rate=0.2), "fast",
+                         open_sockets=False)
+    assert fa.drop_rate == 0.2
 
 
 def fast_agent(cfg, now: list[float], sent: list) -> fastagent.FastAgent:
@@ -106,18 +106,23 @@ def answered(agent) -> dict:
     return {"counters": c, "show": show}
 
 
-def drive(cfg, frames, actions: dict[float, dict]) -> tuple:
+def drive(cfg, frames, actions: dict[float, dict], failing: dict | None = None) -> tuple:
     """The reference agent and a FastAgent on `frames`, serving at every arrival and wake
     time, sending the control request `actions[t]` to both (or calling it on both) at the
-    first step from t; each writes its event log, and the two hold the same records."""
+    first step from t; each writes its event log, and the two hold the same records.
+    `failing`: port -> a function giving a socket whose sends fail, one for each agent."""
     with tempfile.TemporaryDirectory() as d:
-        return drive_logged(cfg, frames, actions, Path(d))
+        return drive_logged(cfg, frames, actions, Path(d), failing or {})
 
 
-def drive_logged(cfg, frames, actions: dict[float, dict], logs: Path) -> tuple:
+def drive_logged(cfg, frames, actions: dict[float, dict], logs: Path,
+                 failing: dict | None = None) -> tuple:
     now, py_sent, c_sent = [0.0], [], []
     ref = reference(replace(cfg, events_path=str(logs / "py.jsonl")), now, py_sent)
-    fa = fast_agent(replace(cfg, events_path=str(logs / "c.jsonl")), now, c_sent)
+    control = reference(replace(cfg, events_path=str(logs / "c.jsonl")), now, c_sent)
+    for port, sock in (failing or {}).items():
+        ref.ports[port].sock, control.ports[port].sock = sock(), sock()
+    fa = fastagent.FastAgent(control, monotonic=False)
     i, wake = 0, None
     while i < len(frames) or wake is not None:
         t = min(frames[i][0] if i < len(frames) else math.inf,
@@ -201,6 +206,37 @@ def test_control_answers_are_the_pythons(case):
     if case == "book-small":
         assert any(q["ecn_marks"] for p in c["ports"].values() for q in p["queues"].values())
         assert any(sum(p["pfc"]["pause_tx"]) for p in c["ports"].values())
+
+
+class Refusing:
+    """A socket object (no descriptor: the FastAgent sends from Python) whose sends fail."""
+
+    def send(self, frame) -> int:
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+def broken_socket() -> socket.socket:
+    """A real socket (C sends on its descriptor) whose peer is gone: sends fail (EPIPE)."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    b.close()
+    a.setblocking(False)
+    return a
+
+
+@pytest.mark.parametrize("sock", [broken_socket, Refusing])
+def test_a_failed_send_is_logged(sock):
+    """An uplink whose socket refuses every send: its frames are dropped ("tx_error"),
+    counted as the Python agent counts them and logged (`drop` events, the same records);
+    the data frames only, not the pause frames. From C's send and from Python's."""
+    ref, fa = drive(CASES["book-small"](), trace(9), {}, failing={"eth5": sock})
+    failed = [e for e in ref.logged if e["ev"] == "drop" and e["reason"] == "tx_error"]
+    assert failed and {e["port"] for e in failed} == {"eth5"}
+    a, b = answers(ref), answers(fa)
+    if sock is broken_socket:  # Python's send: C has counted the frame's lag already
+        assert a == b
+    eth5 = a["counters"]["ports"]["eth5"]
+    assert eth5["drops"]["tx_error"] >= len(failed) and eth5["tx_packets"] == 0
+    assert b["counters"]["ports"]["eth5"]["drops"] == eth5["drops"]
 
 
 def test_pfc_mode_auto_follows_dcbx():
