@@ -32,7 +32,7 @@ from emu.bench.fidelity import fidelity  # noqa: F401 (`emu bench fidelity`)
 from emu.observe import calibrate, guard
 from emu.realise.net import FabricNet
 from emu.peers import ns3_env, spec
-from emu.realise.procs import START_ERRORS, run_module
+from emu.realise.procs import run_module
 from emucore import datapath
 from emucore.qos.qosconfig import QosConfig
 from emucore.wire.templates import bench_build
@@ -77,8 +77,10 @@ def forward(duration: float = 5.0, paths: tuple[str, ...] = paths_.BOTH) -> int:
                         ran = "kernel" if kind == "bridge" else \
                             paths_.agents_path({"rail1": fnet.counters("rail1")})
                         res[kind] = (iperf(fnet, duration), ran)
-                except (*START_ERRORS, RuntimeError) as exc:  # e.g. an agent refused fast
-                    print(f"  {kind} at MTU {mtu}: {exc}", flush=True)
+                    print(f"  {kind} at MTU {mtu}: {res[kind][0] / 1e9:.3f} Gbps ({ran})",
+                          flush=True)
+                except Exception as exc:  # a fabric that did not come up: the rest still print
+                    print(f"  {kind} at MTU {mtu}: failed: {exc!r}", flush=True)
                     res[kind] = (None, "failed")
         rows.append((mtu, res))
     mss = {mtu: mtu - TCP_OVERHEAD for mtu, _ in rows}
@@ -198,7 +200,7 @@ def _trial(topo: str, tdf: float, load: float, duration: float, mode: str) -> di
     with paths_.use(mode):
         try:
             return load_trial(topo, tdf, load, duration)
-        except (*START_ERRORS, RuntimeError) as exc:  # e.g. an agent refused --datapath fast
+        except Exception as exc:  # e.g. an agent refused --datapath fast: the rest still print
             print(f"  {topo} TDF {tdf:g} on {mode}: {exc}", flush=True)
             return None
 
