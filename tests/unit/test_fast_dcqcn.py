@@ -185,14 +185,18 @@ def test_the_datapath_is_chosen_explicitly(monkeypatch):
     assert fast.classes("python") == (PY_NP, PY_RP)
 
 
-SANITIZED_CHILD = """
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("traffic.fast._dcqcn", sys.argv[1])
+#: a child Python's first lines: load the sanitized build of sys.argv[1] from sys.argv[2]
+LOAD_SANITIZED = """
+import importlib, importlib.util, sys
+spec = importlib.util.spec_from_file_location(sys.argv[1], sys.argv[2])
 mod = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = mod
 spec.loader.exec_module(mod)
-import traffic.fast
-traffic.fast._dcqcn = mod
+pkg, _, leaf = spec.name.rpartition(".")
+setattr(importlib.import_module(pkg), leaf, mod)
+"""
+
+SANITIZED_CHILD = """
 from tests.unit import test_fast_dcqcn as t
 assert t.C_RP is mod.ReactionPoint, "the sanitized build is not the one in use"
 for seed in range(80):
@@ -205,11 +209,16 @@ print("sanitized ok")
 """
 
 
-def test_sanitized(tmp_path):
-    """The differential traces against an ASan + UBSan build, in a child Python."""
-    so = cbuild.build(fast.MODULE, sanitize=True, out_dir=tmp_path)
-    r = subprocess.run([sys.executable, "-c", SANITIZED_CHILD, str(so)], cwd=cbuild.ROOT,
-                       env=cbuild.sanitized_env(tmp_path), capture_output=True, text=True,
-                       timeout=600)
+def run_sanitized(module, child, tmp_path):
+    """`child` (after LOAD_SANITIZED) in a Python with an ASan + UBSan build of `module`."""
+    so = cbuild.build(module, sanitize=True, out_dir=tmp_path)
+    r = subprocess.run([sys.executable, "-c", LOAD_SANITIZED + child, module, str(so)],
+                       cwd=cbuild.ROOT, env=cbuild.sanitized_env(tmp_path),
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "sanitized ok" in r.stdout and "runtime error" not in r.stderr
+
+
+def test_sanitized(tmp_path):
+    """The differential traces against an ASan + UBSan build, in a child Python."""
+    run_sanitized(fast.MODULE, SANITIZED_CHILD, tmp_path)

@@ -45,8 +45,8 @@ ROOMS: dict[str, list[set[str]]] = {
                 {"emucore.*"},                      # timedil, rawsock, lbconfig, yamlform ...
                 {"emucore.qos"}],                   # QoS stages, their YAML, DCBX policy
     "traffic": [{"traffic.*"},                      # verbs, dcqcn
+                {"traffic.fast"},                   # per-frame work in C (a transport picks it)
                 {"traffic.rc", "traffic.uet"},      # the transports
-                {"traffic.fast"},                   # their per-frame work in C
                 {"traffic.nic"},                    # the RNIC over them
                 {"traffic.tools", "traffic.workloads"}],
     "collectives": [{"collectives.compute"}, {"collectives.*"}, {"collectives.workloads"}],
@@ -66,6 +66,8 @@ DEFERRED = {
     ("emucore.framing", "emucore.wire.fast"): "the C framing is imported only when chosen: "
                                               "EMU_DATAPATH=python runs where it is not built",
     ("traffic.fast.dcqcn", "traffic.fast"): "the C DCQCN is imported only when chosen: "
+                                            "EMU_DATAPATH=python runs where it is not built",
+    ("traffic.fast.rc", "traffic.fast"): "the C RC responder is imported only when chosen: "
                                             "EMU_DATAPATH=python runs where it is not built",
     ("switch_agent.fastagent", "switch_agent.fast.pipeline"): "the C agent pipeline is imported "
                                                              "only when chosen (EMU_DATAPATH=fast)",

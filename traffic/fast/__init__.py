@@ -1,9 +1,11 @@
-"""The NIC's per-frame work in C (issue 30): DCQCN's reaction and notification points.
+"""The NIC's per-frame work in C (issue 30): DCQCN's reaction and notification points and
+the RC responder's in-order WRITE MIDDLE / LAST.
 
 Each `traffic/fast/NAME.c` is built by emucore/cbuild.py (./setup.sh runs it) as
 `traffic.fast._NAME` and mirrors a Python reference under the same names; the Python stays
 the reference (docs/DATAPATH.md "Keeping Python the reference") and a differential test
-holds the two equal: `dcqcn.c` mirrors traffic/dcqcn.py (tests/unit/test_fast_dcqcn.py).
-`traffic.fast.paths` chooses between them by EMU_DATAPATH. Importing this package
+holds the two equal: `dcqcn.c` mirrors traffic/dcqcn.py (tests/unit/test_fast_dcqcn.py),
+`rc.c` traffic/rc/responder.py's on_packet for its commonest case (test_fast_rc.py).
+`traffic.fast.dcqcn` and `traffic.fast.rc` choose by EMU_DATAPATH. Importing this package
 imports no C, so the Python data path runs where nothing is built.
 """

@@ -8,15 +8,17 @@ The transport is pure state machines over packet descriptors (`emucore.wire.ib.R
 never bytes: the RNIC maps them to frames. Time (`now`, seconds of the caller's clock)
 and the pacing decision come from outside; nothing sleeps, reads a clock or touches a
 socket. The pieces: traffic.rc.rcconfig (knobs), traffic.rc.segment (message -> packets),
-traffic.rc.requester, traffic.rc.responder, and here `RcEndpoint`, both halves of one QP.
+traffic.rc.requester, traffic.rc.responder, and here `RcEndpoint`, both halves of one QP
+(its responder's in-order WRITE in C unless EMU_DATAPATH=python: traffic.fast.rc).
 """
 
 from __future__ import annotations
 
 from emucore.wire.ib import Op, RocePkt
+from traffic.fast.rc import IN_ORDER_WRITE
 from traffic.rc.rcconfig import RcConfig
 from traffic.rc.requester import Requester
-from traffic.rc.responder import Responder
+from traffic.rc.responder import FastResponder, Responder
 from traffic.verbs import QP
 
 __all__ = ["RcEndpoint"]
@@ -29,7 +31,7 @@ class RcEndpoint:
         """Requester and responder sharing `qp` and `cfg`."""
         self.qp = qp
         self.requester = Requester(qp, cfg)
-        self.responder = Responder(qp, cfg)
+        self.responder = (Responder if IN_ORDER_WRITE is None else FastResponder)(qp, cfg)
 
     def next_packet(self, now: float) -> RocePkt | None:
         """Next request packet to transmit when the pacer allows one."""

@@ -24,6 +24,7 @@ from emucore.wire.ib import (END_OPS, IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM
                             SEND_OPS, WRITE_OPS, Op, RocePkt, encode_ack, pkey_match, psn_add,
                             psn_diff, psn_lt)
 from traffic.counters import ReceiverCounters
+from traffic.fast.rc import IN_ORDER_WRITE
 from traffic.rc.rcconfig import RcConfig
 from traffic.verbs import MR, QP, Access, QPState
 from traffic.workreq import WC, RecvWR, WCOpcode, WCStatus
@@ -33,7 +34,7 @@ from traffic.workreq import WC, RecvWR, WCOpcode, WCStatus
 RNR_NAK_SYNDROME = 0x20 | 12
 _SEND_STARTS = frozenset({Op.SEND_FIRST, Op.SEND_ONLY, Op.SEND_ONLY_IMM})
 
-__all__ = ["Responder", "ResponderCounters"]
+__all__ = ["Responder", "ResponderCounters", "FastResponder"]
 
 log = logging.getLogger(__name__)
 
@@ -287,3 +288,14 @@ class Responder:
                 self._ackreq_hi = None
             return self._ack(pkt)
         return []
+
+
+class FastResponder(Responder):
+    """A Responder whose in-order WRITE MIDDLE / LAST runs in C (traffic.fast.rc, chosen
+    by EMU_DATAPATH); every other packet, and the whole of it on the Python data path,
+    is the reference `Responder.on_packet` above."""
+
+    def on_packet(self, pkt: RocePkt, now: float) -> list[RocePkt]:
+        """As Responder.on_packet."""
+        r = IN_ORDER_WRITE(self, pkt) if IN_ORDER_WRITE is not None else NotImplemented
+        return Responder.on_packet(self, pkt, now) if r is NotImplemented else r

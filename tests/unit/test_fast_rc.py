@@ -1,0 +1,146 @@
+"""The RC responder's in-order WRITE in C (traffic/fast/rc.c) against the Python reference
+(traffic.rc.responder.Responder): seeded transfers on a fake wire (tests.unit.test_rc.Pair)
+with loss, reordering, PSN wrap, several WRITEs with and without immediate, odd lengths,
+AckReq and ACK-coalescing settings, a bad R_Key and write-only mode give the same packets
+both ways (every field and payload byte), the same memory, completions, counters and
+responder state; the C takes most data packets and changes nothing for the rest; the
+NIC takes it under auto and fast; all of it also under ASan + UBSan."""
+
+import dataclasses
+import os
+import random
+
+import pytest
+
+from emucore import datapath
+from emucore.wire.ib import PSN_MASK
+from tests.unit.test_fast_dcqcn import run_sanitized
+from tests.unit.test_rc import Pair
+from traffic.fast import rc as fast
+from traffic.rc import endpoint
+from traffic.rc.rcconfig import RcConfig
+from traffic.rc.responder import Responder
+
+C_WRITE = fast.in_order_write("fast")
+STATE = ("epsn", "msn", "_nak_sent", "_dup_acked", "_since_ack", "_seen", "_imm",
+         "_ackreq_hi")
+
+
+class CResponder(Responder):
+    """traffic.rc.responder.FastResponder with the C whatever EMU_DATAPATH says, counting
+    the packets the C handled."""
+
+    taken = 0
+
+    def on_packet(self, pkt, now):
+        r = C_WRITE(self, pkt)
+        if r is NotImplemented:
+            return Responder.on_packet(self, pkt, now)
+        CResponder.taken += 1
+        return r
+
+
+def pkt_rec(p):
+    """A packet descriptor as comparable values (payload by content)."""
+    return tuple(bytes(p.payload) if f.name == "payload" else getattr(p, f.name)
+                 for f in dataclasses.fields(p))
+
+
+def transfer(seed, responder_cls):
+    """One seeded transfer; everything observable, for comparison."""
+    rng = random.Random(seed)
+    size = rng.choice([3 * 4096 + 100, 20 * 4096, 64 * 4096 + 1])
+    cfg = RcConfig(ackreq_every=rng.choice([0, 1, 4, 16]), ack_every=rng.choice([0, 0, 3, 16]),
+                   write_only=rng.random() < 0.15, mtu=rng.choice([None, None, 1024, 4000]))
+    a_psn = rng.choice([0xABC, PSN_MASK - rng.randrange(40), rng.randrange(PSN_MASK + 1)])
+    pr = Pair(size, cfg, a_psn=a_psn, seed=seed, retry_cnt=7)
+    pr.eb.responder = responder_cls(pr.b, cfg)
+    off = 0
+    for wr_id in range(rng.randrange(1, 5)):
+        n = rng.randrange(0, size - off + 1) if wr_id < 3 else size - off
+        bad = rng.random() < 0.03
+        pr.write(wr_id, off, n, imm=rng.choice([None, rng.randrange(1 << 32)]),
+                 signaled=rng.random() < 0.8, rkey=0xBAD if bad else None)
+        off += n
+    loss = rng.choice([0.0, 0.01, 0.05])
+    wire = random.Random(seed + 1)
+    sent = []
+    on_packet = pr.eb.on_packet
+
+    def recorded(p, now):
+        out = on_packet(p, now)
+        sent.append((pkt_rec(p), [pkt_rec(r) for r in out]))
+        return out
+    pr.eb.on_packet = recorded
+    pr.run(drop=lambda p: wire.random() < loss,
+           shuffle=wire if rng.random() < 0.3 else None, burst=rng.choice([1, 8, 64]))
+    rs = pr.eb.responder
+    return (sent, bytes(pr.dst), pr.a.send_cq.poll(1 << 20), pr.b.recv_cq.poll(1 << 20),
+            dataclasses.asdict(rs.counters), [getattr(rs, f) for f in STATE],
+            dataclasses.asdict(pr.ea.requester.counters), pr.a.state, pr.b.state,
+            rs._msg[1:] if rs._msg else None)
+
+
+@pytest.mark.parametrize("chunk", range(3))
+def test_transfers_are_identical(chunk):
+    before = CResponder.taken
+    for seed in range(chunk * 40, chunk * 40 + 40):
+        assert transfer(seed, CResponder) == transfer(seed, Responder), seed
+    assert CResponder.taken > before
+
+
+@pytest.mark.parametrize("mtu", [None, 1000])
+def test_a_clean_write_is_c_but_for_its_first_packet(mtu):
+    """Without loss every WRITE MIDDLE and LAST is the C's: n - 1 of an n-packet WRITE."""
+    pr = Pair(50_000, RcConfig(mtu=mtu, ack_every=4), seed=5)
+    pr.eb.responder = CResponder(pr.b, pr.eb.responder.cfg)
+    pr.write(1, 0, 50_000)
+    before = CResponder.taken
+    pr.run()
+    assert CResponder.taken - before == -(-50_000 // (mtu or 4096)) - 1
+    assert pr.dst == pr.src and pr.eb.responder.counters.acks >= 50_000 // (mtu or 4096) // 4
+
+
+def test_other_packets_change_nothing_in_c():
+    """Packets outside the C's case come back NotImplemented with the state untouched:
+    replayed from a recorded transfer one at a time against a copy of the state."""
+    pr = Pair(5 * 4096, RcConfig(), seed=3)
+    pr.write(1, 0, 5 * 4096)
+    rs = pr.eb.responder = Responder(pr.b, RcConfig())
+    seen = []
+    on_packet = pr.eb.on_packet
+    pr.eb.on_packet = lambda p, now: seen.append(p) or on_packet(p, now)
+    pr.run()
+    for p in seen + [dataclasses.replace(seen[2], psn=seen[2].psn + 1),
+                     dataclasses.replace(seen[2], dqpn=1), dataclasses.replace(seen[2], pkey=1)]:
+        before = (dict(vars(rs)), dataclasses.asdict(rs.counters))
+        assert C_WRITE(rs, p) is NotImplemented  # the message is done: nothing is in order
+        assert (dict(vars(rs)), dataclasses.asdict(rs.counters)) == before
+
+
+def test_the_datapath_is_chosen_explicitly(monkeypatch):
+    assert fast.in_order_write("python") is None
+    assert fast.in_order_write("auto") is C_WRITE
+    on = os.environ.get(datapath.ENV) != "python"
+    assert (fast.IN_ORDER_WRITE is C_WRITE) if on else fast.IN_ORDER_WRITE is None
+    pr = Pair(100)
+    assert type(pr.eb.responder).__name__ == ("FastResponder" if on else "Responder")
+    assert endpoint.IN_ORDER_WRITE is fast.IN_ORDER_WRITE
+    monkeypatch.setattr(datapath.cbuild, "is_current", lambda name: False)
+    with pytest.raises(datapath.NotBuilt, match="run ./setup.sh"):
+        fast.in_order_write("fast")
+
+
+SANITIZED_CHILD = """
+from tests.unit import test_fast_rc as t
+assert t.C_WRITE is mod.in_order_write, "the sanitized build is not the one in use"
+for seed in range(12):
+    assert t.transfer(seed, t.CResponder) == t.transfer(seed, t.Responder), seed
+t.test_other_packets_change_nothing_in_c()
+print("sanitized ok", t.CResponder.taken)
+"""
+
+
+def test_sanitized(tmp_path):
+    """The differential transfers against an ASan + UBSan build, in a child Python."""
+    run_sanitized(fast.MODULE, SANITIZED_CHILD, tmp_path)

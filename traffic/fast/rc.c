@@ -1,0 +1,278 @@
+/* The RC responder's in-order WRITE MIDDLE / LAST in C: the NIC's commonest received frame.
+ *
+ * Mirrors traffic/rc/responder.py's Responder.on_packet (with _admit and _place) for the
+ * one case that is nearly every data frame of a multi-packet RDMA WRITE: a packet for
+ * this QP, in its partition, an RC opcode, at the expected PSN, WRITE MIDDLE or WRITE
+ * LAST inside a message whose WRITE FIRST was accepted, of a size the message allows,
+ * not in write-only mode and not inside a SEND. `in_order_write(responder, pkt)` does
+ * what the Python does for it (counters, payload into the MR, MSN, expected PSN, the
+ * every-ack_every-th ACK by the Python's own `_ack`) and returns the replies; for every
+ * other packet it returns NotImplemented having changed nothing, and the caller runs the
+ * Python (traffic.rc.responder.FastResponder). The state stays the Python object's, so
+ * the two never hold different copies. tests/unit/test_fast_rc.py holds them equal on a
+ * fake wire with loss and reordering, also under ASan + UBSan.
+ *
+ * IBA Vol. 1 ch.9.7 (expected PSN, 9.7.1 24-bit PSNs), 9.4.3 (WRITE FIRST / MIDDLE /
+ * LAST sizes), 10.9.3 (P_Key match); book ch.9 Figure 9-6, ch.12 Figures 12-1..12-3. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <string.h>
+
+enum { OP_WRITE_MIDDLE = 0x07, OP_WRITE_LAST = 0x08, PSN_MASK = 0xFFFFFF };
+
+static PyObject *RTR, *RTS; /* traffic.verbs.QPState */
+static PyObject *s_qp, *s_cfg, *s_state, *s_dqpn, *s_qpn, *s_pkey, *s_opcode, *s_epsn,
+    *s_psn, *s_write_only, *s_payload, *s_mtu, *s_path_mtu, *s_recv, *s_msg, *s_buf,
+    *s_addr, *s_length, *s_counters, *s_packets, *s_bytes_placed, *s_nak_sent,
+    *s_dup_acked, *s_msn, *s_since_ack, *s_ackreq, *s_ack_every, *s_ack;
+
+/* getattr as a C long long; -1 with an exception on failure (or not an int). */
+static int get_ll(PyObject *o, PyObject *name, long long *v)
+{
+    PyObject *x = PyObject_GetAttr(o, name);
+    if (x == NULL)
+        return -1;
+    *v = PyLong_AsLongLong(x);
+    Py_DECREF(x);
+    return *v == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static int set_ll(PyObject *o, PyObject *name, long long v)
+{
+    PyObject *x = PyLong_FromLongLong(v);
+    int rc = x == NULL ? -1 : PyObject_SetAttr(o, name, x);
+    Py_XDECREF(x);
+    return rc;
+}
+
+static int incr(PyObject *o, PyObject *name, long long by)
+{
+    long long v;
+    return get_ll(o, name, &v) < 0 ? -1 : set_ll(o, name, v + by);
+}
+
+/* pkey_match of emucore.wire.ib */
+static int pkey_match(long long a, long long b)
+{
+    return (a & 0x7FFF) == (b & 0x7FFF) && ((a | b) & 0x8000);
+}
+
+/* The checks of the fast case, reading only; 1: it is the case, 0: it is not, -1: error.
+ * Fills the MR's buffer view, where the payload goes, its size and the message state. */
+typedef struct {
+    PyObject *qp, *cfg, *msg, *mr, *payload;
+    long long op, epsn, size, va, left, total, off;
+} Case;
+
+static int is_case(PyObject *self, PyObject *pkt, Case *c)
+{
+    long long dqpn, qpn, pk, qpk, psn, mtu, mr_addr, mr_len;
+    PyObject *st = NULL, *x = NULL;
+    int ok = 0;
+    if ((c->qp = PyObject_GetAttr(self, s_qp)) == NULL
+        || (c->cfg = PyObject_GetAttr(self, s_cfg)) == NULL
+        || (st = PyObject_GetAttr(c->qp, s_state)) == NULL)
+        return -1;
+    if (st != RTR && st != RTS)
+        goto out;
+    if (get_ll(pkt, s_dqpn, &dqpn) < 0 || get_ll(c->qp, s_qpn, &qpn) < 0)
+        goto err;
+    if (dqpn != qpn)
+        goto out;
+    if (get_ll(pkt, s_pkey, &pk) < 0 || get_ll(c->qp, s_pkey, &qpk) < 0)
+        goto err;
+    if (!pkey_match(pk, qpk))
+        goto out;
+    if (get_ll(pkt, s_opcode, &c->op) < 0)
+        goto err;
+    if (c->op != OP_WRITE_MIDDLE && c->op != OP_WRITE_LAST)
+        goto out;
+    if ((x = PyObject_GetAttr(self, s_epsn)) == NULL)
+        goto err;
+    if (x == Py_None)
+        goto out;
+    c->epsn = PyLong_AsLongLong(x);
+    if ((c->epsn == -1 && PyErr_Occurred()) || get_ll(pkt, s_psn, &psn) < 0)
+        goto err;
+    if (((psn - c->epsn) & PSN_MASK) != 0)
+        goto out;
+    Py_CLEAR(x);
+    if ((x = PyObject_GetAttr(c->cfg, s_write_only)) == NULL)
+        goto err;
+    if (x != Py_False)
+        goto out;
+    Py_CLEAR(x);
+    if ((c->payload = PyObject_GetAttr(pkt, s_payload)) == NULL)
+        goto err;
+    if ((c->size = PyObject_Length(c->payload)) < 0)
+        goto err;
+    if ((x = PyObject_GetAttr(c->cfg, s_mtu)) == NULL)
+        goto err;
+    if (x == Py_None || (PyLong_Check(x) && PyLong_AsLongLong(x) == 0)) { /* cfg.mtu or qp.path_mtu */
+        Py_CLEAR(x);
+        if ((x = PyObject_GetAttr(c->qp, s_path_mtu)) == NULL)
+            goto err;
+    }
+    mtu = PyLong_AsLongLong(x);
+    if (mtu == -1 && PyErr_Occurred())
+        goto err;
+    Py_CLEAR(x);
+    if (c->size > mtu)
+        goto out;
+    if ((x = PyObject_GetAttr(self, s_recv)) == NULL)
+        goto err;
+    if (x != Py_None)
+        goto out;
+    Py_CLEAR(x);
+    if ((c->msg = PyObject_GetAttr(self, s_msg)) == NULL)
+        goto err;
+    if (!PyTuple_Check(c->msg) || PyTuple_GET_SIZE(c->msg) != 4)
+        goto out;
+    c->mr = Py_NewRef(PyTuple_GET_ITEM(c->msg, 0));
+    c->va = PyLong_AsLongLong(PyTuple_GET_ITEM(c->msg, 1));
+    c->left = PyLong_AsLongLong(PyTuple_GET_ITEM(c->msg, 2));
+    c->total = PyLong_AsLongLong(PyTuple_GET_ITEM(c->msg, 3));
+    if (PyErr_Occurred())
+        goto err;
+    if (c->size > c->left
+        || (c->op == OP_WRITE_MIDDLE ? (c->size != mtu || c->size == c->left)
+                                     : c->size != c->left))
+        goto out;
+    if (get_ll(c->mr, s_addr, &mr_addr) < 0 || get_ll(c->mr, s_length, &mr_len) < 0)
+        goto err;
+    /* MR.view's bounds (MR.contains): otherwise the Python raises VerbsError */
+    if (!(mr_addr <= c->va && c->va + c->size <= mr_addr + mr_len && c->size >= 0))
+        goto out;
+    c->off = c->va - mr_addr;
+    ok = 1;
+out:
+    Py_XDECREF(st);
+    Py_XDECREF(x);
+    return ok;
+err:
+    ok = -1;
+    goto out;
+}
+
+/* The payload into the MR's buffer at c->off (Responder._place). */
+static int place(Case *c)
+{
+    Py_buffer dst, src;
+    PyObject *buf;
+    int rc = -1;
+    if (c->size == 0)
+        return 0;
+    if ((buf = PyObject_GetAttr(c->mr, s_buf)) == NULL)
+        return -1;
+    if (PyObject_GetBuffer(buf, &dst, PyBUF_WRITABLE) == 0) {
+        if (PyObject_GetBuffer(c->payload, &src, PyBUF_SIMPLE) == 0) {
+            if (src.len == c->size && c->off + c->size <= dst.len) {
+                memmove((char *)dst.buf + c->off, src.buf, (size_t)c->size);
+                rc = 0;
+            } else {
+                PyErr_SetString(PyExc_ValueError, "in_order_write: payload and MR disagree");
+            }
+            PyBuffer_Release(&src);
+        }
+        PyBuffer_Release(&dst);
+    }
+    Py_DECREF(buf);
+    return rc;
+}
+
+static PyObject *act(PyObject *self, PyObject *pkt, Case *c)
+{
+    PyObject *counters = PyObject_GetAttr(self, s_counters), *x = NULL, *res = NULL;
+    long long since, every, msn;
+    int ackreq;
+    if (counters == NULL || incr(counters, s_packets, 1) < 0
+        || PyObject_SetAttr(self, s_nak_sent, Py_False) < 0
+        || PyObject_SetAttr(self, s_dup_acked, Py_False) < 0 || place(c) < 0
+        || (c->size && incr(counters, s_bytes_placed, c->size) < 0))
+        goto out;
+    if (c->op == OP_WRITE_MIDDLE) {
+        x = Py_BuildValue("(OLLL)", c->mr, c->va + c->size, c->left - c->size, c->total);
+        if (x == NULL || PyObject_SetAttr(self, s_msg, x) < 0)
+            goto out;
+    } else {
+        if (PyObject_SetAttr(self, s_msg, Py_None) < 0 || get_ll(self, s_msn, &msn) < 0
+            || set_ll(self, s_msn, (msn + 1) & PSN_MASK) < 0)
+            goto out;
+    }
+    if (set_ll(self, s_epsn, (c->epsn + 1) & PSN_MASK) < 0 || get_ll(self, s_since_ack, &since) < 0
+        || set_ll(self, s_since_ack, since + 1) < 0 || get_ll(c->cfg, s_ack_every, &every) < 0)
+        goto out;
+    Py_CLEAR(x);
+    if ((x = PyObject_GetAttr(pkt, s_ackreq)) == NULL || (ackreq = PyObject_IsTrue(x)) < 0)
+        goto out;
+    if (ackreq || (every && since + 1 >= every))
+        res = PyObject_CallMethodOneArg(self, s_ack, pkt);
+    else
+        res = PyList_New(0);
+out:
+    Py_XDECREF(counters);
+    Py_XDECREF(x);
+    return res;
+}
+
+/* in_order_write(responder, pkt): the replies, or NotImplemented (nothing changed). */
+static PyObject *in_order_write(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    Case c = {0};
+    PyObject *res = NULL;
+    (void)mod;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "in_order_write(responder, pkt) takes 2 arguments");
+        return NULL;
+    }
+    int k = is_case(args[0], args[1], &c);
+    if (k > 0)
+        res = act(args[0], args[1], &c);
+    else if (k == 0)
+        res = Py_NewRef(Py_NotImplemented);
+    Py_XDECREF(c.qp);
+    Py_XDECREF(c.cfg);
+    Py_XDECREF(c.msg);
+    Py_XDECREF(c.mr);
+    Py_XDECREF(c.payload);
+    return res;
+}
+
+static PyMethodDef methods[] = {
+    {"in_order_write", (PyCFunction)(void (*)(void))in_order_write, METH_FASTCALL,
+     "Responder.on_packet for an in-order WRITE MIDDLE / LAST, else NotImplemented."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rc",
+                                    "The RC responder's in-order WRITE in C (traffic.fast.rc).",
+                                    -1, methods, NULL, NULL, NULL, NULL};
+
+#define INTERN(v, s) ((v = PyUnicode_InternFromString(s)) == NULL)
+
+PyMODINIT_FUNC PyInit__rc(void)
+{
+    PyObject *verbs = PyImport_ImportModule("traffic.verbs"), *st = NULL, *m = NULL;
+    if (verbs == NULL || (st = PyObject_GetAttrString(verbs, "QPState")) == NULL
+        || (RTR = PyObject_GetAttrString(st, "RTR")) == NULL
+        || (RTS = PyObject_GetAttrString(st, "RTS")) == NULL)
+        goto out;
+    if (INTERN(s_qp, "qp") || INTERN(s_cfg, "cfg") || INTERN(s_state, "state")
+        || INTERN(s_dqpn, "dqpn") || INTERN(s_qpn, "qpn") || INTERN(s_pkey, "pkey")
+        || INTERN(s_opcode, "opcode") || INTERN(s_epsn, "epsn") || INTERN(s_psn, "psn")
+        || INTERN(s_write_only, "write_only") || INTERN(s_payload, "payload")
+        || INTERN(s_mtu, "mtu") || INTERN(s_path_mtu, "path_mtu") || INTERN(s_recv, "_recv")
+        || INTERN(s_msg, "_msg") || INTERN(s_buf, "buf") || INTERN(s_addr, "addr")
+        || INTERN(s_length, "length") || INTERN(s_counters, "counters")
+        || INTERN(s_packets, "packets") || INTERN(s_bytes_placed, "bytes_placed")
+        || INTERN(s_nak_sent, "_nak_sent") || INTERN(s_dup_acked, "_dup_acked")
+        || INTERN(s_msn, "msn") || INTERN(s_since_ack, "_since_ack")
+        || INTERN(s_ackreq, "ackreq") || INTERN(s_ack_every, "ack_every")
+        || INTERN(s_ack, "_ack"))
+        goto out;
+    m = PyModule_Create(&module);
+out:
+    Py_XDECREF(verbs);
+    Py_XDECREF(st);
+    return m;
+}

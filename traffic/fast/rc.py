@@ -1,0 +1,37 @@
+"""Which RC responder the NIC runs for its commonest frame: the C of traffic/fast/rc.c or
+the Python reference (issue 30).
+
+traffic/fast/rc.c, built by emucore/cbuild.py as `traffic.fast._rc`, does
+`traffic.rc.responder.Responder.on_packet` for an in-order WRITE MIDDLE / LAST inside an
+accepted message (IBA Vol. 1 9.7, 9.4.3; book ch.9 Figure 9-6, ch.12 Figures 12-1..12-3)
+and answers NotImplemented, having changed nothing, for every other packet, which the
+Python then handles (`traffic.rc.responder.FastResponder`); the responder's state stays
+in the Python object. tests/unit/test_fast_rc.py holds the two equal on a fake wire with
+loss and reordering, also under ASan + UBSan.
+
+`EMU_DATAPATH` chooses (emucore.datapath), read once at import: `IN_ORDER_WRITE` is the C
+function under auto and fast, None under python; with auto or fast and the C not built
+from today's sources, importing this module is emucore.datapath.NotBuilt.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from emucore import datapath
+
+__all__ = ["MODULE", "in_order_write", "IN_ORDER_WRITE"]
+
+MODULE = "traffic.fast._rc"
+
+
+def in_order_write(name: str | None = None) -> Callable | None:
+    """The C in-order WRITE of data path `name` (default $EMU_DATAPATH); None: Python."""
+    if datapath.mode(name) == "python":
+        return None
+    datapath.require_built(MODULE)
+    from traffic.fast import _rc  # only when chosen: the Python path runs unbuilt
+    return _rc.in_order_write
+
+
+IN_ORDER_WRITE = in_order_write()
