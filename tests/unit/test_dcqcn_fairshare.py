@@ -1,0 +1,133 @@
+"""DCQCN's fair share on one 200 G port (issue 31) and the fluid model's fixed point.
+
+The discrete-event model (emu/bench/dcqcnsim.py) runs the product's ReactionPoint and
+NotificationPoint, the switch port's queues with WRED-ECN and the NIC's pacing rule; the
+fixed point (traffic/dcqcnfluid.py) is the fluid model of Zhu et al., SIGCOMM 2015 s.5.
+
+Bounds: the fair-share tolerances are issue 31's (3:1 within +-15 % of C/3, 2:1 within
++-10 % of C/2), judged on 5 ms averages (emu.bench.dcqcnsim.SPAN): from some time on to
+the end of the run (at least 30 ms) every average is within, and so is the mean over the
+last quarter. The fixed point is compared with a tolerance from what the fluid model
+leaves out: it turns the discrete cut of one flow's rate by alpha/2 at a CNP into a
+continuous drift, so the queue it predicts is blind to the swing one cut makes in one
+CNP interval tau,
+dq = alpha* S tau / 2 bytes (S = C/N in bytes/s), and to dp = Pmax dq / (Kmax - Kmin) in
+the marking probability on the RED ramp.
+"""
+
+import pytest
+
+from emu.bench.dcqcnsim import TOLERANCE, fixed_points, simulate, steady, table
+from traffic.dcqcn import DcqcnProfile
+from traffic.dcqcnfluid import closed_form, exact, fairness_time, queue_for
+
+PAPER = DcqcnProfile.paper()
+FRAME = 4174
+
+
+def test_closed_form_by_hand_in_packets():
+    # 2 flows into 40 Gb/s (the paper's testbed speed), 1000-byte packets, paper profile:
+    # S = 40e9 / 2 / 8000 = 2.5e6 pkt/s, R_AI = 40e6 / 8000 = 5000 pkt/s,
+    # B = 10e6 / 1000 = 10000 pkt, T = tau' = 55 us
+    k = 1 / 10_000 + 1 / (2.5e6 * 55e-6)
+    p = (5000 * k * k / (55e-6 * 2.5e6 ** 2)) ** (1 / 3)
+    fp = closed_form(2, 40e9, PAPER, 5_000, 200_000, 0.01, 1000)
+    assert fp.p == pytest.approx(p, rel=1e-12)
+    assert fp.p == pytest.approx(9.2469e-4, rel=1e-4)
+    assert fp.queue_bytes == pytest.approx(5_000 + p / 0.01 * 195_000, rel=1e-12)
+    assert fp.rate_bps == 20e9
+    assert fp.alpha == pytest.approx(p * 55e-6 * 2.5e6, rel=1e-12)
+
+
+def test_units_probability_per_packet_scales_with_the_packet():
+    # p is per packet: the same byte stream in packets twice as large is marked twice as
+    # often per packet, i.e. equally per byte; the queue in bytes does not change
+    a = closed_form(3, 200e9, PAPER, 5_000, 200_000, 0.01, 2000)
+    b = closed_form(3, 200e9, PAPER, 5_000, 200_000, 0.01, 4000)
+    assert b.p == pytest.approx(2 * a.p, rel=1e-12)
+    assert b.rt_bps == pytest.approx(a.rt_bps, rel=1e-12)
+
+
+@pytest.mark.parametrize("prof", [DcqcnProfile.paper(), DcqcnProfile.nvidia()])
+@pytest.mark.parametrize("n", [2, 3])
+def test_exact_fixed_point_zeroes_the_fluid_equations(prof, n):
+    fp = exact(n, 200e9, prof, 5_000, 200_000, 0.01, FRAME)
+    s, rai, b = fp.rate_bps / 8 / FRAME, prof.rai / 8 / FRAME, prof.byte_counter / FRAME
+    rt = fp.rt_bps / 8 / FRAME
+    p, tau, t, f = fp.p, prof.cnp_interval, prof.rate_increase_timer, prof.fast_recovery_steps
+    a = 1 - (1 - p) ** (tau * s)
+    bb, d = p / ((1 - p) ** -b - 1), p / ((1 - p) ** -(t * s) - 1)
+    c, e = bb * (1 - p) ** (f * b), d * (1 - p) ** (f * t * s)
+    dalpha = (1 - (1 - p) ** (prof.alpha_period * s)) - fp.alpha
+    drt = -(rt - s) * a / tau + rai * s * (c + e)
+    drc = -s * fp.alpha * a / (2 * tau) + (rt - s) * s * (bb + d) / 2
+    scale = s * fp.alpha * a / (2 * tau)
+    assert abs(dalpha) < 1e-9 * fp.alpha
+    assert abs(drt) < 1e-6 * scale and abs(drc) < 1e-6 * scale
+    # the closed form is its small-p expansion: same order, within 30 % here
+    assert closed_form(n, 200e9, prof, 5_000, 200_000, 0.01, FRAME).p == pytest.approx(
+        fp.p, rel=0.3)
+
+
+def test_exact_meets_the_closed_form_as_p_goes_to_zero():
+    tiny = DcqcnProfile.by_name("paper", rai=1e3)
+    c = closed_form(3, 200e9, tiny, 5_000, 200_000, 0.01, FRAME)
+    e = exact(3, 200e9, tiny, 5_000, 200_000, 0.01, FRAME)
+    assert e.p == pytest.approx(c.p, rel=0.02)
+
+
+def test_queue_on_the_ramp_or_past_it():
+    assert queue_for(0.005, 5_000, 200_000, 0.01) == pytest.approx(102_500)
+    assert queue_for(0.01, 5_000, 200_000, 0.01) is None
+
+
+def test_fairness_is_slow_with_nvidia_defaults():
+    # alpha* ~ 0.1 % with g = 5/1024 every 1 us (NVIDIA) against ~7 % (paper): a rate
+    # difference decays in about a second instead of ~20 ms
+    for n in (2, 3):
+        paper = fairness_time(exact(n, 200e9, PAPER, 5_000, 200_000, 0.01, FRAME), PAPER, FRAME)
+        nv = DcqcnProfile.nvidia()
+        slow = fairness_time(exact(n, 200e9, nv, 5_000, 200_000, 0.01, FRAME), nv, FRAME)
+        assert 0.01 < paper < 0.05 and slow > 0.5
+
+
+def test_the_model_is_deterministic_per_seed():
+    a, b = simulate(3, duration=0.003, seed=4), simulate(3, duration=0.003, seed=4)
+    assert a.delivered == b.delivered and a.cnps == b.cnps and a.marks == b.marks
+    c = simulate(3, duration=0.003, seed=5)
+    assert c.delivered != a.delivered    # the start offsets and the WRED draws move
+
+
+@pytest.fixture(scope="module", params=[(2, 0.04), (3, 0.16)], ids=["2to1", "3to1"])
+def incast(request):
+    """Paper DCQCN, paper ECN; sender i joins at i x 5 ms (the DCQCN paper's fairness
+    runs start flows one after the other); 40 ms (2:1) / 160 ms (3:1) of model time."""
+    n, duration = request.param
+    run = simulate(n, profile="paper", qos="paper", duration=duration, stagger=5e-3, seed=1)
+    return run, steady(run)
+
+
+def test_fair_share_per_sender(incast):
+    # every 5 ms block from `converged_at` to the end has every sender within the issue's
+    # tolerance, and that holds for the last 30 ms at least: longer than the fairness time
+    # constant (~21 ms, `fairness_time`), so a drift away would show
+    run, w = incast
+    tol, end = TOLERANCE[run.senders], len(run.delivered) * run.sample
+    assert w["converged_at"] is not None, table([incast])
+    assert w["converged_at"] <= end - 0.03, table([incast])
+    assert all(abs(s - 1) <= tol for s in w["shares"]), table([incast])
+
+
+def test_steady_state_against_the_fixed_point(incast):
+    run, w = incast
+    fp = w["exact"]
+    wred_min, wred_max, pmax = 5_000, 200_000, 0.01          # the paper preset
+    s_bytes = run.link_bps / run.senders / 8
+    dq = fp.alpha * s_bytes * PAPER.cnp_interval / 2
+    dp = pmax * dq / (wred_max - wred_min)
+    assert fp.queue_bytes is not None and wred_min < fp.queue_bytes < wred_max
+    assert abs(w["mean_depth"] - fp.queue_bytes) <= dq, (dq, table([incast]))
+    assert abs(w["mark_fraction"] - fp.p) <= dp, (dp, table([incast]))
+    assert w["exact"] == fixed_points(run.senders, "paper", "paper")[1]
+    # CNPs: at most one per QP per cnp_interval, and each sender gets them in steady state
+    assert all(0 < r <= 1 / PAPER.cnp_interval for r in w["cnp_per_s"])
