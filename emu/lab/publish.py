@@ -109,7 +109,8 @@ def _when(doc: dict) -> str:
 def load_runs(dirs: list[Path]) -> dict:
     """lab id -> lab.json from run directories (each DIR/lab.json, or DIR/*/lab.json for a
     parent such as runs/). Of several results of one lab, one of its current lab file is
-    preferred, then one of all its variants, then the newest."""
+    preferred, then one of all its variants, then one that kept up with the model (a run
+    that fell behind is no verdict), then the newest."""
     current = {lab["id"]: lab["sha"] for lab in catalogue()}
     best: dict = {}
     for d in dirs:
@@ -127,7 +128,8 @@ def load_runs(dirs: list[Path]) -> dict:
                 raise ValueError(f"{f}: not a lab.json ({exc})") from None
             sha = (doc.get("run") or {}).get("lab_sha")
             whole = not (doc.get("run") or {}).get("only_variant")
-            key = (sha is not None and sha == current.get(lid), whole, _when(doc))
+            key = (sha is not None and sha == current.get(lid), whole,
+                   doc.get("kept_up") is True, _when(doc))
             if lid not in best or key >= best[lid][0]:
                 best[lid] = (key, doc)
     return {lid: doc for lid, (_, doc) in best.items()}

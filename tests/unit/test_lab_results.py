@@ -140,7 +140,7 @@ def _current(lab_id):
                 run=dict(RUN, lab_sha=lab["sha"], lab_file=f"labs/{lab_id}.yaml"))
 
 
-def test_of_several_runs_of_a_lab_its_current_lab_file_then_the_newest_wins(tmp_path):
+def test_of_several_runs_of_a_lab_the_current_whole_kept_up_then_newest_wins(tmp_path):
     now = _current("L11.3")
     newer_stale = dict(now, run=dict(now["run"], lab_sha="old", date="2026-12-01 00:00 UTC"))
     older = dict(now, run=dict(now["run"], date="2026-11-01 00:00 UTC"))
@@ -151,6 +151,9 @@ def test_of_several_runs_of_a_lab_its_current_lab_file_then_the_newest_wins(tmp_
     assert publish.load_runs([tmp_path / "runs" / "lab-L11.3-1"]) == {"L11.3": newer_stale}
     part = dict(now, run=dict(now["run"], only_variant="main", date="2026-12-02 00:00 UTC"))
     _rundir(tmp_path / "runs" / "lab-L11.3-4", part)
+    assert publish.load_runs([tmp_path / "runs"]) == {"L11.3": now}
+    behind = dict(now, kept_up=False, run=dict(now["run"], date="2026-12-03 00:00 UTC"))
+    _rundir(tmp_path / "runs" / "lab-L11.3-5", behind)
     assert publish.load_runs([tmp_path / "runs"]) == {"L11.3": now}
 
 
