@@ -1,10 +1,10 @@
-"""The RC responder's in-order WRITE in C (traffic/fast/rc.c) against the Python reference
-(traffic.rc.responder.Responder): seeded transfers on a fake wire (tests.unit.test_rc.Pair)
+"""The RC transport's WRITE packets in C (traffic/fast/rc.c) against the Python reference
+(traffic.rc.responder.Responder, traffic.rc.requester.Requester): seeded transfers on a fake wire (tests.unit.test_rc.Pair)
 with loss, reordering, PSN wrap, several WRITEs with and without immediate, odd lengths,
 AckReq and ACK-coalescing settings, a bad R_Key and write-only mode give the same packets
 both ways (every field and payload byte), the same memory, completions, counters and
-responder state; the C takes most data packets and changes nothing for the rest; the
-NIC takes it under auto and fast; all of it also under ASan + UBSan."""
+responder and requester state; the C takes most data packets and changes nothing for the
+rest; the NIC takes it under auto and fast; all of it also under ASan + UBSan."""
 
 import dataclasses
 import os
@@ -19,11 +19,15 @@ from tests.unit.test_rc import Pair
 from traffic.fast import rc as fast
 from traffic.rc import endpoint
 from traffic.rc.rcconfig import RcConfig
+from traffic.rc.requester import Requester
 from traffic.rc.responder import Responder
 
 C_WRITE = fast.in_order_write("fast")
+C_NEXT = fast.next_write("fast")
 STATE = ("epsn", "msn", "_nak_sent", "_dup_acked", "_since_ack", "_seen", "_imm",
          "_ackreq_hi")
+REQ_STATE = ("una", "nxt", "tail", "max_sent", "deadline", "retries_left", "rnr_left",
+             "rnr_hold", "error")
 
 
 class CResponder(Responder):
@@ -40,13 +44,27 @@ class CResponder(Responder):
         return r
 
 
+class CRequester(Requester):
+    """traffic.rc.requester.FastRequester with the C whatever EMU_DATAPATH says, counting
+    the packets the C built."""
+
+    taken = 0
+
+    def next_packet(self, now):
+        p = C_NEXT(self, now)
+        if p is NotImplemented:
+            return Requester.next_packet(self, now)
+        CRequester.taken += 1
+        return p
+
+
 def pkt_rec(p):
     """A packet descriptor as comparable values (payload by content)."""
     return tuple(bytes(p.payload) if f.name == "payload" else getattr(p, f.name)
                  for f in dataclasses.fields(p))
 
 
-def transfer(seed, responder_cls):
+def transfer(seed, responder_cls, requester_cls):
     """One seeded transfer; everything observable, for comparison."""
     rng = random.Random(seed)
     size = rng.choice([3 * 4096 + 100, 20 * 4096, 64 * 4096 + 1])
@@ -55,6 +73,7 @@ def transfer(seed, responder_cls):
     a_psn = rng.choice([0xABC, PSN_MASK - rng.randrange(40), rng.randrange(PSN_MASK + 1)])
     pr = Pair(size, cfg, a_psn=a_psn, seed=seed, retry_cnt=7)
     pr.eb.responder = responder_cls(pr.b, cfg)
+    pr.ea.requester = requester_cls(pr.a, cfg)
     off = 0
     for wr_id in range(rng.randrange(1, 5)):
         n = rng.randrange(0, size - off + 1) if wr_id < 3 else size - off
@@ -72,38 +91,50 @@ def transfer(seed, responder_cls):
         sent.append((pkt_rec(p), [pkt_rec(r) for r in out]))
         return out
     pr.eb.on_packet = recorded
+    next_packet = pr.ea.next_packet
+
+    def sent_by_a(now):
+        p = next_packet(now)
+        sent.append(("a", now, p and pkt_rec(p)))
+        return p
+    pr.ea.next_packet = sent_by_a
     pr.run(drop=lambda p: wire.random() < loss,
            shuffle=wire if rng.random() < 0.3 else None, burst=rng.choice([1, 8, 64]))
     rs = pr.eb.responder
     return (sent, bytes(pr.dst), pr.a.send_cq.poll(1 << 20), pr.b.recv_cq.poll(1 << 20),
             dataclasses.asdict(rs.counters), [getattr(rs, f) for f in STATE],
             dataclasses.asdict(pr.ea.requester.counters), pr.a.state, pr.b.state,
-            rs._msg[1:] if rs._msg else None)
+            rs._msg[1:] if rs._msg else None, [getattr(pr.ea.requester, f) for f in REQ_STATE])
 
 
 @pytest.mark.parametrize("chunk", range(3))
 def test_transfers_are_identical(chunk):
-    before = CResponder.taken
+    before = CResponder.taken, CRequester.taken
     for seed in range(chunk * 40, chunk * 40 + 40):
-        assert transfer(seed, CResponder) == transfer(seed, Responder), seed
-    assert CResponder.taken > before
+        assert transfer(seed, CResponder, CRequester) == transfer(seed, Responder, Requester), seed
+    assert CResponder.taken > before[0] and CRequester.taken > before[1]
 
 
 @pytest.mark.parametrize("mtu", [None, 1000])
 def test_a_clean_write_is_c_but_for_its_first_packet(mtu):
-    """Without loss every WRITE MIDDLE and LAST is the C's: n - 1 of an n-packet WRITE."""
+    """Without loss every WRITE MIDDLE and LAST is the C's responder's: n - 1 of an
+    n-packet WRITE; the C requester sends all but the first (which moves the WR into the
+    PSN space: Requester._pull)."""
     pr = Pair(50_000, RcConfig(mtu=mtu, ack_every=4), seed=5)
     pr.eb.responder = CResponder(pr.b, pr.eb.responder.cfg)
+    pr.ea.requester = CRequester(pr.a, pr.ea.requester.cfg)
     pr.write(1, 0, 50_000)
-    before = CResponder.taken
+    before = CResponder.taken, CRequester.taken
     pr.run()
-    assert CResponder.taken - before == -(-50_000 // (mtu or 4096)) - 1
+    n = -(-50_000 // (mtu or 4096))
+    assert (CResponder.taken - before[0], CRequester.taken - before[1]) == (n - 1, n - 1)
     assert pr.dst == pr.src and pr.eb.responder.counters.acks >= 50_000 // (mtu or 4096) // 4
 
 
 def test_other_packets_change_nothing_in_c():
     """Packets outside the C's case come back NotImplemented with the state untouched:
-    replayed from a recorded transfer one at a time against a copy of the state."""
+    replayed from a recorded transfer one at a time; the requester's when it has nothing
+    in flight or is held by an RNR NAK."""
     pr = Pair(5 * 4096, RcConfig(), seed=3)
     pr.write(1, 0, 5 * 4096)
     rs = pr.eb.responder = Responder(pr.b, RcConfig())
@@ -116,6 +147,12 @@ def test_other_packets_change_nothing_in_c():
         before = (dict(vars(rs)), dataclasses.asdict(rs.counters))
         assert C_WRITE(rs, p) is NotImplemented  # the message is done: nothing is in order
         assert (dict(vars(rs)), dataclasses.asdict(rs.counters)) == before
+    rq = pr.ea.requester
+    for hold in (False, True):  # all sent and acknowledged; an RNR hold
+        rq.rnr_hold = hold
+        before = (dict(vars(rq)), dataclasses.asdict(rq.counters))
+        assert C_NEXT(rq, 1.0) is NotImplemented
+        assert (dict(vars(rq)), dataclasses.asdict(rq.counters)) == before
 
 
 def test_the_datapath_is_chosen_explicitly(monkeypatch):
@@ -125,6 +162,8 @@ def test_the_datapath_is_chosen_explicitly(monkeypatch):
     assert (fast.IN_ORDER_WRITE is C_WRITE) if on else fast.IN_ORDER_WRITE is None
     pr = Pair(100)
     assert type(pr.eb.responder).__name__ == ("FastResponder" if on else "Responder")
+    assert type(pr.ea.requester).__name__ == ("FastRequester" if on else "Requester")
+    assert (fast.NEXT_WRITE is C_NEXT) if on else fast.NEXT_WRITE is None
     assert endpoint.IN_ORDER_WRITE is fast.IN_ORDER_WRITE
     monkeypatch.setattr(datapath.cbuild, "is_current", lambda name: False)
     with pytest.raises(datapath.NotBuilt, match="run ./setup.sh"):
@@ -135,9 +174,11 @@ SANITIZED_CHILD = """
 from tests.unit import test_fast_rc as t
 assert t.C_WRITE is mod.in_order_write, "the sanitized build is not the one in use"
 for seed in range(12):
-    assert t.transfer(seed, t.CResponder) == t.transfer(seed, t.Responder), seed
+    assert (t.transfer(seed, t.CResponder, t.CRequester)
+            == t.transfer(seed, t.Responder, t.Requester)), seed
 t.test_other_packets_change_nothing_in_c()
-print("sanitized ok", t.CResponder.taken)
+t.test_a_clean_write_is_c_but_for_its_first_packet(1000)
+print("sanitized ok", t.CResponder.taken, t.CRequester.taken)
 """
 
 

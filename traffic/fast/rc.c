@@ -1,4 +1,5 @@
-/* The RC responder's in-order WRITE MIDDLE / LAST in C: the NIC's commonest received frame.
+/* The RC transport's commonest frames in C: the responder's in-order WRITE MIDDLE / LAST
+ * (the NIC's commonest received frame) and the requester's next WRITE packet.
  *
  * Mirrors traffic/rc/responder.py's Responder.on_packet (with _admit and _place) for the
  * one case that is nearly every data frame of a multi-packet RDMA WRITE: a packet for
@@ -9,7 +10,10 @@
  * every-ack_every-th ACK by the Python's own `_ack`) and returns the replies; for every
  * other packet it returns NotImplemented having changed nothing, and the caller runs the
  * Python (traffic.rc.responder.FastResponder). The state stays the Python object's, so
- * the two never hold different copies. tests/unit/test_fast_rc.py holds them equal on a
+ * the two never hold different copies. `next_write(requester, now)` is, in the same way,
+ * traffic/rc/requester.py's Requester.next_packet (with _find and traffic/rc/segment.py's
+ * segment_at) for a packet of an RDMA WRITE already in the PSN space, in RTS, the window
+ * open and no RNR hold (traffic.rc.requester.FastRequester). tests/unit/test_fast_rc.py holds them equal on a
  * fake wire with loss and reordering, also under ASan + UBSan.
  *
  * IBA Vol. 1 ch.9.7 (expected PSN, 9.7.1 24-bit PSNs), 9.4.3 (WRITE FIRST / MIDDLE /
@@ -239,7 +243,226 @@ static PyObject *in_order_write(PyObject *mod, PyObject *const *args, Py_ssize_t
     return res;
 }
 
+
+/* ---- the requester's next_packet ---------------------------------------------------- */
+
+static PyObject *IMM_WR_OPS, *SEND_WR_OPS, *RocePkt, *OpEnum, *op_obj[256];
+static PyObject *s_started, *s_rnr_hold, *s_nxt, *s_una, *s_window, *s_tail, *s_msgs,
+    *s_first_psn, *s_npkts, *s_wr, *s_mr, *s_opcode_wr, *s_view, *s_local_addr,
+    *s_remote_addr, *s_dest_qpn, *s_rkey, *s_imm, *s_ackreq_every, *s_sq_psn, *s_bytes,
+    *s_retransmitted, *s_max_sent, *s_deadline, *s_timeout_s, *s_local_addr_wr,
+    *s_remote_addr_wr;
+
+static long long psn_diff(long long a, long long b) /* emucore.wire.ib.psn_diff */
+{
+    return ((a - b + 0x800000) & PSN_MASK) - 0x800000;
+}
+
+static PyObject *op_of(int code) /* the Op member of a BTH opcode */
+{
+    if (op_obj[code] == NULL)
+        op_obj[code] = PyObject_CallFunction(OpEnum, "i", code);
+    return op_obj[code];
+}
+
+/* Requester.next_packet(now) for a packet of a message already in the PSN space, of an
+ * RDMA WRITE (with or without immediate) in RTS with the window open; NotImplemented,
+ * nothing changed, otherwise (the Python then decides: None, _pull, SEND, RNR hold). */
+static PyObject *next_write(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *self, *now, *qp = NULL, *cfg = NULL, *x = NULL, *msgs = NULL, *m = NULL,
+             *wr = NULL, *wop = NULL, *payload = NULL, *pkt = NULL, *res = NULL, *c = NULL;
+    long long nxt, una, window, tail, first, npkts, length, mtu, i, every, sq_psn, max_sent;
+    int wo, imm, send;
+    (void)mod;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "next_write(requester, now) takes 2 arguments");
+        return NULL;
+    }
+    self = args[0];
+    now = args[1];
+    if ((qp = PyObject_GetAttr(self, s_qp)) == NULL || (cfg = PyObject_GetAttr(self, s_cfg)) == NULL
+        || (x = PyObject_GetAttr(qp, s_state)) == NULL)
+        goto out;
+    if (x != RTS)
+        goto no;
+    Py_CLEAR(x);
+    if ((x = PyObject_GetAttr(self, s_started)) == NULL)
+        goto out;
+    if (x != Py_True)
+        goto no;
+    Py_CLEAR(x);
+    if ((x = PyObject_GetAttr(self, s_rnr_hold)) == NULL)
+        goto out;
+    if (x != Py_False)
+        goto no;
+    Py_CLEAR(x);
+    if (get_ll(self, s_nxt, &nxt) < 0 || get_ll(self, s_una, &una) < 0
+        || get_ll(cfg, s_window, &window) < 0 || get_ll(self, s_tail, &tail) < 0)
+        goto out;
+    if (psn_diff(nxt, una) >= window || nxt == tail)
+        goto no;
+    if ((msgs = PyObject_GetAttr(self, s_msgs)) == NULL)
+        goto out;
+    if (!PyList_Check(msgs))
+        goto no;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(msgs); k++) { /* Requester._find */
+        PyObject *mk = PyList_GET_ITEM(msgs, k);
+        if (get_ll(mk, s_first_psn, &first) < 0 || get_ll(mk, s_npkts, &npkts) < 0)
+            goto out;
+        long long d = psn_diff(nxt, first);
+        if (0 <= d && d < npkts) {
+            m = Py_NewRef(mk);
+            break;
+        }
+    }
+    if (m == NULL)
+        goto no;
+    if ((wr = PyObject_GetAttr(m, s_wr)) == NULL || (wop = PyObject_GetAttr(wr, s_opcode)) == NULL
+        || (imm = PySet_Contains(IMM_WR_OPS, wop)) < 0
+        || (send = PySet_Contains(SEND_WR_OPS, wop)) < 0)
+        goto out;
+    if (send)
+        goto no;
+    if (get_ll(wr, s_length, &length) < 0 || (x = PyObject_GetAttr(cfg, s_mtu)) == NULL)
+        goto out;
+    if (x == Py_None || (PyLong_Check(x) && PyLong_AsLongLong(x) == 0)) { /* Requester.mtu */
+        Py_CLEAR(x);
+        if ((x = PyObject_GetAttr(qp, s_path_mtu)) == NULL)
+            goto out;
+    }
+    mtu = PyLong_AsLongLong(x);
+    Py_CLEAR(x);
+    if ((mtu == -1 && PyErr_Occurred()) || (x = PyObject_GetAttr(cfg, s_write_only)) == NULL
+        || (wo = PyObject_IsTrue(x)) < 0)
+        goto out;
+    Py_CLEAR(x);
+    if (mtu <= 0)
+        goto no;
+    /* traffic.rc.segment.segment_at */
+    i = psn_diff(nxt, first);
+    long long n = length <= 0 ? 1 : (length + mtu - 1) / mtu, off = i * mtu;
+    long long size = mtu < length - off ? mtu : length - off;
+    int last = i == n - 1, op;
+    if (n == 1 || wo)
+        op = imm && last ? 0x0B : 0x0A;  /* WRITE_ONLY_IMM, WRITE_ONLY */
+    else if (i == 0)
+        op = 0x06;                       /* WRITE_FIRST */
+    else if (last)
+        op = imm ? 0x09 : 0x08;          /* WRITE_LAST_IMM, WRITE_LAST */
+    else
+        op = 0x07;                       /* WRITE_MIDDLE */
+    int reth = op == 0x06 || op == 0x0A || op == 0x0B, has_imm = op == 0x09 || op == 0x0B;
+    if (size) {
+        PyObject *mr = PyObject_GetAttr(m, s_mr);
+        long long la;
+        if (mr == NULL || get_ll(wr, s_local_addr_wr, &la) < 0) {
+            Py_XDECREF(mr);
+            goto out;
+        }
+        payload = PyObject_CallMethod(mr, "view", "LL", la + off, size);
+        Py_DECREF(mr);
+        if (payload == NULL)
+            goto out;
+    } else {
+        payload = PyBytes_FromStringAndSize(NULL, 0);
+    }
+    PyObject *va = Py_None, *rkey = Py_None, *dlen = Py_None, *immv = Py_None, *o;
+    PyObject *dqpn = NULL, *pkey = NULL, *src = NULL, *dst = NULL, *psn = NULL;
+    if (reth) {
+        long long ra;
+        if (get_ll(wr, s_remote_addr_wr, &ra) < 0 || (rkey = PyObject_GetAttr(wr, s_rkey)) == NULL)
+            goto out;
+        va = PyLong_FromLongLong(ra + (wo ? off : 0));
+        dlen = PyLong_FromLongLong(wo ? size : length);
+    } else {
+        Py_INCREF(va);
+        Py_INCREF(rkey);
+        Py_INCREF(dlen);
+    }
+    if (has_imm)
+        immv = PyObject_GetAttr(wr, s_imm);
+    else
+        Py_INCREF(immv);
+    /* AckReq: the message's last packet, every ackreq_every-th PSN, the window's last */
+    int ackreq = 0;
+    if (get_ll(cfg, s_ackreq_every, &every) < 0 || get_ll(qp, s_sq_psn, &sq_psn) < 0)
+        goto pkt_out;
+    if (i == npkts - 1)
+        ackreq = 1;
+    else if (every > 0 && ((psn_diff(nxt, sq_psn) % every) + every) % every == every - 1)
+        ackreq = 1;
+    else if (psn_diff(nxt, una) == window - 1)
+        ackreq = 1;
+    o = op_of(op);
+    dqpn = PyObject_GetAttr(qp, s_dest_qpn);
+    pkey = PyObject_GetAttr(qp, s_pkey);
+    src = PyObject_GetAttr(qp, s_local_addr);
+    dst = PyObject_GetAttr(qp, s_remote_addr);
+    psn = PyLong_FromLongLong(nxt);
+    if (o == NULL || va == NULL || dlen == NULL || immv == NULL || dqpn == NULL || pkey == NULL
+        || src == NULL || dst == NULL || psn == NULL)
+        goto pkt_out;
+    {
+        PyObject *a[16] = {o, dqpn, psn, ackreq ? Py_True : Py_False, Py_False, Py_False, pkey,
+                           va, rkey, dlen, Py_None, Py_None, immv, payload, src, dst};
+        pkt = PyObject_Vectorcall(RocePkt, a, 16, NULL);
+    }
+pkt_out:
+    Py_XDECREF(va);
+    Py_XDECREF(rkey);
+    Py_XDECREF(dlen);
+    Py_XDECREF(immv);
+    Py_XDECREF(dqpn);
+    Py_XDECREF(pkey);
+    Py_XDECREF(src);
+    Py_XDECREF(dst);
+    Py_XDECREF(psn);
+    if (pkt == NULL)
+        goto out;
+    /* counters, max_sent, the timer, nxt */
+    if ((c = PyObject_GetAttr(self, s_counters)) == NULL || incr(c, s_packets, 1) < 0
+        || incr(c, s_bytes, size) < 0 || get_ll(self, s_max_sent, &max_sent) < 0)
+        goto out;
+    if (psn_diff(nxt, max_sent) < 0) {
+        if (incr(c, s_retransmitted, 1) < 0)
+            goto out;
+    } else if (set_ll(self, s_max_sent, (nxt + 1) & PSN_MASK) < 0) {
+        goto out;
+    }
+    if ((x = PyObject_GetAttr(self, s_deadline)) == NULL)
+        goto out;
+    if (x == Py_None) {
+        PyObject *t = PyObject_GetAttr(qp, s_timeout_s), *d = t ? PyNumber_Add(now, t) : NULL;
+        int bad = d == NULL || PyObject_SetAttr(self, s_deadline, d) < 0;
+        Py_XDECREF(t);
+        Py_XDECREF(d);
+        if (bad)
+            goto out;
+    }
+    if (set_ll(self, s_nxt, (nxt + 1) & PSN_MASK) < 0)
+        goto out;
+    res = Py_NewRef(pkt);
+    goto out;
+no:
+    res = Py_NewRef(Py_NotImplemented);
+out:
+    Py_XDECREF(qp);
+    Py_XDECREF(cfg);
+    Py_XDECREF(x);
+    Py_XDECREF(msgs);
+    Py_XDECREF(m);
+    Py_XDECREF(wr);
+    Py_XDECREF(wop);
+    Py_XDECREF(payload);
+    Py_XDECREF(pkt);
+    Py_XDECREF(c);
+    return res;
+}
+
 static PyMethodDef methods[] = {
+    {"next_write", (PyCFunction)(void (*)(void))next_write, METH_FASTCALL,
+     "Requester.next_packet for a WRITE packet already in the PSN space, else NotImplemented."},
     {"in_order_write", (PyCFunction)(void (*)(void))in_order_write, METH_FASTCALL,
      "Responder.on_packet for an in-order WRITE MIDDLE / LAST, else NotImplemented."},
     {NULL, NULL, 0, NULL}};
@@ -269,6 +492,31 @@ PyMODINIT_FUNC PyInit__rc(void)
         || INTERN(s_msn, "msn") || INTERN(s_since_ack, "_since_ack")
         || INTERN(s_ackreq, "ackreq") || INTERN(s_ack_every, "ack_every")
         || INTERN(s_ack, "_ack"))
+        goto out;
+    if (INTERN(s_started, "_started") || INTERN(s_rnr_hold, "rnr_hold") || INTERN(s_nxt, "nxt")
+        || INTERN(s_una, "una") || INTERN(s_window, "window") || INTERN(s_tail, "tail")
+        || INTERN(s_msgs, "_msgs") || INTERN(s_first_psn, "first_psn")
+        || INTERN(s_npkts, "npkts") || INTERN(s_wr, "wr") || INTERN(s_mr, "mr")
+        || INTERN(s_opcode_wr, "opcode") || INTERN(s_view, "view")
+        || INTERN(s_local_addr, "local_addr") || INTERN(s_remote_addr, "remote_addr")
+        || INTERN(s_dest_qpn, "dest_qpn") || INTERN(s_rkey, "rkey") || INTERN(s_imm, "imm")
+        || INTERN(s_ackreq_every, "ackreq_every") || INTERN(s_sq_psn, "sq_psn")
+        || INTERN(s_bytes, "bytes") || INTERN(s_retransmitted, "retransmitted")
+        || INTERN(s_max_sent, "max_sent") || INTERN(s_deadline, "deadline")
+        || INTERN(s_timeout_s, "timeout_s") || INTERN(s_local_addr_wr, "local_addr")
+        || INTERN(s_remote_addr_wr, "remote_addr"))
+        goto out;
+    PyObject *wq = PyImport_ImportModule("traffic.workreq"), *ib = PyImport_ImportModule(
+                                                                 "emucore.wire.ib");
+    if (wq != NULL && ib != NULL) {
+        IMM_WR_OPS = PyObject_GetAttrString(wq, "IMM_WR_OPS");
+        SEND_WR_OPS = PyObject_GetAttrString(wq, "SEND_WR_OPS");
+        RocePkt = PyObject_GetAttrString(ib, "RocePkt");
+        OpEnum = PyObject_GetAttrString(ib, "Op");
+    }
+    Py_XDECREF(wq);
+    Py_XDECREF(ib);
+    if (IMM_WR_OPS == NULL || SEND_WR_OPS == NULL || RocePkt == NULL || OpEnum == NULL)
         goto out;
     m = PyModule_Create(&module);
 out:

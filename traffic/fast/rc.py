@@ -1,4 +1,4 @@
-"""Which RC responder the NIC runs for its commonest frame: the C of traffic/fast/rc.c or
+"""Which RC transport the NIC runs for its commonest frames: the C of traffic/fast/rc.c or
 the Python reference (issue 30).
 
 traffic/fast/rc.c, built by emucore/cbuild.py as `traffic.fast._rc`, does
@@ -6,11 +6,13 @@ traffic/fast/rc.c, built by emucore/cbuild.py as `traffic.fast._rc`, does
 accepted message (IBA Vol. 1 9.7, 9.4.3; book ch.9 Figure 9-6, ch.12 Figures 12-1..12-3)
 and answers NotImplemented, having changed nothing, for every other packet, which the
 Python then handles (`traffic.rc.responder.FastResponder`); the responder's state stays
-in the Python object. tests/unit/test_fast_rc.py holds the two equal on a fake wire with
-loss and reordering, also under ASan + UBSan.
+in the Python object. Likewise `next_write` does `traffic.rc.requester.Requester.next_packet`
+for a packet of an RDMA WRITE already in the PSN space (segment, payload view, RETH, ImmDt,
+AckReq, counters, the timer; `FastRequester`). tests/unit/test_fast_rc.py holds both equal
+to the Python on a fake wire with loss and reordering, also under ASan + UBSan.
 
-`EMU_DATAPATH` chooses (emucore.datapath), read once at import: `IN_ORDER_WRITE` is the C
-function under auto and fast, None under python; with auto or fast and the C not built
+`EMU_DATAPATH` chooses (emucore.datapath), read once at import: `IN_ORDER_WRITE` and
+`NEXT_WRITE` are the C functions under auto and fast, None under python; with auto or fast and the C not built
 from today's sources, importing this module is emucore.datapath.NotBuilt.
 """
 
@@ -20,18 +22,29 @@ from typing import Callable
 
 from emucore import datapath
 
-__all__ = ["MODULE", "in_order_write", "IN_ORDER_WRITE"]
+__all__ = ["MODULE", "in_order_write", "next_write", "IN_ORDER_WRITE", "NEXT_WRITE"]
 
 MODULE = "traffic.fast._rc"
 
 
-def in_order_write(name: str | None = None) -> Callable | None:
-    """The C in-order WRITE of data path `name` (default $EMU_DATAPATH); None: Python."""
+def _c(name: str | None, fn: str) -> Callable | None:
+    """Function `fn` of the C module on data path `name` (default $EMU_DATAPATH), or None."""
     if datapath.mode(name) == "python":
         return None
     datapath.require_built(MODULE)
     from traffic.fast import _rc  # only when chosen: the Python path runs unbuilt
-    return _rc.in_order_write
+    return getattr(_rc, fn)
+
+
+def in_order_write(name: str | None = None) -> Callable | None:
+    """The responder's C in-order WRITE on data path `name`; None: Python."""
+    return _c(name, "in_order_write")
+
+
+def next_write(name: str | None = None) -> Callable | None:
+    """The requester's C next WRITE packet on data path `name`; None: Python."""
+    return _c(name, "next_write")
 
 
 IN_ORDER_WRITE = in_order_write()
+NEXT_WRITE = next_write()

@@ -9,15 +9,15 @@ never bytes: the RNIC maps them to frames. Time (`now`, seconds of the caller's 
 and the pacing decision come from outside; nothing sleeps, reads a clock or touches a
 socket. The pieces: traffic.rc.rcconfig (knobs), traffic.rc.segment (message -> packets),
 traffic.rc.requester, traffic.rc.responder, and here `RcEndpoint`, both halves of one QP
-(its responder's in-order WRITE in C unless EMU_DATAPATH=python: traffic.fast.rc).
+(their WRITE packets' common case in C unless EMU_DATAPATH=python: traffic.fast.rc).
 """
 
 from __future__ import annotations
 
 from emucore.wire.ib import Op, RocePkt
-from traffic.fast.rc import IN_ORDER_WRITE
+from traffic.fast.rc import IN_ORDER_WRITE, NEXT_WRITE
 from traffic.rc.rcconfig import RcConfig
-from traffic.rc.requester import Requester
+from traffic.rc.requester import FastRequester, Requester
 from traffic.rc.responder import FastResponder, Responder
 from traffic.verbs import QP
 
@@ -30,7 +30,7 @@ class RcEndpoint:
     def __init__(self, qp: QP, cfg: RcConfig | None = None) -> None:
         """Requester and responder sharing `qp` and `cfg`."""
         self.qp = qp
-        self.requester = Requester(qp, cfg)
+        self.requester = (Requester if NEXT_WRITE is None else FastRequester)(qp, cfg)
         self.responder = (Responder if IN_ORDER_WRITE is None else FastResponder)(qp, cfg)
 
     def next_packet(self, now: float) -> RocePkt | None:

@@ -22,12 +22,13 @@ from typing import Callable
 from emucore.wire.ib import (IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, RETH_OPS, AckKind,
                             Op, RocePkt, decode_syndrome, psn_add, psn_diff, psn_lt)
 from traffic.counters import SenderCounters
+from traffic.fast.rc import NEXT_WRITE
 from traffic.rc.rcconfig import RcConfig
 from traffic.rc.segment import packet_count, segment_at
 from traffic.verbs import MR, QP, Access, QPState
 from traffic.workreq import IMM_WR_OPS, SEND_WR_OPS, WC, WR, WCStatus, wc_opcode_of
 
-__all__ = ["Requester", "RequesterCounters"]
+__all__ = ["Requester", "RequesterCounters", "FastRequester"]
 
 log = logging.getLogger(__name__)
 
@@ -255,3 +256,14 @@ class Requester:
             self._complete(_Msg(self.qp.sq.popleft(), None, 0, 0), WCStatus.WR_FLUSH_ERR, now)
         self.deadline = None
         self.qp.to_error()
+
+
+class FastRequester(Requester):
+    """A Requester whose next WRITE packet of a message already in the PSN space is built
+    in C (traffic.fast.rc, chosen by EMU_DATAPATH); everything else, and the whole of it
+    on the Python data path, is the reference `Requester.next_packet` above."""
+
+    def next_packet(self, now: float) -> RocePkt | None:
+        """As Requester.next_packet."""
+        p = NEXT_WRITE(self, now) if NEXT_WRITE is not None else NotImplemented
+        return Requester.next_packet(self, now) if p is NotImplemented else p
