@@ -2,10 +2,10 @@
 
 Source: the fluid model of Zhu et al., "Congestion Control for Large-Scale RDMA
 Deployments", SIGCOMM 2015, section 5 (N flows, rates R_C / R_T, alpha, queue q, marking
-p = RED(q) seen a feedback delay later), whose closed-form fixed point the same authors
-give in "ECN or Delay: Lessons Learnt from Analysis of DCQCN and TIMELY" (Zhu, Ghobadi,
-Misra, Padhye, CoNEXT 2016). With p the marking probability fed back, S = R_C the rate
-of one flow and
+p = RED(q) seen a feedback delay later); the closed form below is derived here from its
+equations and is the expression used with the authors' follow-up analysis ("ECN or Delay:
+Lessons Learnt from Analysis of DCQCN and TIMELY", Zhu, Ghobadi, Misra, Padhye, CoNEXT
+2016). With p the marking probability fed back, S = R_C the rate of one flow and
 
     a = 1 - (1-p)^(tau S)        a rate cut happens in a window of tau (CNP interval)
     b = p / ((1-p)^-B - 1)        byte-counter events per packet sent

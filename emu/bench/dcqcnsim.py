@@ -59,8 +59,7 @@ def roce_frame(size: int = FRAME) -> bytes:
 @dataclass
 class Run:
     """What one run saw, per sample interval of `sample` model seconds (index k covers
-    [k sample, (k+1) sample)): bytes delivered per sender, Rc per sender at the end,
-    CNPs per sender, arrivals and CE marks at the port, the summed depth arrivals saw."""
+    [k sample, (k+1) sample)): bytes delivered per sender, CNPs per sender, arrivals and CE marks at the port, the summed depth arrivals saw."""
 
     senders: int
     link_bps: float
@@ -68,7 +67,6 @@ class Run:
     profile: str
     qos: str
     delivered: list[list[int]] = field(default_factory=list)
-    rc: list[list[float]] = field(default_factory=list)
     cnps: list[list[int]] = field(default_factory=list)
     arrivals: list[int] = field(default_factory=list)
     marks: list[int] = field(default_factory=list)
@@ -123,8 +121,8 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
     ser = frame * 8 / link_bps
     slots = int(round(duration / sample))
     run = Run(senders, link_bps, sample, prof.name, qos,
-              [[0] * senders for _ in range(slots)], [[0.0] * senders for _ in range(slots)],
-              [[0] * senders for _ in range(slots)], [0] * slots, [0] * slots, [0.0] * slots)
+              [[0] * senders for _ in range(slots)], [[0] * senders for _ in range(slots)],
+              [0] * slots, [0] * slots, [0.0] * slots)
     nxt = [0.0] * senders
     events: list[tuple[float, int, int]] = []
     for i in range(senders):
@@ -150,6 +148,9 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
             deliver(entry, free_at)
 
     while events:
+        # frames the port starts before the next event, less a frame time and a hop, are
+        # delivered before it: their CE notices are never in the past
+        drain(events[0][0] - ser - hop)
         t, kind, i = heapq.heappop(events)
         if t >= duration:
             break
@@ -178,11 +179,6 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
         else:
             run.cnps[k][i] += 1
             rps[i].on_cnp(t)
-        run.rc[k][i] = rps[i].rc
-    for k in range(1, slots):          # intervals no event touched keep the last rate
-        for j in range(senders):
-            if run.rc[k][j] == 0.0:
-                run.rc[k][j] = run.rc[k - 1][j]
     return run
 
 
@@ -224,7 +220,7 @@ def _figure(out: list[tuple[Run, dict]], png: str) -> None:
     import matplotlib  # deferred: only the picture needs it
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7), sharex=True, sharey=True)
+    fig, axes = plt.subplots(2, 4, figsize=(16, 7), sharex=True, sharey="row")
     for ax, (run, w) in zip(axes.flat, out):
         ks = range(0, len(run.delivered) - SPAN + 1, SPAN)
         t = [(k + SPAN / 2) * run.sample * 1e3 for k in ks]
@@ -236,13 +232,13 @@ def _figure(out: list[tuple[Run, dict]], png: str) -> None:
         ax.set_title(f"{run.senders}:1, DCQCN {run.profile}, ECN {run.qos}\n"
                      f"within ±{tol:.0%} from " + ("never" if conv is None else
                                                  f"{conv * 1e3:.0f} ms"), fontsize=9)
-        ax.set_ylim(0, 2.2)
+        ax.set_ylim(0, run.senders + 0.1)
         ax.grid(alpha=0.3)
     for ax in axes[1]:
         ax.set_xlabel("model time (ms)")
     for ax in axes[:, 0]:
         ax.set_ylabel("rate / (C/N), 5 ms averages")
-    axes[0][0].legend(fontsize=8)
+    axes[1][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=80)
     plt.close(fig)
