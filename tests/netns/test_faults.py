@@ -15,6 +15,8 @@ import pytest
 from emu.realise import nsutil
 from emu.observe.summary import validate_summary
 from emu.run.report import EXIT_FIDELITY_LOST
+from emucore.timedil import TimeDilation
+from traffic.nic.nicconfig import NicConfig
 from tests.e2e.runcheck import assert_checks_passed, passed
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e]
@@ -22,6 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 #: the agents re-read their kernel 50 ms lab after a netlink change (switch_agent.serve),
 #: 5 us model at TDF 10000; pushing every switch's routes takes a few ms lab
 SETTLE_BOUND_US = 50.0
+#: the NICs' retransmission timeout for the dead-peer test: IB exponent 5 (4.096 us x 2^5),
+#: still far above this fabric's round trip (a few us model), so its retries end in
+#: 10.5 s lab at TDF 10000 rather than the default exponent 8's 84 s
+NIC_TIMEOUT_S = 4.096e-6 * 2 ** 5
 
 
 def emu_run(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -63,15 +69,24 @@ def test_allreduce_int64_exact_through_spine_link_failure(tmp_path):
 
 def test_a_job_whose_peer_is_gone_fails_in_bounded_time_naming_it(tmp_path):
     """h4g2's NIC loses its link for good 20 us into an AllReduce: the QPs towards it
-    exhaust their retries (8 x 1.05 ms model = 84 s lab at TDF 10000) and the job is
-    stopped with the cause - not left to its ranks' 30-minute timeouts."""
+    exhaust their retries ((retry_cnt + 1) x the NICs' timeout, `--nic-timeout`: 8 x
+    131 us model = 10.5 s lab at TDF 10000; the default 1.05 ms would be 84 s of waiting)
+    and the job is stopped with the cause - not left to its ranks' 30-minute timeouts."""
     before = set(nsutil.emu_namespaces())
     t0 = time.monotonic()
     r, s = emu_run(tmp_path / "nic", "--workload", "allreduce", "--ring", "rank", "--dtype",
-                   "int64", "--size", "8MB", "--iters", "1", "--fault", "20us nic h4g2 down")
+                   "int64", "--size", "8MB", "--iters", "1", "--fault", "20us nic h4g2 down",
+                   "--nic-timeout", f"{NIC_TIMEOUT_S * 1e6:g}us")
     took = time.monotonic() - t0
-    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
-    assert s["verdict"] == "fail" and took < 300
+    # a fail - or, where a busy machine made the lab fall behind, the guard's verdict with
+    # the checks failed all the same (the guard is tested on its own: tests/e2e/runcheck.py)
+    assert (r.returncode, s["verdict"]) in ((1, "fail"), (EXIT_FIDELITY_LOST, "fidelity_lost")) \
+        and not s["checks_passed"], r.stdout[-3000:] + r.stderr[-3000:]
+    assert took < 300
+    # the workload ends within the retry budget after the fault, plus rdma.patience's
+    # 60 s lab for starting the ranks and connecting on a loaded machine
+    budget = TimeDilation(s["tdf"]).lab_time(20e-6 + (NicConfig.retry_cnt + 1) * NIC_TIMEOUT_S)
+    assert s["workload_lab_s"] < budget + 60.0, (s["workload_lab_s"], budget)
     err = s["workload"]["fabric_error"]
     assert "RDMA WRITE to h4g2 (10.0.2.14) failed with RETRY_EXC_ERR" in err \
         or err.startswith("h4g2 QP") and "RETRY_EXC_ERR" in err, err
