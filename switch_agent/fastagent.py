@@ -210,6 +210,8 @@ class FastAgent:
                 self.on_frame(p, frame, now)
             p.sock = RingSocket(sock, c, i)
         c.set_grid(grid_step(self.cfg))
+        log.info("%s: C's poll loop on PACKET_MMAP rings (wake-up grid %.1f us)", self.cfg.name,
+                 grid_step(self.cfg) * 1e6)
         return True
 
     def python_deadline(self, now: float) -> float:
