@@ -69,10 +69,9 @@ def why_no_result(doc: dict | None, lab_sha: str) -> str:
     if not run or not run.get("lab_sha"):
         return "its lab.json predates runs recording their commit and lab file"
     if run["lab_sha"] != lab_sha:
-        return (f"its run (commit {commit_text(run)}) used another version of the lab "
-                "file")
+        return f"its run at commit {commit_text(run)} used another version of the lab file"
     if run.get("only_variant"):
-        return f"only variant {run['only_variant']} was run (commit {commit_text(run)})"
+        return f"only variant {run['only_variant']} was run, at commit {commit_text(run)}"
     return ""
 
 

@@ -74,12 +74,12 @@ Each check's bound and where it comes from are in its lab file (labs/*.yaml, [LA
 | lab | title | verdict | pass / differs / fail / shown | TDF | data path | kept up | wall time | commit |
 |---|---|---|---|---|---|---|---|---|
 | [L11.6](#l116-dcqcn-timeline-t1t8) | DCQCN timeline t1..t8 | **differs** | 1 / 1 / 0 / 1 | 10000 | python | yes | 61 s | abc1234 |
-| L11.7 | PFC xoff | no result: its run (commit abc1234) used another version of the lab file | | | | | | |
+| L11.7 | PFC xoff | no result: its run at commit abc1234 used another version of the lab file | | | | | | |
 | L11.8 | Why DCQCN | no result: its lab.json predates runs recording their commit and lab file | | | | | | |
 | [L12.5](#l125-shoot-out) | shoot-out | **fell behind** (does not count) | 1 / 0 / 0 / 1 | 20000 | python, fast | **no** | 480 s | def5678 (dirty, the lab file too) |
 | L13.3 | one rail switch | no result: errored: OSError: no such device | | | | | | |
 | UE.1 | NSCC vs DCQCN | no result: not run at this commit | | | | | | |
-| UE.2 | Trimming vs PFC | no result: only variant trim was run (commit abc1234) | | | | | | |
+| UE.2 | Trimming vs PFC | no result: only variant trim was run, at commit abc1234 | | | | | | |
 
 ## L11.6: DCQCN timeline t1..t8
 
