@@ -31,11 +31,15 @@ ENV = "EMU_DATAPATH"
 MODES = ("auto", "python", "fast")
 DEFAULT = "auto"
 #: the stages with a compiled path, as a run header names them
-COMPILED = ("NIC RoCEv2 framing (build, parse, ICRC)",)
+COMPILED = ("NIC RoCEv2 framing (build, parse, ICRC)",
+            "NIC DCQCN (reaction and notification points)",
+            "NIC RC WRITE packets (the requester's next WRITE packet, the responder's "
+            "in-order WRITE MIDDLE/LAST)")
 #: the stages compiled only under `fast` (switch_agent.fastagent)
 FAST_ONLY = ("switch agents (per-frame pipeline)",)
 #: the stages that run Python on every path, for now
-PYTHON_ONLY = ("RC transport and DCQCN", "UET")
+PYTHON_ONLY = ("RC transport's new WRs, SEND, ACK/NAK, timers, go-back-N and "
+               "write-only spraying", "UET")
 
 
 class NotBuilt(ImportError):
