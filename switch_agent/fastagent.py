@@ -22,7 +22,7 @@ fidelity reset go to both, and so do the flushes of a switch or link going down
 hook runs in C. The event log is the Python agent's: what C's stages noted is
 written through the Python agent's `EventSink` after every call into C (`FastPipeline.drain`).
 
-With $EMU_FAST_RINGS=1 the poll loop is C's too (`open_rings`, `python_deadline`,
+Unless $EMU_FAST_RINGS=0, the poll loop is C's too (`open_rings`, `python_deadline`,
 `punted`, `served`; `switch_agent.serve.serve_rings`): PACKET_MMAP rings on the port
 sockets, wake-ups on a grid of GRID_FRACTION of the fidelity guard's bound (`grid_step`).
 """
@@ -52,9 +52,9 @@ C, PYTHON = "c", "python"
 GRID_FRACTION = 0.1
 #: loop.h's answers: one of Python's descriptors is readable; Python's deadline came
 SERVE_PYTHON, SERVE_DEADLINE = 0, 1
-#: $EMU_FAST_RINGS=1: the fast agent runs C's loop on PACKET_MMAP rings (else, for now,
-#: Python's poll loop on its port sockets)
-RINGS = os.environ.get("EMU_FAST_RINGS", "0") == "1"
+#: the fast agent runs C's loop on PACKET_MMAP rings; $EMU_FAST_RINGS=0: Python's poll
+#: loop on its port sockets (as before the rings)
+RINGS = os.environ.get("EMU_FAST_RINGS", "1") != "0"
 MAC_CONTROL = b"\x01\x80\xc2"  #: the link-local group C's control frames (PFC) go to
 PORT_MOVED = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")  #: moved by both sides
 QUEUE_COPIED = ("qbytes", "bytes", "avg", "enq_packets", "enq_bytes", "deq_packets",
