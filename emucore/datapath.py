@@ -8,17 +8,17 @@ the run (switch agents, NICs, and the parts on other servers), which read it her
 * `fast`: the compiled path for every stage that has one; a process whose configuration
   the compiled path does not implement refuses to start, naming the field;
 * `auto` (the default): the compiled path wherever the configuration is supported, the
-  Python path elsewhere, and the process says which it took. Switch agents stay on the
-  Python path under `auto` for now (`FAST_ONLY`): the C agent pipeline refuses the test
-  drop hook at run time, which a run cannot know at start, and `auto` moves them to C
-  once the e2e and netns suites have run on it. Its `counters` and `show` answers and
-  its event log are the Python agent's, record for record (tests/unit/test_fastagent.py,
+  Python path elsewhere, and the process says which it took: a switch agent whose
+  configuration the C pipeline does not implement (trimming, LLR, CBFC, flowlet or spray
+  load balancing) runs the Python agent, and the run's summary.json names each agent's
+  path (`data_path.agents`). Its `counters` and `show` answers and its event log are the
+  Python agent's, record for record (tests/unit/test_fastagent.py,
   tests/unit/test_fast_pipeline.py).
 
 `fast` and `auto` need the C modules built from today's sources (`./setup.sh` builds
 them, emucore/cbuild.py); a missing build is an error that says so, never a silent
 fallback to Python. `COMPILED` lists what the compiled path covers today under `auto`
-and `fast`, `FAST_ONLY` what only `fast` runs compiled.
+and `fast`, `FAST_ONLY` what only `fast` runs compiled (nothing, today).
 """
 
 from __future__ import annotations
@@ -31,12 +31,13 @@ ENV = "EMU_DATAPATH"
 MODES = ("auto", "python", "fast")
 DEFAULT = "auto"
 #: the stages with a compiled path, as a run header names them
-COMPILED = ("NIC RoCEv2 framing (build, parse, ICRC)",
+COMPILED = ("switch agents (per-frame pipeline and poll loop)",
+            "NIC RoCEv2 framing (build, parse, ICRC)",
             "NIC DCQCN (reaction and notification points)",
             "NIC RC WRITE packets (the requester's next WRITE packet, the responder's "
             "in-order WRITE MIDDLE/LAST)")
 #: the stages compiled only under `fast` (switch_agent.fastagent)
-FAST_ONLY = ("switch agents (per-frame pipeline)",)
+FAST_ONLY: tuple[str, ...] = ()
 #: the stages that run Python on every path, for now
 PYTHON_ONLY = ("RC transport's new WRs, SEND, ACK/NAK, timers, go-back-N and "
                "write-only spraying", "UET")

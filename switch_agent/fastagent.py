@@ -76,22 +76,29 @@ def grid_step(cfg: AgentConfig) -> float:
 
 
 def choose(mode: str) -> str:
-    """The agent's data path for a datapath mode: C for `fast`; Python for `python` and,
-    for now, `auto` (emucore.datapath: switch agents run compiled only when asked)."""
-    return C if datapath.mode(mode) == "fast" else PYTHON
+    """The agent's data path for a datapath mode: C for `fast` and `auto`, Python for
+    `python` (under `auto`, `build` still takes Python for a configuration C refuses)."""
+    return PYTHON if datapath.mode(mode) == "python" else C
 
 
 def build(cfg: AgentConfig, mode: str | None = None, open_sockets: bool = True,
           monotonic: bool = True) -> Agent | FastAgent:
     """The agent `serve` drives: the Python `Agent`, or a `FastAgent` when `mode` (else
     $EMU_DATAPATH) chooses C. `fast` with a configuration C does not implement raises
-    `Unsupported` naming the field, before any socket is opened."""
+    `Unsupported` naming the field, before any socket is opened; `auto` then runs the
+    Python agent and logs why. A missing build is NotBuilt under both."""
     if choose(mode) == PYTHON:
         return Agent(cfg, open_sockets=open_sockets)
     datapath.require_built("switch_agent.fast._pipeline")
     from switch_agent.fast import pipeline  # only built when asked for
-    pipeline.check_config(cfg)
-    pipeline.check_agent(Agent(cfg, open_sockets=False), pfc_auto=True)  # sockets unopened
+    try:
+        pipeline.check_config(cfg)
+        pipeline.check_agent(Agent(cfg, open_sockets=False), pfc_auto=True)  # no sockets
+    except pipeline.Unsupported as exc:
+        if datapath.mode(mode) == "fast":
+            raise
+        log.info("%s: data path python (auto): %s", cfg.name, exc)
+        return Agent(cfg, open_sockets=open_sockets)
     return FastAgent(Agent(cfg, open_sockets=open_sockets), monotonic)
 
 

@@ -149,7 +149,8 @@ def test_a_write_on_each_data_path(mode, tmp_path):
     want = "c" if mode == "fast" else "python"
     assert dp["mode"] == mode and dp["agents"] == {s: want for s in
                                                    ("rail1", "rail2", "spine1", "spine2")}
-    assert ("switch agents (per-frame pipeline)" in dp["compiled"]) == (mode == "fast")
+    agents = "switch agents (per-frame pipeline and poll loop)"
+    assert (agents in dp["compiled"]) == (mode == "fast")
     assert (dp["compiled"] == []) == (mode == "python")
     assert f"Data path: {mode} - " in r.stdout
     assert "PFC active on every fabric port" in r.stdout  # LLDP/DCBX in Python, pushed to C

@@ -31,14 +31,14 @@ def test_what_a_run_reports():
     assert datapath.describe("python") == {
         "mode": "python", "compiled": [],
         "python": [*datapath.PYTHON_ONLY, *datapath.COMPILED, *datapath.FAST_ONLY]}
-    assert datapath.describe("auto") == {  # switch agents: compiled only when asked
+    assert datapath.describe("auto") == {  # a refused switch config: the agent says so
         "mode": "auto", "compiled": list(datapath.COMPILED),
         "python": [*datapath.PYTHON_ONLY, *datapath.FAST_ONLY]}
+    assert datapath.FAST_ONLY == ()
     assert datapath.describe("fast") == {
         "mode": "fast", "compiled": [*datapath.COMPILED, *datapath.FAST_ONLY],
         "python": list(datapath.PYTHON_ONLY)}
     for m in ("auto", "fast"):
-        assert datapath.header(m).startswith(f"Data path: {m} - compiled (C): NIC RoCEv2")
-    assert "switch agents" in datapath.header("fast").split("Python:")[0]
-    assert "switch agents" in datapath.header("auto").split("Python:")[1]
+        assert datapath.header(m).startswith(f"Data path: {m} - compiled (C): switch agents")
+        assert "NIC RoCEv2 framing" in datapath.header(m).split("Python:")[0]
     assert datapath.header("python") == "Data path: python - everything in Python (the reference)"

@@ -48,16 +48,17 @@ def ask(agent, req: dict) -> dict:
 
 
 def test_the_data_path_chosen_by_mode(monkeypatch):
-    assert fastagent.choose("fast") == "c"
-    assert fastagent.choose("python") == fastagent.choose("auto") == "python"
+    assert fastagent.choose("fast") == fastagent.choose("auto") == "c"
+    assert fastagent.choose("python") == "python"
     monkeypatch.setenv("EMU_DATAPATH", "fast")
     assert fastagent.choose(None) == "c"
     cfg = config(small_qos())
     a = fastagent.build(cfg, open_sockets=False)
     assert isinstance(a, fastagent.FastAgent) and a.snapshot()["datapath"] == "c"
-    for mode in ("python", "auto"):
-        a = fastagent.build(cfg, mode, open_sockets=False)
-        assert type(a) is Agent and a.snapshot()["datapath"] == "python"
+    a = fastagent.build(cfg, "auto", open_sockets=False)
+    assert isinstance(a, fastagent.FastAgent) and a.snapshot()["datapath"] == "c"
+    a = fastagent.build(cfg, "python", open_sockets=False)
+    assert type(a) is Agent and a.snapshot()["datapath"] == "python"
     with pytest.raises(ValueError, match="EMU_DATAPATH: must be one of"):
         fastagent.build(cfg, "quick", open_sockets=False)
 
@@ -71,6 +72,15 @@ def test_fast_refuses_what_c_does_not_implement(tmp_path):
     assert type(fa) is fastagent.FastAgent and fa.fast.logging
     with pytest.raises(Unsupported, match="lb.mode"):
         fastagent.build(replace(cfg, lb={"mode": "spray"}), "fast", open_sockets=False)
+
+
+def test_auto_runs_python_where_c_refuses(caplog):
+    """`auto` takes the Python agent for a configuration C does not implement, and says why."""
+    cfg = replace(config(small_qos()), lb={"mode": "spray"})
+    with caplog.at_level("INFO", logger="switch_agent"):
+        a = fastagent.build(cfg, "auto", open_sockets=False)
+    assert type(a) is Agent and a.snapshot()["datapath"] == "python"
+    assert "data path python (auto): lb.mode: 'spray' not implemented" in caplog.text
 
 
 def test_fast_runs_the_test_hook():

@@ -70,7 +70,7 @@ DEFERRED = {
     ("traffic.fast.rc", "traffic.fast"): "the C RC responder is imported only when chosen: "
                                             "EMU_DATAPATH=python runs where it is not built",
     ("switch_agent.fastagent", "switch_agent.fast.pipeline"): "the C agent pipeline is imported "
-                                                             "only when chosen (EMU_DATAPATH=fast)",
+                                                             "only when chosen (EMU_DATAPATH auto or fast)",
 }
 
 
