@@ -165,13 +165,21 @@ def add_veth(**kwargs) -> None:
         ipr.link("add", **kwargs)
 
 
+def link_kind(link) -> str | None:
+    """The IFLA_INFO_KIND of a pyroute2 link message (veth, bridge, ...), None for lo."""
+    info = link.get_attr("IFLA_LINKINFO")
+    return info.get_attr("IFLA_INFO_KIND") if info else None
+
+
 def bridge_all(netns: str, bridge: str = "br0") -> None:
     """Bridge `bridge`, created in namespace `netns`, with every interface there but lo
-    as its port; all up."""
+    and other bridges (a rail switch's SVI bridge, which the kernel refuses as a port:
+    ELOOP) as its port; all up."""
     from pyroute2 import IPRoute
 
     with nsutil.in_netns(netns), IPRoute() as ipr:
-        ports = [(l["index"], l.get_attr("IFLA_IFNAME")) for l in ipr.get_links()]
+        ports = [(l["index"], l.get_attr("IFLA_IFNAME")) for l in ipr.get_links()
+                 if link_kind(l) != "bridge"]
         ipr.link("add", ifname=bridge, kind="bridge")
         br = ipr.link_lookup(ifname=bridge)[0]
         for idx, name in ports:

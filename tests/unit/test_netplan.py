@@ -4,7 +4,7 @@ the pyroute2 requests made from it (emu.realise.netlink's pure normalisers)."""
 import pytest
 
 import topologies
-from emu.realise.netlink import route_request, rule_request
+from emu.realise.netlink import link_kind, route_request, rule_request
 from emu.realise.netplan import (Bridge, Interface, Neighbour, NextHop, RouteEntry, Rule, plan_fabric,
                          plan_node)
 
@@ -150,3 +150,25 @@ def test_route_requests(route, expected):
 ])
 def test_rule_requests(rule, expected):
     assert rule_request(rule) == expected
+
+
+def decoded_link(attrs: list) -> object:
+    """A link message as the kernel would send it (encoded, then decoded by pyroute2)."""
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+    m = ifinfmsg()
+    m["attrs"] = attrs
+    m.encode()
+    d = ifinfmsg(m.data)
+    d.decode()
+    return d
+
+
+@pytest.mark.parametrize("attrs, kind", [
+    ([("IFLA_IFNAME", "vlan101"), ("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "bridge")]})],
+     "bridge"),  # a rail switch's SVI: bridge_all must not enslave it (ELOOP)
+    ([("IFLA_IFNAME", "eth1"), ("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "veth")]})],
+     "veth"),
+    ([("IFLA_IFNAME", "lo")], None),
+])
+def test_link_kind(attrs, kind):
+    assert link_kind(decoded_link(attrs)) == kind
