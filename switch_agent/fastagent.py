@@ -225,14 +225,7 @@ class FastAgent:
         """LLDP's timer and the Python agent's own control frames (`timers`, `service`
         without C's): when Python must run next."""
         a = self.agent
-        wake = math.inf
-        if a.admin_up:
-            if now >= a.next_lldp:
-                if a.next_lldp > -math.inf:
-                    a.meter.record(a.next_lldp, now, "lldp")
-                a.next_lldp = now + a.lldp_period
-                a.send_lldp(now)
-            wake = a.next_lldp
+        wake = self.lldp_timer(now) if a.admin_up else math.inf
         if a.backlog:
             w = a.service(now)
             if w is not None and w < wake:
@@ -252,14 +245,17 @@ class FastAgent:
 
     def timers(self, now: float) -> float:
         """C's timers (pause refreshes, the watchdog), then LLDP's (`AgentTimers.timers`)."""
-        nxt = self.fast.timers(now)
+        return min(self.fast.timers(now), self.lldp_timer(now))
+
+    def lldp_timer(self, now: float) -> float:
+        """LLDP's timer (`AgentTimers.timers`): announce when due; the next time it is."""
         a = self.agent
         if now >= a.next_lldp:
-            if a.next_lldp > -float("inf"):
+            if a.next_lldp > -math.inf:
                 a.meter.record(a.next_lldp, now, "lldp")
             a.next_lldp = now + a.lldp_period
             a.send_lldp(now)
-        return min(nxt, a.next_lldp)
+        return a.next_lldp
 
     def service(self, now: float) -> float | None:
         """C's `service`, its frames sent on the port sockets (`Agent.flush`'s send and

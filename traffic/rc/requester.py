@@ -265,5 +265,5 @@ class FastRequester(Requester):
 
     def next_packet(self, now: float) -> RocePkt | None:
         """As Requester.next_packet."""
-        p = NEXT_WRITE(self, now) if NEXT_WRITE is not None else NotImplemented
+        p = NEXT_WRITE(self, now)  # RcEndpoint makes one only when the C is chosen
         return Requester.next_packet(self, now) if p is NotImplemented else p

@@ -297,5 +297,5 @@ class FastResponder(Responder):
 
     def on_packet(self, pkt: RocePkt, now: float) -> list[RocePkt]:
         """As Responder.on_packet."""
-        r = IN_ORDER_WRITE(self, pkt) if IN_ORDER_WRITE is not None else NotImplemented
+        r = IN_ORDER_WRITE(self, pkt)  # RcEndpoint makes one only when the C is chosen
         return Responder.on_packet(self, pkt, now) if r is NotImplemented else r
