@@ -16,6 +16,8 @@ behind the model says so, and its verdict does not count as a pass.
 
 from __future__ import annotations
 
+import re
+
 from emu.lab.page import _fmt
 
 OUTCOME_TEXT = {"pass": "pass", "differs": "**differs**", "fail": "**FAIL**",
@@ -206,3 +208,28 @@ def anchor(lab_id: str, title: str) -> str:
     """GitHub's anchor of the lab's heading."""
     text = f"{lab_id}: {title}".lower()
     return "".join(ch for ch in text.replace(" ", "-") if ch.isalnum() or ch in "-_")
+
+
+_ROW = re.compile(r"^\| \[?(?P<id>[A-Z]+[0-9.]+)\]?(?:\(#[^)]*\))? \| (?:\\\||[^|])* \| "
+                  r"(?P<verdict>[^|]+?) \|(?:[^|]*\|){4} (?P<wall>\d+) s \|")
+_SECTION = re.compile(r"^## (?P<id>[A-Z]+[0-9.]+): ")
+_FROM = re.compile(r"^Result from commit .*?, lab file (?P<file>\S+) \(sha256 (?P<sha>[0-9a-f]+)\)")
+_VERDICTS = {v: k for k, v in OUTCOME_TEXT.items()} | {
+    "**fell behind** (does not count)": "fell behind",
+    "**not judged** (no guard verdict)": "not judged"}
+
+
+def recorded(md: str) -> dict[str, dict]:
+    """What a LAB_RESULTS.md says, read back (the inverse of `results_md` for the labs
+    that have a result): lab id -> {verdict (pass, differs, fail, shown, fell behind),
+    wall_s, lab_file, lab_sha}. Labs without a result are absent."""
+    out: dict[str, dict] = {}
+    section = None
+    for line in md.splitlines():
+        if (m := _ROW.match(line)) and m["verdict"] in _VERDICTS:
+            out[m["id"]] = {"verdict": _VERDICTS[m["verdict"]], "wall_s": int(m["wall"])}
+        elif m := _SECTION.match(line):
+            section = m["id"]
+        elif (m := _FROM.match(line)) and section in out:
+            out[section].update(lab_file=m["file"], lab_sha=m["sha"])
+    return out

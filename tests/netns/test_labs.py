@@ -1,6 +1,7 @@
-"""`emu lab` end to end (root): the labs L11.3, L11.4 and L11.7 run and pass with the
-fidelity guard satisfied; a deliberately wrong expectation fails with the measured
-value; lab.html renders in a real headless browser (Debian's chromium) with its images.
+"""`emu lab` end to end (root): L11.4 runs and passes with the fidelity guard satisfied, and
+so do L11.3, L11.7 and every lab docs/LAB_RESULTS.md records as taking a minute or less -
+each must reach the verdict that file records; a deliberately wrong expectation fails with
+the measured value; lab.html renders in a real headless browser (Debian's chromium) with its images.
 """
 
 import dataclasses
@@ -10,7 +11,7 @@ import subprocess
 
 import pytest
 
-from emu.lab import command
+from emu.lab import command, publish, results
 from emu.lab import schema as S
 
 pytestmark = pytest.mark.netns
@@ -69,8 +70,22 @@ def test_lab_html_renders_with_its_images_in_a_headless_browser(l114):
     assert n_img >= 2 and f'data-images-loaded="{n_img}"' in dom
 
 
-@pytest.mark.parametrize("lab_id", ["L11.3", "L11.7"])
-def test_lab_passes(lab_id, tmp_path):
+#: issue 31: "CI runs every lab that takes under ~60 s"; a lab's time is the wall time
+#: docs/LAB_RESULTS.md records for it (one `emu lab run` on the 2-core VM)
+CI_WALL_S = 60
+RECORDED = results.recorded(publish.RESULTS.read_text())
+#: L11.4 runs in the fixture above; L11.3 and L11.7 run whatever their time
+CI_LABS = sorted(({lab for lab, r in RECORDED.items() if r["wall_s"] <= CI_WALL_S
+                   and r["verdict"] != "fell behind"} | {"L11.3", "L11.7"}) - {"L11.4"})
+
+
+@pytest.mark.parametrize("lab_id", CI_LABS)
+def test_lab_reaches_the_verdict_lab_results_records(lab_id, tmp_path):
+    """The committed docs/LAB_RESULTS.md stays true: the lab, run again, reaches the verdict
+    the file records for it (pass when it records none), with the guard saying it kept up."""
+    want = RECORDED.get(lab_id, {"verdict": "pass"})["verdict"]
     _, _, code, doc = run_kept_up(lab_id, tmp_path)
     assert doc["kept_up"] is True, doc["variants"]
-    assert (code, doc["verdict"]) == (0, "pass"), _failed(doc)
+    assert doc["verdict"] == want, ("regenerate docs/LAB_RESULTS.md if the change is meant",
+                                    _failed(doc))
+    assert code == (command.EXIT_PASS if want in ("pass", "differs") else command.EXIT_FAIL)

@@ -9,7 +9,7 @@ import subprocess
 from emu import cli
 from emu.lab import command, publish
 from emu.lab import schema as S
-from emu.lab.results import lab_section, results_md, verdict_text
+from emu.lab.results import lab_section, recorded, results_md, verdict_text
 
 RUN = {"commit": "abc1234", "dirty": False, "machine": "vm1", "cores": 2,
        "date": "2026-11-25 09:00 UTC", "wall_s": 61.4, "lab_file": "labs/L11.6.yaml",
@@ -230,3 +230,21 @@ def test_a_result_judged_again_names_the_run_its_evidence_came_from(tmp_path):
                     f"{run['lab_sha']}), on {run['machine']} ({run['cores']} cores), "
                     f"{run['date']}; wall time 61 s - judged again from the evidence of a run "
                     "at commit abc1234, 2026-11-25 09:00 UTC.")
+
+
+def test_a_results_file_reads_back_as_it_was_written():
+    assert recorded(EXPECTED) == {
+        "L11.6": {"verdict": "differs", "wall_s": 61, "lab_file": "labs/L11.6.yaml",
+                  "lab_sha": "aaaa"},
+        "L12.5": {"verdict": "fell behind", "wall_s": 480, "lab_file": "labs/L12.5.yaml",
+                  "lab_sha": "bbbb"}}
+
+
+def test_the_committed_results_describe_todays_lab_files():
+    """docs/LAB_RESULTS.md is true of the lab files in this commit: a lab file edited after
+    its result was recorded must be run again (`emu lab run ID`, then `emu lab results`)."""
+    got = recorded(publish.RESULTS.read_text())
+    assert got, "docs/LAB_RESULTS.md records no result"
+    stale = {lab: r["lab_sha"] for lab, r in got.items()
+             if r["lab_sha"] != publish.file_sha(publish.ROOT / r["lab_file"])}
+    assert not stale, f"results recorded from another version of these lab files: {stale}"
