@@ -179,7 +179,10 @@ def test_incast_marks_ce_sends_cnps_and_cuts_rates(incast):
     "paper DCQCN + paper ECN within 15 % of C/3 from 120 ms model; book ECN never). "
     "Measured with the guard saying the lab kept up: 16 MB at TDF 8000 (emu bench "
     "fidelity) 0.17/0.13/0.13 of a fair share; 256 MB each with --qos paper at TDF 10000 "
-    "(~5 min lab) 0.81/0.79/1.37. Reproduce: sudo .venv/bin/python -m emu run rail2x4 "
+    "(~5 min lab) 0.81/0.79/1.37. The 2:1, whose first two cuts land on C/2 in the model "
+    "(within +-10 % from the start), is shown on the fabric by tests/netns/test_fairshare.py "
+    "(docs/DCQCN_PARAMS.md 'The 2:1 with both senders starting together'). "
+    "Reproduce: sudo .venv/bin/python -m emu run rail2x4 "
     "--workload incast --to h4g1 --from h1g1,h2g1,h3g1 --size 16MB (docs/NIC.md). "
     "Strict: a pass means the parameters or the model changed - update this test and the "
     "docs/NIC.md."))

@@ -128,11 +128,14 @@ def patience(fabric: Any, nbytes: int, via_gpu: str) -> float:
 
 def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size: int,
            sample_s: float = 0.25, timeout: float | None = None,
-           window: tuple = (0.3, 0.9), memory: Memory | None = None) -> dict:
+           window: tuple = (0.3, 0.9), memory: Memory | None = None,
+           start_model_s: float | None = None) -> dict:
     """Every GPU of `froms` writes `size` bytes into its own buffer on GPU `to` at once;
     returns per-sender steady-state rates (model bit/s, averaged over the `window`
-    fractions of the time until the first sender finished), CNPs and rate cuts. A
-    sender without a completion after `timeout` lab seconds (default `patience` for
+    fractions of the time until the first sender finished), CNPs and rate cuts. With
+    `start_model_s` the window starts that many model seconds after the writes were
+    posted instead (a convergence time known beforehand, e.g. from emu.bench.dcqcnsim).
+    A sender without a completion after `timeout` lab seconds (default `patience` for
     all the bytes through the receiver's link) has status "TIMEOUT". `memory`: as
     `write`'s."""
     td = TimeDilation(fabric.tdf)
@@ -175,6 +178,8 @@ def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size
             s.close()
     first = min(done.values()) if done else time.monotonic() - t0
     lo, hi = window[0] * first, window[1] * first
+    if start_model_s is not None:
+        lo = td.lab_time(start_model_s)
     win = [x for x in samples if lo <= x[0] <= hi]
     rates = {}
     for i, g in enumerate(froms):
