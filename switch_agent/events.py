@@ -133,6 +133,11 @@ class EventSink:
         """A frame of `queue` lost leaving `port` (a degraded link, a send error)."""
         self.emit("drop", now, port=port.name, reason=reason, queue=queue)
 
+    def rx_ring_full(self, port: Port, count: int, now: float) -> None:
+        """`count` frames the kernel dropped arriving at `port` (no room on its socket,
+        `Port.rx_overflow`) since the last reading, now: before any queue was chosen."""
+        self.emit("drop", now, port=port.name, reason="rx_ring_full", queue=None, count=count)
+
     def cnp_fwd(self, port: Port, queue: int, sojourn_us: float, now: float) -> None:
         """A CNP left `port` after `sojourn_us` model µs in `queue`."""
         self.emit("cnp_fwd", now, port=port.name, queue=queue, sojourn=round(sojourn_us, 3))

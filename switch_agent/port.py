@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import random
 import socket
+import struct
 
 from emucore.qos.qosconfig import QosConfig
 from emucore.qos.fields import QUEUE_LIMIT_BYTES
@@ -26,6 +27,24 @@ from emucore.qos.cbfc import CreditState
 from switch_agent.queues import PortQueues
 from switch_agent.shaper import Shaper
 from switch_agent.watchdog import PfcWatchdog
+
+#: getsockopt(SOL_PACKET, PACKET_STATISTICS) (linux/if_packet.h): struct tpacket_stats
+SOL_PACKET, PACKET_STATISTICS, TPACKET_STATS = 263, 6, struct.Struct("II")
+#: the drop reason of frames the kernel found no room for on a port's socket
+RX_RING_FULL = "rx_ring_full"
+
+
+def packet_stats(sock) -> tuple[int, int]:
+    """(tp_packets, tp_drops) of an AF_PACKET socket since the last call (reading resets
+    them; packet(7)): frames that reached the socket, dropped ones included, and those the
+    kernel dropped because the socket had no room - its PACKET_MMAP RX ring full (the C
+    agent's, switch_agent/fast/ring.h) or, without a ring, its receive buffer full (the
+    Python agent's). (0, 0) for a socket that keeps no such statistics (a test's)."""
+    try:
+        return TPACKET_STATS.unpack(sock.getsockopt(SOL_PACKET, PACKET_STATISTICS,
+                                                    TPACKET_STATS.size))
+    except (OSError, AttributeError):
+        return 0, 0
 
 
 class Impair:
@@ -134,6 +153,15 @@ class Port:
         """Count a frame dropped at this port (not in a queue)."""
         self.drops[reason] = self.drops.get(reason, 0) + 1
 
+    def rx_overflow(self) -> int:
+        """The frames the kernel dropped on arrival since the last call, for want of room
+        on this port's socket (`packet_stats`), counted as drops `rx_ring_full`: the
+        kernel gives a count, not the frames, so no queue and no time of their own."""
+        n = packet_stats(self.sock)[1] if self.sock is not None else 0
+        if n:
+            self.drops[RX_RING_FULL] = self.drops.get(RX_RING_FULL, 0) + n
+        return n
+
     def degrade(self, lab_bps: float | None, loss: float, corrupt: float, extra_delay_lab_s: float,
                 seed: int = 1) -> None:
         """A degraded link (issue 14 `link ... degrade`): this egress runs at `lab_bps`
@@ -193,7 +221,8 @@ class Port:
             drops[reason] = drops.get(reason, 0) + n
         return {"rx_packets": self.rx_packets, "rx_bytes": self.rx_bytes,
                 "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
-                "drops": drops, "trimmed": self.trimmed, "trimmed_bytes": self.trimmed_bytes,
+                "drops": drops, "rx_ring_drops": self.drops.get(RX_RING_FULL, 0),
+                "trimmed": self.trimmed, "trimmed_bytes": self.trimmed_bytes,
                 "llr": {"active": self.llr, "replays": self.llr_replays,
                         "exhausted": self.llr_exhausted},
                 "cbfc": self.cbfc.counters() if self.cbfc is not None else None,

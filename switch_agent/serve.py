@@ -171,6 +171,7 @@ def serve(agent: Agent | FastAgent) -> None:
         ctl.close()
         ipr.close()
         nl.close()
+        agent.rx_overflow(time.monotonic())  # the sockets' last drop counts, logged
         for p in agent.ports.values():
             if p.sock:
                 p.sock.close()

@@ -43,6 +43,7 @@ class AgentState:
         """Counters of every port (the contract with `emu` metrics and `show`); the
         event log is flushed (the metrics sampler asks every interval)."""
         now = time.monotonic()
+        self.rx_overflow(now)
         snap = {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
                 "tdf": self.cfg.tdf, "datapath": self.datapath, "qos": self.qos is not None,
                 "ports": {p.name: p.counters(now) for p in self.ports.values()},
@@ -61,6 +62,16 @@ class AgentState:
             self.log.flush()
         return snap
 
+    def rx_overflow(self, now: float) -> None:
+        """The frames each port's socket had no room for since the last reading (the
+        kernel's count, `Port.rx_overflow`): counted as the port's drops and logged, read at
+        every `snapshot`, `reset` and on exit (`switch_agent.serve`, before the sockets
+        close)."""
+        for p in self.ports.values():
+            n = p.rx_overflow()
+            if n:
+                self.sink.rx_ring_full(p, n, now)
+
     def reset_meter(self) -> None:
         """The fidelity guard starts a new measurement window (`fidelity_reset`)."""
         self.meter.reset()
@@ -68,6 +79,7 @@ class AgentState:
     def reset_counters(self) -> None:
         """`reset`: the ports' rx/tx and drop counters, and the fidelity guard's lags
         (it measures the same window)."""
+        self.rx_overflow(time.monotonic())  # logged; the counts start again from here
         for p in self.ports.values():
             p.rx_packets = p.rx_bytes = p.tx_packets = p.tx_bytes = 0
             p.drops.clear()

@@ -3,14 +3,18 @@ Python for (a Python descriptor readable, Python's deadline, events to write, a 
 its timers and service run on the way with frames sent on a port's descriptor, the
 wake-up grid, and a socket that refuses rings leaving Python's loop in charge. The rings
 themselves need AF_PACKET (tests/netns/test_fast_ring.py); also under ASan + UBSan.
+Both agents' count of the frames the kernel dropped arriving (a port socket's
+PACKET_STATISTICS), from sockets that report given counts.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import select
 import signal
 import socket
+import struct
 import tempfile
 import time
 from dataclasses import replace
@@ -20,6 +24,7 @@ from emucore import fidelity
 from switch_agent import fastagent
 from switch_agent.fast import _pipeline
 from switch_agent.fast.pipeline import RingSocket
+from switch_agent.port import packet_stats
 from tests.unit import test_fast_pipeline
 from tests.unit.test_fast_pipeline import FIB, HOSTS, ROUTER, config, small_qos
 from emucore.wire.ether import mac_bytes
@@ -149,6 +154,45 @@ def test_a_ring_socket_sends_through_c():
     r, w = socket.socketpair()
     s = RingSocket(r, C(), 3)
     assert s.send(b"abc") == 3 and sent == [(3, b"abc")] and s.fileno() == r.fileno()
+
+
+class Counted:
+    """A port socket whose kernel counted `drops[k]` frames dropped before its k-th
+    PACKET_STATISTICS reading (a reading resets the count: packet(7))."""
+
+    def __init__(self, drops: list[int]) -> None:
+        self.drops = drops
+
+    def getsockopt(self, level: int, opt: int, size: int) -> bytes:
+        assert (level, opt, size) == (263, 6, 8)  # SOL_PACKET, PACKET_STATISTICS
+        n = self.drops.pop(0) if self.drops else 0
+        return struct.pack("II", 100 + n, n)  # tp_packets counts the dropped ones too
+
+
+def test_frames_the_kernel_dropped_arriving_are_counted_and_logged():
+    """Both agents read each port socket's count (its RX ring or receive buffer full) at
+    every counters(), a reset and on exit: added up as the port's drops `rx_ring_full`,
+    shown as `rx_ring_drops`, one `drop` event per reading that found some, with the
+    count and no queue (none was chosen yet); a reset starts the count again."""
+    assert packet_stats(socket.socketpair()[0]) == (0, 0)  # not AF_PACKET: no counts
+    for mode in ("python", "fast"):
+        with tempfile.TemporaryDirectory() as d:
+            cfg = replace(config(None, shaped=False), events_path=str(Path(d) / "e.jsonl"))
+            a = fastagent.build(cfg, mode, open_sockets=False)
+            a.ports["eth2"].sock = Counted([7, 0, 4, 3, 0, 0, 2])
+            snaps = [a.snapshot()["ports"] for _ in range(3)]
+            assert [s["eth2"]["rx_ring_drops"] for s in snaps] == [7, 7, 11]
+            assert [s["eth2"]["drops"] for s in snaps] == [{"rx_ring_full": n} for n in (7, 7, 11)]
+            assert [s["eth1"]["rx_ring_drops"] for s in snaps] == [0, 0, 0]
+            a.reset_counters()  # 3 more, logged: then 0 again
+            assert a.snapshot()["ports"]["eth2"]["rx_ring_drops"] == 0
+            a.snapshot()
+            a.rx_overflow(time.monotonic())  # on exit (switch_agent.serve)
+            a.close()
+            events = [json.loads(line) for line in Path(d, "e.jsonl").read_text().splitlines()]
+            drops = [(e["port"], e["reason"], e["queue"], e["count"]) for e in events
+                     if e["ev"] == "drop"]
+            assert drops == [("eth2", "rx_ring_full", None, n) for n in (7, 4, 3, 2)], mode
 
 
 SANITIZED_CHILD = test_fast_pipeline.SANITIZED_CHILD[
