@@ -35,19 +35,32 @@ static PyObject *Pipeline_open_ring(Pipeline *P, PyObject *args) {
 }
 
 /* ring_send(i, frame): one frame of Python's (LLDP) into port i's TX ring, kicked at once
- * (a socket with a TX ring sends only from it); OSError(ENOBUFS) when the ring is full */
+ * on its own (a socket with a TX ring sends only from it; C's frames not yet kicked go
+ * first, port_kick); OSError as the socket's send: ENOBUFS when the ring is full or the
+ * driver refused it, the errno of a failed kick (EAGAIN: a partial one); Python counts
+ * it (Agent.flush), so it is taken back out of the ring uncounted here */
 static PyObject *Pipeline_ring_send(Pipeline *P, PyObject *args) {
     int i;
     Py_buffer b;
     if (!PyArg_ParseTuple(args, "iy*", &i, &b)) return NULL;
     Port *p = port_arg(P, i);
-    int r = p == NULL ? -2 : p->ring.map == NULL ? -3 : ring_put(&p->ring, p->fd, b.buf, (size_t)b.len);
+    int err = p == NULL ? -2 : p->ring.map == NULL ? -3 : ENOBUFS;
+    if (err == ENOBUFS) {
+        EVP = P;
+        port_kick(P, p, i, P->monotonic ? monotonic_s() : EVNOW);
+        if (ring_tx(&p->ring, b.buf, (size_t)b.len) == 0) {
+            err = ring_kick(&p->ring, p->fd);
+            if (ring_unsent(&p->ring)) {
+                ring_unwrite(&p->ring, 1);
+                if (!err) err = EAGAIN;
+            } else err = 0;
+        }
+    }
     Py_ssize_t n = b.len;
     PyBuffer_Release(&b);
-    if (r == -2) return NULL;
-    if (r == -3) { PyErr_SetString(PyExc_ValueError, "ring_send: no ring"); return NULL; }
-    if (r < 0) { errno = ENOBUFS; return PyErr_SetFromErrno(PyExc_OSError); }
-    ring_kick(&p->ring, p->fd);
+    if (err == -2) return NULL;
+    if (err == -3) { PyErr_SetString(PyExc_ValueError, "ring_send: no ring"); return NULL; }
+    if (err) { errno = err; return PyErr_SetFromErrno(PyExc_OSError); }
     return PyLong_FromSsize_t(n);
 }
 
@@ -135,7 +148,7 @@ static PyObject *Pipeline_serve(Pipeline *P, PyObject *args) {
         }
         if (service(P, now, sent, &t) < 0) return NULL;
         if (!isnan(t) && t < wake) wake = t;
-        for (int i = 0; i < P->nports; i++) ring_kick(&P->ports[i].ring, P->ports[i].fd);
+        for (int i = 0; i < P->nports; i++) port_kick(P, &P->ports[i], i, now);
         if (PyList_GET_SIZE(sent)) return SERVED(SERVE_SENT);
         if (P->ev.len) return SERVED(SERVE_EVENTS);
         struct timespec ts, *tp = NULL;

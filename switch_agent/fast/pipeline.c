@@ -796,6 +796,45 @@ static double monotonic_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Agent.queue_of: the egress queue the event log names for a frame lost on the wire */
+static int queue_of(Pipeline *P, const unsigned char *f, Py_ssize_t n) {
+    return n > 15 && f[12] == 8 && f[13] == 0 ? P->q_by_tos[f[15]] : 0;
+}
+
+/* Kick port idx's TX ring. The frames the kernel left in it (ring_unsent) are taken out
+ * and dropped as the per-frame send drops a frame the kernel refuses (Agent.flush,
+ * FastAgent.send): tx_nobufs for ENOBUFS, tx_error for any other errno (a partial send:
+ * EAGAIN, the send buffer), no longer counted sent, logged if data (not MAC control:
+ * PFC). Dropped, not kept to retry: what refused them (no carrier, the peer's backlog
+ * full, the port down) holds for the frames behind too, a retry would wake the loop on
+ * its own until the link is back and then send stale frames, and the reference drops. */
+static void port_kick(Pipeline *P, Port *p, int idx, double now) {
+    if (!p->ring.pending) return;
+    int err = ring_kick(&p->ring, p->fd);
+    unsigned n = ring_unsent(&p->ring);
+    int reason = err == ENOBUFS ? D_TX_NOBUFS : D_TX_ERROR;
+    for (unsigned k = n; k > 0; k--) { /* oldest first */
+        struct tpacket2_hdr *h = ring_tx_slot(&p->ring, p->ring.tx_head + RING_TX - k);
+        const unsigned char *f = (const unsigned char *)h + RING_TX_DATA;
+        Py_ssize_t len = h->tp_len;
+        port_drop(p, reason);
+        p->tx_packets--;
+        p->tx_bytes -= len;
+        if (len < 3 || f[0] != 0x01 || f[1] != 0x80 || f[2] != 0xc2)
+            emit(EV_WIRE_DROP, idx, queue_of(P, f, len), reason, 0, now, 0.0);
+    }
+    ring_unwrite(&p->ring, n);
+}
+
+/* ring_tx, kicking the ring once when it is full of frames not yet kicked (QDISC_BYPASS:
+ * the kick hands them to the driver at once, their slots come back) */
+static int port_put(Pipeline *P, Port *p, int idx, const unsigned char *f, size_t n, double now) {
+    if (ring_tx(&p->ring, f, n) == 0) return 0;
+    if (!p->ring.pending) return -1;
+    port_kick(P, p, idx, now);
+    return ring_tx(&p->ring, f, n);
+}
+
 static int line_flush(Pipeline *P, Port *p, LineQ *line, PyObject *sent, int idx, double now,
                       double *nxt, int kind) {
     double sent_at = NAN;
@@ -824,14 +863,13 @@ static int line_flush(Pipeline *P, Port *p, LineQ *line, PyObject *sent, int idx
         Py_ssize_t n = PyBytes_GET_SIZE(frame);
         if (p->fd >= 0) { /* Agent.flush's send: an error drops the frame (logged if data) */
             const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
-            int failed = p->ring.map != NULL ? ring_put(&p->ring, p->fd, f, (size_t)n) < 0
+            int failed = p->ring.map != NULL ? port_put(P, p, idx, f, (size_t)n, now) < 0
                                              : send(p->fd, f, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0;
             if (failed) {
                 int reason = p->ring.map != NULL || errno == ENOBUFS ? D_TX_NOBUFS : D_TX_ERROR;
                 port_drop(p, reason);
                 if (kind == METER_TX)
-                    emit(EV_WIRE_DROP, idx, n > 15 && f[12] == 8 && f[13] == 0 ? P->q_by_tos[f[15]] : 0,
-                         reason, 0, now, 0.0);
+                    emit(EV_WIRE_DROP, idx, queue_of(P, f, n), reason, 0, now, 0.0);
             }
             Py_DECREF(frame);
             if (failed) continue;
@@ -1940,7 +1978,8 @@ PyMODINIT_FUNC PyInit__pipeline(void) {
         PyModule_AddIntConstant(m, "SERVE_DEADLINE", SERVE_DEADLINE) < 0 ||
         PyModule_AddIntConstant(m, "SERVE_EVENTS", SERVE_EVENTS) < 0 ||
         PyModule_AddIntConstant(m, "SERVE_SENT", SERVE_SENT) < 0 ||
-        PyModule_AddIntConstant(m, "SERVE_SIGNAL", SERVE_SIGNAL) < 0) {
+        PyModule_AddIntConstant(m, "SERVE_SIGNAL", SERVE_SIGNAL) < 0 ||
+        PyModule_AddIntConstant(m, "RING_RX", RING_RX) < 0) {
         Py_DECREF(m);
         return NULL;
     }

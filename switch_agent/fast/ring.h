@@ -12,6 +12,12 @@
  * with room to spare; 1024 RX slots (a little more than the 4 KB frames the 8 MB socket
  * buffer of emucore.rawsock.open_port held: a burst the socket took, the ring takes) and
  * 256 TX slots per port: 15 MB of kernel memory per port.
+ *
+ * Nothing is lost without a count. A frame arriving at a full RX ring the kernel drops
+ * and counts (PACKET_STATISTICS tp_drops): the agent reads the count at each counters()
+ * and on exit (switch_agent.port.Port.rx_overflow: drops `rx_ring_full`). A frame that
+ * finds no free TX slot, or that a kick's send() leaves in the ring (ring_unsent), is
+ * dropped and counted as the per-frame send drops one (pipeline.c port_put, port_kick).
  */
 #include <linux/if_packet.h>
 #include <sys/mman.h>
@@ -63,10 +69,14 @@ static void ring_rx_done(Ring *r, struct tpacket2_hdr *h) {
     r->rx_head = (r->rx_head + 1) % RING_RX;
 }
 
+static struct tpacket2_hdr *ring_tx_slot(Ring *r, unsigned k) {
+    return (struct tpacket2_hdr *)(r->map + (size_t)(RING_RX + k % RING_TX) * RING_FRAME);
+}
+
 /* Write one frame into the next TX slot; 0, or -1 when the ring is full (the kernel has
  * not sent the frames of the last kicks: as a socket buffer that is full). */
 static int ring_tx(Ring *r, const unsigned char *f, size_t n) {
-    struct tpacket2_hdr *h = (struct tpacket2_hdr *)(r->map + (size_t)(RING_RX + r->tx_head) * RING_FRAME);
+    struct tpacket2_hdr *h = ring_tx_slot(r, r->tx_head);
     if (__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) != TP_STATUS_AVAILABLE ||
         n > RING_FRAME - RING_TX_DATA)
         return -1;
@@ -78,18 +88,35 @@ static int ring_tx(Ring *r, const unsigned char *f, size_t n) {
     return 0;
 }
 
-/* Send what was written since the last kick (one syscall for them all). */
-static void ring_kick(Ring *r, int fd) {
-    if (!r->pending) return;
+/* Send what was written since the last kick (one syscall for them all): 0, or the errno
+ * of a send() that failed (0 too for one that sent only some: see ring_unsent). */
+static int ring_kick(Ring *r, int fd) {
+    if (!r->pending) return 0;
     r->pending = 0;
-    (void)send(fd, NULL, 0, MSG_DONTWAIT);
+    return send(fd, NULL, 0, MSG_DONTWAIT) < 0 ? errno : 0;
 }
 
-/* ring_tx, kicking the ring once when it is full of frames not yet kicked (QDISC_BYPASS:
- * the kick hands them to the driver at once, their slots come back) */
-static int ring_put(Ring *r, int fd, const unsigned char *f, size_t n) {
-    if (ring_tx(r, f, n) == 0) return 0;
-    if (!r->pending) return -1;
-    ring_kick(r, fd);
-    return ring_tx(r, f, n);
+/* After a kick: how many of the frames written last the kernel left in the ring. It
+ * takes the TP_STATUS_SEND_REQUEST slots in order and stops at the first it cannot send
+ * - the driver refused it (ENOBUFS: no carrier, a veth peer's backlog full; the kernel
+ * marks it SEND_REQUEST again), no send buffer for it (EAGAIN, or a partial send), the
+ * device down (ENETDOWN) - so those left are the newest ones, in a row. No one else
+ * marks a slot SEND_REQUEST and the kernel reads the ring only inside send(), so
+ * after it returns this count is exact. */
+static unsigned ring_unsent(Ring *r) {
+    unsigned k = 0;
+    while (k < RING_TX && __atomic_load_n(&ring_tx_slot(r, r->tx_head + RING_TX - 1 - k)->tp_status,
+                                          __ATOMIC_ACQUIRE) == TP_STATUS_SEND_REQUEST)
+        k++;
+    return k;
+}
+
+/* The n newest frames out of the ring, unsent: their slots back to us, and the next
+ * frame written goes where the kernel looks next (the oldest of them). */
+static void ring_unwrite(Ring *r, unsigned n) {
+    for (unsigned k = 0; k < n; k++) {
+        r->tx_head = (r->tx_head + RING_TX - 1) % RING_TX;
+        __atomic_store_n(&ring_tx_slot(r, r->tx_head)->tp_status, TP_STATUS_AVAILABLE,
+                         __ATOMIC_RELEASE);
+    }
 }

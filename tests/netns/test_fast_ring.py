@@ -5,7 +5,13 @@ control plane decides, expired TTLs it answers) and the TX rings; the peers rece
 what the Python reference agent sends for the same frames, port by port, and the
 counters are the reference's. Python's own sends (LLDP) leave through the TX ring, and
 many frames share one wake-up. Also a port going down (counted once, as serve does) and
-the switch down: frames counted and dropped."""
+the switch down: frames counted and dropped.
+
+Nothing lost without a count: frames sent at a port while the loop does not poll fill
+its RX ring and the kernel drops the rest - the agent's `rx_ring_drops` is what the
+kernel's PACKET_STATISTICS reported, and sent = received + dropped exactly; frames a
+kick's send() leaves in a TX ring (the peer down: no carrier) are dropped as `tx_nobufs`,
+one by one, and the ring still sends what comes after, nothing stale."""
 
 import json
 import os
@@ -31,11 +37,7 @@ def child() -> None:
     from switch_agent import fastagent
     from tests.unit.test_fast_pipeline import FIB, config, reference, trace
 
-    subprocess.run("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
-                   "net.ipv6.conf.default.disable_ipv6=1", shell=True, check=True)
-    for port, peer in PEER.items():
-        subprocess.run(f"ip link add {port} mtu 9300 type veth peer name {peer} mtu 9300 && "
-                       f"ip link set {port} up && ip link set {peer} up", shell=True, check=True)
+    veths()
     cfg = config(None, shaped=False, queue_limit=10_000_000)  # no tail drops, any batching
     fa = fastagent.build(cfg, "fast")
     fa.install_fib(*FIB)
@@ -95,6 +97,112 @@ def child() -> None:
                       "down": down, "netdown": netdown, "spins": spins, "inf": math.inf > 0}))
 
 
+def veths() -> None:
+    """A veth pair per switch port (PEER), IPv6 off: nothing arrives but what we send."""
+    subprocess.run("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
+                   "net.ipv6.conf.default.disable_ipv6=1", shell=True, check=True)
+    for port, peer in PEER.items():
+        subprocess.run(f"ip link add {port} mtu 9300 type veth peer name {peer} mtu 9300 && "
+                       f"ip link set {port} up && ip link set {peer} up", shell=True, check=True)
+
+
+def overflow_child() -> None:
+    """Run in the new namespace: frames blasted at eth5 while C's loop does not poll,
+    then served; K frames to eth2 while its peer is down, K more once it is up."""
+    import errno
+    import select
+    import tempfile
+    import time
+    from dataclasses import replace
+
+    from emucore import rawsock
+    from emucore.wire.ether import mac_bytes
+    from switch_agent import fastagent, port as portmod
+    from switch_agent.fast import _pipeline
+    from tests.unit.test_fast_pipeline import FIB, HOSTS, config
+    from traffic.tools.rawgen import build_frame
+
+    veths()
+    events = Path(tempfile.mkdtemp()) / "e.jsonl"
+    cfg = replace(config(None, shaped=False), events_path=str(events))
+    fa = fastagent.build(cfg, "fast")
+    fa.install_fib(*FIB)
+    peers = {port: rawsock.open_port(peer) for port, peer in PEER.items()}
+    rings = fa.open_rings(time.monotonic())
+    read, kernel = portmod.packet_stats, []  # what the kernel reported at each reading
+
+    def recorded(sock) -> tuple[int, int]:
+        kernel.append((sock.fileno(), *read(sock)))
+        return kernel[-1][1:]
+
+    portmod.packet_stats = recorded
+    fa.snapshot()
+    kernel.clear()
+    ep = select.epoll()
+    for fd in fa.by_fd:
+        ep.register(fd, select.EPOLLIN)
+    watchdog, sent = [], []
+
+    def serve(seconds: float) -> None:
+        _, now = fa.fast.c.serve(ep.fileno(), time.monotonic() + seconds, True, fa.punted,
+                                 watchdog, sent)
+        fa.served(now, watchdog, sent)
+
+    # to a MAC not the switch's: counted received and dropped, nothing forwarded
+    frame = bytes(build_frame(mac_bytes("02:00:00:00:07:01"), mac_bytes("02:00:00:00:00:99"),
+                              "10.0.2.14", "10.0.1.11", 1000))
+    n_sent = 0
+    for _ in range(N_BLAST):
+        try:
+            peers["eth5"].send(frame)
+            n_sent += 1
+        except OSError:
+            pass
+    received = fa.fast.c.loop_stats()[1]
+    for _ in range(5):
+        serve(0.02)
+    received = fa.fast.c.loop_stats()[1] - received
+    snaps = [fa.snapshot()["ports"] for _ in range(2)]
+    eth5 = [s["eth5"] for s in snaps]
+    fd5 = fa.ports["eth5"].sock.fileno()
+    reported = [(p, d) for fd, p, d in kernel if fd == fd5]
+
+    i2 = fa.fast.index["eth2"]
+    data = bytes(build_frame(mac_bytes(HOSTS["eth1"][0]), mac_bytes(HOSTS["eth2"][0]),
+                             "10.0.1.11", "10.0.1.12", 200))
+    subprocess.run("ip link set p2 down", shell=True, check=True)  # eth2: no carrier
+    for k in range(K):
+        fa.fast.c.enqueue(i2, 0, data[:-1] + bytes([k]), 0.0, 0)
+    serve(0.01)
+    down = fa.snapshot()["ports"]["eth2"]
+    subprocess.run("ip link set p2 up", shell=True, check=True)
+    time.sleep(0.05)
+    for k in range(K):
+        fa.fast.c.enqueue(i2, 0, data[:-1] + bytes([100 + k]), 0.0, 0)
+    serve(0.01)
+    up = fa.snapshot()["ports"]["eth2"]
+    got = []
+    while True:
+        try:
+            got.append(peers["eth2"].recv(65535)[-1])
+        except BlockingIOError:
+            break
+        except OSError as exc:  # the ENETDOWN of p2's down, reported once
+            assert exc.errno == errno.ENETDOWN
+    fa.close()
+    log = [json.loads(line) for line in events.read_text().splitlines()]
+    drops = [e for e in log if e["ev"] == "drop"]
+    print(json.dumps({
+        "rings": rings, "sent": n_sent, "received": received, "ring_rx": _pipeline.RING_RX,
+        "eth5": eth5, "reported": reported, "down": down, "up": up, "got": got,
+        "ring_events": [e["count"] for e in drops if e["reason"] == "rx_ring_full"],
+        "tx_events": [(e["port"], e["queue"]) for e in drops if e["reason"] == "tx_nobufs"],
+        "tx": sum(p["tx_packets"] for p in snaps[0].values())}))
+
+
+N_BLAST, K = 3000, 5  # frames sent at eth5's ring of RING_RX slots; to eth2 down, then up
+
+
 def drain(s) -> list[str]:
     out = []
     while True:
@@ -105,23 +213,30 @@ def drain(s) -> list[str]:
 
 
 CHILD = "from tests.netns.test_fast_ring import child; child()"
+OVERFLOW_CHILD = "from tests.netns.test_fast_ring import overflow_child; overflow_child()"
 
 
-@pytest.mark.parametrize("sanitized", [False, True])
-def test_the_ring_loop_forwards_what_python_does(sanitized, tmp_path):
-    """Also against an ASan + UBSan build (tests/unit/test_fast_pipeline's loading)."""
-    cmd, env = [sys.executable, "-c", CHILD], {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_child(code: str, sanitized: bool, tmp_path: Path) -> dict:
+    """`code` in a network namespace of its own (under ASan + UBSan: the sanitized build,
+    tests/unit/test_fast_pipeline's loading); the JSON it printed last."""
+    cmd, env = [sys.executable, "-c", code], {**os.environ, "PYTHONPATH": str(ROOT)}
     if sanitized:
         from emucore import cbuild
         from tests.unit import test_fast_pipeline as t
         so = cbuild.build("switch_agent.fast._pipeline", sanitize=True, out_dir=tmp_path)
         load = t.SANITIZED_CHILD[:t.SANITIZED_CHILD.index("from tests.unit")]
-        cmd, env = [sys.executable, "-c", load + CHILD, str(so)], cbuild.sanitized_env(tmp_path)
+        cmd, env = [sys.executable, "-c", load + code, str(so)], cbuild.sanitized_env(tmp_path)
     r = subprocess.run(["unshare", "-n", *cmd], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "runtime error" not in r.stderr
-    out = json.loads(r.stdout.splitlines()[-1])
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("sanitized", [False, True])
+def test_the_ring_loop_forwards_what_python_does(sanitized, tmp_path):
+    """Also against an ASan + UBSan build (tests/unit/test_fast_pipeline's loading)."""
+    out = run_child(CHILD, sanitized, tmp_path)
     assert out["rings"] and out["frames"] > 1000
     assert out["got"] == out["want"]
     assert out["counters"] == out["ref_counters"]
@@ -130,3 +245,28 @@ def test_the_ring_loop_forwards_what_python_does(sanitized, tmp_path):
     assert out["wakes"] < out["frames"] / 4  # frames share wake-ups
     assert out["down"] == 10
     assert out["netdown"] == 1 and out["spins"] <= 2
+
+
+@pytest.mark.parametrize("sanitized", [False, True])
+def test_no_frame_is_lost_without_a_count(sanitized, tmp_path):
+    """RX: the ring took RING_RX frames while the loop did not poll, the kernel dropped
+    the rest and said so (PACKET_STATISTICS: tp_packets counts every frame that reached
+    the socket, tp_drops those dropped); the agent shows exactly its count, once, and
+    logs it. TX: the K frames a kick could not send (no carrier) are K `tx_nobufs`,
+    not sent, each logged; after the carrier is back the next K leave, and only they."""
+    out = run_child(OVERFLOW_CHILD, sanitized, tmp_path)
+    assert out["rings"] and out["sent"] == N_BLAST
+    first, again = out["eth5"]
+    assert out["received"] == out["ring_rx"]  # the ring's slots, filled before any poll
+    assert sum(p for p, _ in out["reported"]) == out["sent"]
+    dropped = sum(d for _, d in out["reported"])
+    assert first["rx_ring_drops"] == dropped == first["drops"]["rx_ring_full"]
+    assert out["sent"] == out["received"] + first["rx_ring_drops"]
+    assert first["rx_packets"] == out["received"] and out["tx"] == 0
+    assert again["rx_ring_drops"] == first["rx_ring_drops"]  # read once, not again
+    assert out["ring_events"] == [dropped]
+    down, up = out["down"], out["up"]
+    assert down["drops"].get("tx_nobufs") == K and down["tx_packets"] == 0
+    assert out["tx_events"] == [["eth2", 0]] * K
+    assert up["tx_packets"] == K and up["drops"].get("tx_nobufs") == K
+    assert sorted(out["got"]) == [100 + k for k in range(K)]
