@@ -71,6 +71,9 @@ DEFERRED = {
                                             "EMU_DATAPATH=python runs where it is not built",
     ("switch_agent.fastagent", "switch_agent.fast.pipeline"): "the C agent pipeline is imported "
                                                              "only when chosen (EMU_DATAPATH auto or fast)",
+    ("emu.observe.calibrate", "switch_agent.fast.pipeline"): "the C pipeline is timed only for "
+                                                             "a run whose agents run C; the "
+                                                             "Python one runs where it is not built",
 }
 
 
