@@ -10,17 +10,19 @@ The rule (`choose`, pure, table-tested in tests/unit/test_autotdf.py):
   inter-host hops on one rail switch: 1 hop; its intra-host hops use no NIC, so "every
   GPU" over-counts - the safe side). Reachability alone (no workload) is no load.
 * cost per frame: (hops + `NIC_ENDS`) units of the agent pipeline's time per frame as
-  this machine runs it (`python -m emu.observe.calibrate`, ~0.3 s: the routed book-QoS path of
-  `bench switch`), times `COST_FACTOR` for what the in-process pipeline leaves out
-  (two system calls and the kernel's veth work per hop, the NICs' own Python per frame,
-  ACKs, the workers and the sampler).
+  this machine runs it on the path the run's switch agents will take (`agents_path`:
+  the Python agent, or C's pipeline and ring poll loop under `--datapath auto|fast`;
+  `python -m emu.observe.calibrate --path python|c`, ~0.3 s of the routed book-QoS
+  frame), times that path's `COST_FACTOR` for what the in-process pipeline leaves out
+  (wake-ups, system calls and the kernel's veth work per hop, the NICs per frame, ACKs,
+  the workers and the sampler).
 * the lab must do (model frames/s x units x cost) / TDF CPU seconds per second on
   `emucore.fidelity.TARGET_LOAD` of the machine's cores: TDF >= that demand / (0.7 x
   cores), rounded up to a nice value (`emucore.fidelity.nice_up`), never below the
   topology's own TDF (its `tdf:`, else 5000 - `bench tdf`'s lossless figure), which
   is the floor.
 
-`COST_FACTOR` = 30 is fitted on the 2-core VM (routed pipeline 5.9 us per frame) to
+`COST_FACTOR["python"]` = 30 is fitted on the 2-core VM (routed pipeline 5.9 us per frame) to
 `emu run` AllReduces judged by the guard (model time; guard p99 lag against 1 us):
 rail2x4 16 MB at TDF 2000 4.5-6.5 ms (7.5-13 us, lost), 5000 1.98-2.07 ms (1.3-2.4
 us, lost), 8000 1.325 ms (1.3 us, lost), 10000 1.184 ms (1.0 us, at the bound),
@@ -29,6 +31,39 @@ lost), 20000 0.629 ms (1.8 us, lost). The rule gives rail2x4 ~18,000 -> 20000 (t
 first TDF measured comfortably inside the bound; 12.5 gave 10000, at the bound, and
 fresh-clone CI runs there ended at p99 1.3-1.8 us) and rail8x4 ~73,000 -> 100000.
 The guard (emu.observe.guard) judges every run afterwards, whatever the TDF.
+
+`COST_FACTOR["c"]` is fitted to whole-run CPU figures, not to verdicts of its own: a
+C-path unit costs what a Python-path unit does times the ratio of the two paths' agent
+CPU per frame-hop in whole runs, the two pipelines' calibrations taken the same day
+(docs/PERFORMANCE.md "The compiled data path", 2026-11-27, the 2-core VM under other
+work):
+
+* whole runs (rail2x4, TDF 10000, `--pcap none`), agents' CPU per frame-hop,
+  fast+rings / python: write 16 MB 67.8 / 190 us (both kept up) -> 0.357; AllReduce 16
+  MB 39.1 / 108.8 us -> 0.359, whose Python run lost fidelity (a Python agent that falls
+  behind spends more per frame), so the write's ratio is the one used;
+* the two calibrations the same day (thread CPU, best batch): the Python pipeline
+  17.8-18.2 us per frame, the C pipeline with its loop in C (`run_frames`) 0.46-0.50 us:
+  midpoints 18.0 / 0.48 = 37.5;
+* `COST_FACTOR["c"]` = 30 x (67.8 / 190) x (18.0 / 0.48) = 401.4, so on one machine the
+  C path's demand, and its TDF before rounding, is 0.357 x the Python path's.
+
+Against the guard's verdicts: the same table's fast+rings AllReduce and write kept up at
+10000 (p99 0.56 us) where the Python AllReduce did not; `emu bench speed` (the C
+pipeline in Python's poll loop, without the rings) kept up from 15,000 against Python's
+30,000. The rule picks 20000 for a rail2x4 AllReduce at 0.48 us (need ~19,800), 100000
+for rail8x4. It is a heuristic for the TDF, never a lab's bound. `NIC_ENDS` stays 2 hops at the
+path's cost on both paths: docs/PERFORMANCE.md has no per-frame CPU figure of the NICs
+(C framing, DCQCN and RC WRITE packets under auto, Python otherwise; the whole-run rows
+count the agents' CPU only), so there is nothing to count them by yet.
+
+A run whose agents are not all C is sized as Python (the safe side): `--datapath
+python`; `auto` with a configuration the C pipeline refuses (`switch_agent.fast.pipeline.
+check_config` / `check_agent`: trimming, LLR, CBFC, a load balancing other than ECMP),
+whose agents then run Python; and `EMU_FAST_RINGS=0`, the C pipeline in Python's poll
+loop (0.74-0.83 x Python's CPU per frame-hop in the same document). A C calibration that
+fails (the C module not built) says so and assumes the C reference figure, never
+Python's.
 """
 
 from __future__ import annotations
@@ -38,6 +73,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from emu.realise.procs import REPO
@@ -47,14 +83,24 @@ from emucore.timedil import format_rate
 from topologies.model import Fabric
 
 ROCE_FRAME = 14 + 20 + 8 + 12 + 16 + 4096 + 4  # Eth/IPv4/UDP/BTH/RETH/4096 B/ICRC
+PYTHON, C = "python", "c"  # the switch agents' paths (emu.observe.calibrate.PATHS)
+PATH_NAME = {PYTHON: "Python", C: "C"}
 #: per frame, the sending and the receiving NIC each cost about one switch hop
 NIC_ENDS = 2
-#: real per-frame-hop CPU / the in-process pipeline's (fitted: module docstring)
-COST_FACTOR = 30.0
-#: the routed book-QoS pipeline on the 2-core VM (docs/PERFORMANCE.md, `bench switch`): used when
-#: the calibration cannot run
-REFERENCE_S_PER_FRAME = 5.9e-6
+#: docs/PERFORMANCE.md "The compiled data path" (module docstring): agents' CPU per
+#: frame-hop of the whole rail2x4 16 MB write, fast+rings / python, and the two
+#: calibrations of the same day
+WRITE_HOP_C, WRITE_HOP_PY = 67.8e-6, 190e-6
+CAL_C, CAL_PY = 0.48e-6, 18.0e-6
+#: real per-frame-hop CPU / the in-process pipeline's, per path: Python's fitted to
+#: verdicts, C's derived from Python's (module docstring)
+COST_FACTOR = {PYTHON: 30.0}
+COST_FACTOR[C] = COST_FACTOR[PYTHON] * (WRITE_HOP_C / WRITE_HOP_PY) * (CAL_PY / CAL_C)
+#: the routed book-QoS pipeline per frame when the calibration cannot run: Python's on
+#: the 2-core VM when the factor was fitted (`bench switch`), C's the day of its factor
+REFERENCE_S_PER_FRAME = {PYTHON: 5.9e-6, C: CAL_C}
 CALIBRATION_S = 0.3
+RINGS_ENV = "EMU_FAST_RINGS"  # "0": the fast agents poll in Python (switch_agent.fastagent.RINGS)
 
 
 @dataclass(frozen=True)
@@ -78,11 +124,14 @@ class Choice:
     tdf: float
     need: float  # the TDF the load needs on this machine, before rounding and the floor
     reason: str
+    path: str = PYTHON  # the agents' path it was sized for
+    s_per_frame: float = 0.0  # that path's calibration (0: none was needed)
 
     def to_dict(self) -> dict:
         """summary.json's "tdf_choice"."""
         return {"mode": "auto", "tdf": self.tdf, "need": round(self.need, 1),
-                "reason": self.reason}
+                "path": self.path, "s_per_frame": self.s_per_frame,
+                "cost_factor": round(COST_FACTOR[self.path], 1), "reason": self.reason}
 
 
 def _switch_of(fab: Fabric, gpu: str) -> tuple[str, float]:
@@ -112,22 +161,42 @@ def offered_load(fab: Fabric, workload: str | None, options: dict | None) -> Loa
                 f"{sum(hops) / len(hops):g} switch hops per frame")
 
 
-def choose(load: Load, s_per_frame: float, cores: int, floor: float) -> tuple[float, float]:
+def agents_path(mode: str, qos, lb: dict | None,
+                env: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """(PYTHON or C, why): the pipeline a run's switch agents will take under datapath
+    `mode` (switch_agent.fastagent.build) with the run's `qos` (QosConfig or None) and
+    `lb` (switch -> emucore.lbconfig.LoadBalance); PYTHON when any agent will."""
+    if mode == PYTHON:
+        return PYTHON, "--datapath python"
+    refused = [f"qos.{f}" for f in ("trim", "llr", "cbfc") if getattr(qos, f, None)]
+    refused += sorted({f"lb.mode {b.mode}" for b in (lb or {}).values() if b.mode != "ecmp"})
+    if refused and mode == "auto":
+        return PYTHON, f"--datapath auto, and C refuses {', '.join(refused)}"
+    if env.get(RINGS_ENV, "1") == "0":
+        return PYTHON, (f"{RINGS_ENV}=0: C's pipeline in Python's poll loop, sized as "
+                        "Python's")
+    return C, f"--datapath {mode}: C's pipeline and ring poll loop"
+
+
+def choose(load: Load, s_per_frame: float, cores: int, floor: float,
+           path: str = PYTHON) -> tuple[float, float]:
     """(TDF, the TDF the load needs): the lab's CPU demand at TDF T is
-    frames/s x (hops + NIC_ENDS) x s_per_frame x COST_FACTOR / T; keep it within
+    frames/s x (hops + NIC_ENDS) x s_per_frame x COST_FACTOR[path] / T; keep it within
     TARGET_LOAD x cores, round up nicely, never below `floor`."""
     if s_per_frame <= 0 or cores <= 0 or floor <= 0:
         raise ValueError(f"s_per_frame, cores and floor must be > 0, got {s_per_frame!r}, "
                          f"{cores!r}, {floor!r}")
     demand = (load.frames_per_model_s() * (load.hops + NIC_ENDS) * s_per_frame
-              * COST_FACTOR)  # lab CPU seconds per model second
+              * COST_FACTOR[path])  # lab CPU seconds per model second
     need = demand / (TARGET_LOAD * cores)
     return (max(floor, nice_up(need)) if need > 0 else floor), need
 
 
 def explain(fab: Fabric, load: Load, s_per_frame: float, cores: int, tdf: float,
-            need: float, floor: float, calibrated: str) -> str:
-    """The printed reason of a choice (`s_per_frame` unused without load)."""
+            need: float, floor: float, calibrated: str,
+            agents: tuple[str, str] = (PYTHON, "")) -> str:
+    """The printed reason of a choice (`s_per_frame` and `agents`, (path, why), unused
+    without load)."""
     ports = sum(len(fab.node_ports(s.name)) for s in fab.switches())
     rates = sorted({_switch_of(fab, g)[1] for g in fab.gpus})
     head = (f"TDF auto: {tdf:g} - {fab.name} has {len(fab.switches())} switches "
@@ -135,9 +204,12 @@ def explain(fab: Fabric, load: Load, s_per_frame: float, cores: int, tdf: float,
             f"{'/'.join(format_rate(r) for r in rates)}; {load.what}")
     if load.senders == 0:
         return f"{head}: no data-path load, so the topology's TDF {floor:g}."
-    cap = TARGET_LOAD * cores / (s_per_frame * COST_FACTOR)
-    machine = (f"this machine's agent pipeline forwards ~{1 / s_per_frame:,.0f} frames/s in "
-               f"Python ({calibrated}); with system calls and NICs (x{COST_FACTOR:g}) "
+    path, why = agents
+    factor = COST_FACTOR[path]
+    cap = TARGET_LOAD * cores / (s_per_frame * factor)
+    machine = (f"the switch agents run {PATH_NAME[path]} ({why}), whose pipeline forwards "
+               f"~{1 / s_per_frame:,.0f} frames/s on this machine ({calibrated}); with "
+               f"system calls and NICs (x{factor:.0f}, {PATH_NAME[path]}'s factor) "
                f"{cores} core{'s' * (cores > 1)} at {TARGET_LOAD:.0%} take "
                f"~{cap:,.0f} frame-hops/s")
     lab = load.frames_per_model_s() * (load.hops + NIC_ENDS) / tdf
@@ -147,20 +219,27 @@ def explain(fab: Fabric, load: Load, s_per_frame: float, cores: int, tdf: float,
             f"at TDF {tdf:g} the run asks ~{lab:,.0f}: {tail}.")
 
 
-def calibrate(seconds: float = CALIBRATION_S) -> tuple[float, str]:
-    """Seconds per frame of this machine's agent pipeline (`python -m emu.observe.calibrate` in
-    a child, so that the pipeline is never imported by `emu` itself), and how it was
-    found; the reference figure of docs/PERFORMANCE.md when the child fails."""
+def calibrate(seconds: float = CALIBRATION_S, path: str = PYTHON) -> tuple[float, str]:
+    """Seconds per frame of this machine's agent pipeline on `path` (`python -m
+    emu.observe.calibrate --path P` in a child, so that the pipeline is never imported by
+    `emu` itself), and how it was found; that path's reference figure when the child
+    fails, saying why (for C, e.g. that its module is not built)."""
+    name = PATH_NAME[path]
     try:
-        r = subprocess.run([sys.executable, "-m", "emu.observe.calibrate", "--seconds", str(seconds)],
+        r = subprocess.run([sys.executable, "-m", "emu.observe.calibrate", "--seconds",
+                            str(seconds), "--path", path],
                            cwd=str(REPO), capture_output=True, text=True, timeout=60)
-        s = float(json.loads(r.stdout)["s_per_frame"])
+        out = json.loads(r.stdout)
+        if "error" in out:
+            raise ValueError(out["error"])
+        s = float(out["s_per_frame"])
         if not (math.isfinite(s) and s > 0):
             raise ValueError(f"s_per_frame {s!r}")
         return s, f"measured in {seconds:g} s"
     except (OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
-        return REFERENCE_S_PER_FRAME, (f"calibration failed ({exc}); assumed "
-                                       f"{REFERENCE_S_PER_FRAME * 1e6:g} us/frame")
+        ref = REFERENCE_S_PER_FRAME[path]
+        return ref, (f"calibrating the {name} pipeline failed ({exc}); assumed {name}'s "
+                     f"{ref * 1e6:g} us/frame")
 
 
 def machine_cores() -> int:
@@ -172,13 +251,17 @@ def machine_cores() -> int:
 
 
 def auto(fab: Fabric, workload: str | None, options: dict | None,
-         measured: tuple[float, str] | None = None, cores: int | None = None) -> Choice:
-    """The auto TDF for a fabric whose `tdf` is the floor (calibrates unless `measured`
-    (s_per_frame, how) is given)."""
+         measured: tuple[float, str] | None = None, cores: int | None = None,
+         agents: tuple[str, str] = (PYTHON, "the agents' path not given")) -> Choice:
+    """The auto TDF for a fabric whose `tdf` is the floor, sized for the agents' path
+    (`agents`: (path, why), `agents_path`); calibrates that path unless `measured`
+    (s_per_frame, how) is given."""
     load = offered_load(fab, workload, options)
+    path = agents[0]
     if load.senders == 0:  # nothing to size: no calibration either
-        measured = measured or (REFERENCE_S_PER_FRAME, "not calibrated")
-    s, how = measured if measured is not None else calibrate()
+        measured = measured or (REFERENCE_S_PER_FRAME[path], "not calibrated")
+    s, how = measured if measured is not None else calibrate(path=path)
     cores = cores or machine_cores()
-    tdf, need = choose(load, s, cores, fab.tdf)
-    return Choice(tdf, need, explain(fab, load, s, cores, tdf, need, fab.tdf, how))
+    tdf, need = choose(load, s, cores, fab.tdf, path)
+    return Choice(tdf, need, explain(fab, load, s, cores, tdf, need, fab.tdf, how, agents),
+                  path, s if load.senders else 0.0)

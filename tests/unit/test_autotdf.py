@@ -1,34 +1,105 @@
 """`--tdf auto` (emu.run.autotdf): the choice as a table, with the calibration given."""
 
+import subprocess
+
 import pytest
 
 import topologies
 from emu.run import autotdf
-from emu.run.autotdf import Load, choose, offered_load
+from emu.run.autotdf import C, PYTHON, Load, agents_path, choose, offered_load
+from emucore.lbconfig import LoadBalance
+from emucore.qos.llr import Llr
+from emucore.qos.qosconfig import QosConfig
+from emucore.qos.trim import Trim
 
 S = 5.9e-6  # the routed book-QoS pipeline on the 2-core VM (docs/PERFORMANCE.md, bench switch)
+SC = 0.48e-6  # the C pipeline, its loop in C, 2026-11-27 (docs/PERFORMANCE.md)
 ALL = {"gpus": ["x"], "sizes": [1]}
+#: a C-path unit / a Python-path unit on one machine: the write's agent CPU per frame-hop
+#: fast+rings / python, 67.8 / 190 us (docs/PERFORMANCE.md "The compiled data path")
+C_RATIO = 67.8 / 190
 
 
-@pytest.mark.parametrize("topo, workload, options, s, cores, expect_need, expect_tdf", [
+def test_the_c_factor_is_the_pythons_scaled_by_the_measured_ratios():
+    """30 x (67.8 / 190) x (18.0 / 0.48): the whole-run ratio, the calibrations' ratio."""
+    assert autotdf.COST_FACTOR[C] == pytest.approx(30 * C_RATIO * 18.0 / 0.48)
+    assert round(autotdf.COST_FACTOR[C], 1) == 401.4
+
+
+@pytest.mark.parametrize("path, topo, workload, options, s, cores, expect_need, expect_tdf", [
     # rail2x4 AllReduce 16 MB: kept up at 20000 (p99 0.13 us), at the bound at 10000,
     # lost at 8000 and below -> 20000
-    ("rail2x4", "allreduce", ALL, S, 2, 18191, 20000),
-    ("rail8x4", "allreduce", ALL, S, 2, 72765, 100000),       # 32 ranks (lost at 20000)
-    ("rail8x4", "allreduce", ALL, S, 8, 18191, 20000),         # 4x the cores
-    ("rail8x4", "allreduce", ALL, 2 * S, 2, 145529, 150000),   # a 2x slower machine
-    ("rail2x4", "write", {"gpus": ["h1g1", "h4g2"]}, S, 2, 3790, 5000),  # 1 sender, 3 hops
-    ("rail2x4", "write", {"gpus": ["h1g1", "h2g1"]}, S, 2, 2274, 5000),  # same rail: 1 hop
+    (PYTHON, "rail2x4", "allreduce", ALL, S, 2, 18191, 20000),
+    (PYTHON, "rail8x4", "allreduce", ALL, S, 2, 72765, 100000),       # 32 ranks (lost at 20000)
+    (PYTHON, "rail8x4", "allreduce", ALL, S, 8, 18191, 20000),         # 4x the cores
+    (PYTHON, "rail8x4", "allreduce", ALL, 2 * S, 2, 145529, 150000),   # a 2x slower machine
+    (PYTHON, "rail2x4", "write", {"gpus": ["h1g1", "h4g2"]}, S, 2, 3790, 5000),  # 3 hops
+    (PYTHON, "rail2x4", "write", {"gpus": ["h1g1", "h2g1"]}, S, 2, 2274, 5000),  # 1 hop
     # 3:1 incast within rail1: kept up at 8000 (p99 0.75 us), lost at 2000 (3.2 us)
-    ("rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, S, 2, 6822, 7000),
-    ("rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, 40 * S, 2, 272867,
-     300000),
-    ("rail2x4", None, None, S, 2, 0, 5000),                    # reachability only
+    (PYTHON, "rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, S, 2, 6822, 7000),
+    (PYTHON, "rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, 40 * S, 2,
+     272867, 300000),
+    (PYTHON, "rail2x4", None, None, S, 2, 0, 5000),                    # reachability only
+    # the C path: a Python row's need x (SC x 401.4) / (S x 30), e.g. rail2x4's AllReduce
+    # 18191 x 1.0886 = 19804 (fast+rings kept up at 10000, p99 0.56 us)
+    (C, "rail2x4", "allreduce", ALL, SC, 2, 19804, 20000),
+    (C, "rail8x4", "allreduce", ALL, SC, 2, 79217, 100000),           # 4 x 19804
+    (C, "rail8x4", "allreduce", ALL, SC, 8, 19804, 20000),             # 4x the cores
+    (C, "rail2x4", "allreduce", ALL, 1.25 * SC, 2, 24755, 30000),      # a 1.25x slower machine
+    (C, "rail2x4", "write", {"gpus": ["h1g1", "h4g2"]}, SC, 2, 4126, 5000),  # the floor
+    (C, "rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, SC, 2, 7427, 10000),
+    (C, "rail2x4", None, None, SC, 2, 0, 5000),
 ])
-def test_choice(topo, workload, options, s, cores, expect_need, expect_tdf):
+def test_choice(path, topo, workload, options, s, cores, expect_need, expect_tdf):
     fab = topologies.load(topo)
-    tdf, need = choose(offered_load(fab, workload, options), s, cores, fab.tdf)
+    tdf, need = choose(offered_load(fab, workload, options), s, cores, fab.tdf, path)
     assert round(need) == expect_need and tdf == expect_tdf
+
+
+def test_one_machine_the_c_paths_need_is_the_whole_run_ratio_of_pythons():
+    """Calibrations in the ratio of the day the C factor was taken (18.0 / 0.48 us): the C
+    path needs 0.357 x the Python path's TDF, the write's agent CPU ratio."""
+    load = offered_load(topologies.load("rail8x4"), "allreduce", ALL)
+    py, c = choose(load, 18.0e-6, 2, 1.0)[1], choose(load, 0.48e-6, 2, 1.0, C)[1]
+    assert c / py == pytest.approx(C_RATIO)
+
+
+@pytest.mark.parametrize("mode, qos, lb, env, expect, says", [
+    ("python", None, None, {}, PYTHON, "--datapath python"),
+    ("auto", QosConfig(), None, {}, C, "--datapath auto: C's pipeline and ring poll loop"),
+    ("fast", QosConfig(), {"rail1": LoadBalance()}, {}, C, "--datapath fast"),  # ECMP
+    ("auto", None, None, {"EMU_FAST_RINGS": "1"}, C, "ring poll loop"),
+    ("auto", QosConfig(trim=Trim()), None, {}, PYTHON, "C refuses qos.trim"),
+    ("auto", QosConfig(llr=Llr()), None, {}, PYTHON, "C refuses qos.llr"),
+    ("auto", QosConfig(), {"rail1": LoadBalance(mode="spray"), "rail2": LoadBalance()}, {},
+     PYTHON, "C refuses lb.mode spray"),
+    ("auto", QosConfig(), {"rail1": LoadBalance(mode="flowlet")}, {}, PYTHON, "flowlet"),
+    ("fast", QosConfig(trim=Trim()), None, {}, C, "--datapath fast"),  # agents refuse to start
+    ("auto", QosConfig(), None, {"EMU_FAST_RINGS": "0"}, PYTHON, "Python's poll loop"),
+    ("fast", None, None, {"EMU_FAST_RINGS": "0"}, PYTHON, "EMU_FAST_RINGS=0"),
+])
+def test_the_agents_path(mode, qos, lb, env, expect, says):
+    path, why = agents_path(mode, qos, lb, env)
+    assert path == expect and says in why
+
+
+def test_a_c_calibration_that_fails_says_so_and_assumes_cs_figure(monkeypatch):
+    """The C module not built: the child says so, and the reason carries it; the figure
+    assumed is C's reference, never the Python pipeline's."""
+    error = ('{"path": "c", "error": "switch_agent.fast._pipeline is not built from '
+             'today\'s sources: run ./setup.sh"}')
+    asked = []
+
+    def fake_run(argv, **kw):
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 1, error, "")
+
+    monkeypatch.setattr(autotdf.subprocess, "run", fake_run)
+    s, how = autotdf.calibrate(0.1, C)
+    assert asked[0][-2:] == ["--path", "c"]
+    assert s == autotdf.REFERENCE_S_PER_FRAME[C] == SC
+    assert how.startswith("calibrating the C pipeline failed (switch_agent.fast._pipeline is "
+                          "not built") and how.endswith("assumed C's 0.48 us/frame")
 
 
 def test_the_topologys_tdf_is_the_floor_and_a_higher_need_wins():
@@ -50,11 +121,28 @@ def test_offered_load():
 
 def test_the_printed_reason():
     fab = topologies.load("rail8x4")
-    c = autotdf.auto(fab, "allreduce", ALL, measured=(S, "measured in 0.3 s"), cores=2)
+    c = autotdf.auto(fab, "allreduce", ALL, measured=(S, "measured in 0.3 s"), cores=2,
+                     agents=agents_path("python", None, None, {}))
     assert c.tdf == 100000 and c.to_dict()["mode"] == "auto"
     assert c.reason.startswith("TDF auto: 100000 - rail8x4 has 10 switches (64 ports) and 32 "
                                "NICs x 200 Gbps; allreduce: every GPU's NIC at line rate")
-    assert "~169,492 frames/s in Python (measured in 0.3 s)" in c.reason
+    assert ("the switch agents run Python (--datapath python), whose pipeline forwards "
+            "~169,492 frames/s on this machine (measured in 0.3 s); with system calls and "
+            "NICs (x30, Python's factor)") in c.reason
     assert c.reason.endswith("needs TDF >= 72,765, rounded up to 100000.")
     idle = autotdf.auto(topologies.load("rail2x4"), None, None, cores=2)  # no calibration
     assert idle.tdf == 5000 and "no data-path load" in idle.reason
+
+
+def test_the_printed_reason_and_summary_of_a_c_run():
+    fab = topologies.load("rail2x4")
+    agents = agents_path("auto", QosConfig(), None, {})
+    c = autotdf.auto(fab, "allreduce", ALL, measured=(SC, "measured in 0.3 s"), cores=2,
+                     agents=agents)
+    assert c.tdf == 20000
+    assert ("the switch agents run C (--datapath auto: C's pipeline and ring poll loop), "
+            "whose pipeline forwards ~2,083,333 frames/s on this machine (measured in 0.3 "
+            "s); with system calls and NICs (x401, C's factor)") in c.reason
+    assert c.reason.endswith("needs TDF >= 19,804, rounded up to 20000.")
+    assert c.to_dict() == {"mode": "auto", "tdf": 20000, "need": 19804.2, "path": "c",
+                           "s_per_frame": SC, "cost_factor": 401.4, "reason": c.reason}
