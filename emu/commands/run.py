@@ -210,7 +210,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     term = Terminal(opts.quiet)
     if auto:  # the topology's TDF is the floor (emu.run.autotdf)
-        choice = autotdf.auto(fab, plan.options.workload, plan.workload)
+        choice = autotdf.auto(fab, plan.options.workload, plan.workload,
+                              agents=autotdf.agents_path(opts.datapath, plan.qos, plan.lb))
         term.say(choice.reason)
         plan.tdf_choice = choice.to_dict()
         plan.fabric = topologies.load(opts.topology, spines=opts.spines, tdf=choice.tdf)
