@@ -1,11 +1,14 @@
-"""The RC transport's WRITE packets in C (traffic/fast/rc.c) against the Python reference
-(traffic.rc.responder.Responder, traffic.rc.requester.Requester): seeded transfers on a fake wire (tests.unit.test_rc.Pair)
-with loss, reordering, PSN wrap, several WRITEs with and without immediate, odd lengths,
-AckReq and ACK-coalescing settings, a bad R_Key and write-only mode give the same packets
-both ways (every field and payload byte), the same memory, completions, counters and
-responder and requester state; the C takes most data packets and changes nothing for the
-rest; the NIC takes it under auto and fast; all of it also under ASan + UBSan."""
+"""The RC transport's WRITE packets and ACKs in C (traffic/fast/rc.c) against the Python
+reference (traffic.rc.responder.Responder, traffic.rc.requester.Requester): seeded
+transfers on a fake wire (tests.unit.test_rc.Pair) with loss, reordering, PSN wrap,
+several WRITEs with and without immediate, odd lengths, AckReq and ACK-coalescing
+settings, a bad R_Key and write-only mode give the same packets both ways (every field
+and payload byte), the same memory, completions, counters and responder and requester
+state; the C takes most data packets and every ACK of new PSNs, and changes nothing
+for the rest; the NIC takes it under auto and fast; all of it also under ASan +
+UBSan."""
 
+import collections
 import dataclasses
 import os
 import random
@@ -13,7 +16,7 @@ import random
 import pytest
 
 from emucore import datapath
-from emucore.wire.ib import PSN_MASK
+from emucore.wire.ib import NAK_PSN_SEQ, PSN_MASK, Op
 from tests.unit.test_fast_dcqcn import run_sanitized
 from tests.unit.test_rc import Pair
 from traffic.fast import rc as fast
@@ -24,6 +27,7 @@ from traffic.rc.responder import Responder
 
 C_WRITE = fast.in_order_write("fast")
 C_NEXT = fast.next_write("fast")
+C_ACK = fast.on_ack("fast")
 STATE = ("epsn", "msn", "_nak_sent", "_dup_acked", "_since_ack", "_seen", "_imm",
          "_ackreq_hi")
 REQ_STATE = ("una", "nxt", "tail", "max_sent", "deadline", "retries_left", "rnr_left",
@@ -32,23 +36,26 @@ REQ_STATE = ("una", "nxt", "tail", "max_sent", "deadline", "retries_left", "rnr_
 
 class CResponder(Responder):
     """traffic.rc.responder.FastResponder with the C whatever EMU_DATAPATH says, counting
-    the packets the C handled."""
+    the packets the C handled (all, and by opcode)."""
 
     taken = 0
+    ops = collections.Counter()
 
     def on_packet(self, pkt, now):
         r = C_WRITE(self, pkt)
         if r is NotImplemented:
             return Responder.on_packet(self, pkt, now)
         CResponder.taken += 1
+        CResponder.ops[Op(pkt.opcode)] += 1
         return r
 
 
 class CRequester(Requester):
     """traffic.rc.requester.FastRequester with the C whatever EMU_DATAPATH says, counting
-    the packets the C built."""
+    the packets the C built and the ACKs it took."""
 
     taken = 0
+    acked = 0
 
     def next_packet(self, now):
         p = C_NEXT(self, now)
@@ -56,6 +63,11 @@ class CRequester(Requester):
             return Requester.next_packet(self, now)
         CRequester.taken += 1
         return p
+
+    def on_response(self, pkt, now):
+        if C_ACK(self, pkt, now) is NotImplemented:
+            return Requester.on_response(self, pkt, now)
+        CRequester.acked += 1
 
 
 def pkt_rec(p):
@@ -109,26 +121,30 @@ def transfer(seed, responder_cls, requester_cls):
 
 @pytest.mark.parametrize("chunk", range(3))
 def test_transfers_are_identical(chunk):
-    before = CResponder.taken, CRequester.taken
+    before = CResponder.taken, CRequester.taken, CRequester.acked, CResponder.ops.copy()
     for seed in range(chunk * 40, chunk * 40 + 40):
         assert transfer(seed, CResponder, CRequester) == transfer(seed, Responder, Requester), seed
     assert CResponder.taken > before[0] and CRequester.taken > before[1]
+    assert CRequester.acked > before[2]
 
 
 @pytest.mark.parametrize("mtu", [None, 1000])
 def test_a_clean_write_is_c_but_for_its_first_packet(mtu):
     """Without loss every WRITE MIDDLE and LAST is the C's responder's: n - 1 of an
-    n-packet WRITE; the C requester sends all but the first (which moves the WR into the
-    PSN space: Requester._pull)."""
+    n-packet WRITE, and every ACK the C's requester's; the C requester sends all but the
+    first (which moves the WR into the PSN space: Requester._pull)."""
     pr = Pair(50_000, RcConfig(mtu=mtu, ack_every=4), seed=5)
     pr.eb.responder = CResponder(pr.b, pr.eb.responder.cfg)
     pr.ea.requester = CRequester(pr.a, pr.ea.requester.cfg)
     pr.write(1, 0, 50_000)
-    before = CResponder.taken, CRequester.taken
+    before = CResponder.taken, CRequester.taken, CRequester.acked
     pr.run()
     n = -(-50_000 // (mtu or 4096))
+    acks = pr.ea.requester.counters.acks
     assert (CResponder.taken - before[0], CRequester.taken - before[1]) == (n - 1, n - 1)
-    assert pr.dst == pr.src and pr.eb.responder.counters.acks >= 50_000 // (mtu or 4096) // 4
+    assert CRequester.acked - before[2] == acks == pr.eb.responder.counters.acks
+    assert pr.dst == pr.src and acks >= 50_000 // (mtu or 4096) // 4
+    assert [wc.status.value for wc in pr.a.send_cq.poll(8)] == ["SUCCESS"]
 
 
 def test_other_packets_change_nothing_in_c():
@@ -155,6 +171,40 @@ def test_other_packets_change_nothing_in_c():
         assert (dict(vars(rq)), dataclasses.asdict(rq.counters)) == before
 
 
+def unchanged(fn, obj, pkts, *now):
+    """Each of `pkts` is NotImplemented for `fn` and leaves `obj` as it was."""
+    for p in pkts:
+        before = (dict(vars(obj)), dataclasses.asdict(obj.counters))
+        assert fn(obj, p, *now) is NotImplemented, p
+        assert (dict(vars(obj)), dataclasses.asdict(obj.counters)) == before, p
+
+
+def test_acks_the_c_does_not_take_change_nothing():
+    """The requester's C takes only an ACK of PSNs in flight: NAKs, RNR NAKs, a reserved
+    or too-wide syndrome, another QP's, a stale one or one for a PSN never sent, one before
+    the first packet or in ERROR come back NotImplemented with the state untouched."""
+    pr = Pair(5 * 4096, RcConfig(ackreq_every=1), seed=4)
+    rq = pr.ea.requester = Requester(pr.a, RcConfig(ackreq_every=1))
+    pr.write(1, 0, 5 * 4096)
+    acks = [pr.eb.on_packet(pr.ea.next_packet(0.0), 0.0)[0] for _ in range(3)]
+    ack = acks[1]
+    unchanged(C_ACK, rq, [dataclasses.replace(ack, syndrome=NAK_PSN_SEQ),
+                          dataclasses.replace(ack, syndrome=0x20 | 12),  # RNR NAK
+                          dataclasses.replace(ack, syndrome=0x40),  # reserved kind
+                          dataclasses.replace(ack, syndrome=0x100),
+                          dataclasses.replace(ack, syndrome=1 << 70),
+                          dataclasses.replace(ack, syndrome=None),
+                          dataclasses.replace(ack, dqpn=ack.dqpn ^ 1),
+                          dataclasses.replace(ack, opcode=Op.WRITE_ONLY),
+                          dataclasses.replace(ack, psn=rq.max_sent)], 0.0)  # never sent
+    assert C_ACK(rq, ack, 0.0) is None and rq.una == (ack.psn + 1) & PSN_MASK
+    unchanged(C_ACK, rq, [acks[0], ack], 0.0)  # stale now
+    pr.a.to_error()
+    unchanged(C_ACK, rq, [acks[2]], 0.0)
+    fresh = Pair(10, seed=4)
+    unchanged(C_ACK, fresh.ea.requester, [dataclasses.replace(ack, dqpn=fresh.a.qpn)], 0.0)
+
+
 def test_the_datapath_is_chosen_explicitly(monkeypatch):
     assert fast.in_order_write("python") is None
     assert fast.in_order_write("auto") is C_WRITE
@@ -164,6 +214,7 @@ def test_the_datapath_is_chosen_explicitly(monkeypatch):
     assert type(pr.eb.responder).__name__ == ("FastResponder" if on else "Responder")
     assert type(pr.ea.requester).__name__ == ("FastRequester" if on else "Requester")
     assert (fast.NEXT_WRITE is C_NEXT) if on else fast.NEXT_WRITE is None
+    assert (fast.ON_ACK is C_ACK) if on else fast.ON_ACK is None
     assert endpoint.IN_ORDER_WRITE is fast.IN_ORDER_WRITE
     monkeypatch.setattr(datapath.cbuild, "is_current", lambda name: False)
     with pytest.raises(datapath.NotBuilt, match="run ./setup.sh"):
@@ -177,8 +228,10 @@ for seed in range(12):
     assert (t.transfer(seed, t.CResponder, t.CRequester)
             == t.transfer(seed, t.Responder, t.Requester)), seed
 t.test_other_packets_change_nothing_in_c()
+t.test_acks_the_c_does_not_take_change_nothing()
 t.test_a_clean_write_is_c_but_for_its_first_packet(1000)
-print("sanitized ok", t.CResponder.taken, t.CRequester.taken)
+print("sanitized ok", t.CResponder.taken, t.CRequester.taken, t.CRequester.acked,
+      dict(t.CResponder.ops))
 """
 
 

@@ -1,5 +1,6 @@
 /* The RC transport's commonest frames in C: the responder's in-order WRITE MIDDLE / LAST
- * (the NIC's commonest received frame) and the requester's next WRITE packet.
+ * (the NIC's commonest received frame), the requester's next WRITE packet and its
+ * in-order ACK.
  *
  * Mirrors traffic/rc/responder.py's Responder.on_packet (with _admit and _place) for the
  * one case that is nearly every data frame of a multi-packet RDMA WRITE: a packet for
@@ -13,19 +14,24 @@
  * the two never hold different copies. `next_write(requester, now)` is, in the same way,
  * traffic/rc/requester.py's Requester.next_packet (with _find and traffic/rc/segment.py's
  * segment_at) for a packet of an RDMA WRITE already in the PSN space, in RTS, the window
- * open and no RNR hold (traffic.rc.requester.FastRequester). tests/unit/test_fast_rc.py holds them equal on a
- * fake wire with loss and reordering, also under ASan + UBSan.
+ * open and no RNR hold, and `on_ack(requester, pkt, now)` its on_response (with on_ack
+ * and _ack_through) for an ACK of PSNs in flight (traffic.rc.requester.FastRequester).
+ * tests/unit/test_fast_rc.py holds them equal on a fake wire with loss and reordering,
+ * also under ASan + UBSan.
  *
- * IBA Vol. 1 ch.9.7 (expected PSN, 9.7.1 24-bit PSNs), 9.4.3 (WRITE FIRST / MIDDLE /
- * LAST sizes), 10.9.3 (P_Key match); book ch.9 Figure 9-6, ch.12 Figures 12-1..12-3. */
+ * IBA Vol. 1 ch.9.7 (expected PSN, 9.7.1 24-bit PSNs; an ACK acknowledges every PSN up
+ * to its own), 9.7.5.1 (AETH syndrome, Tables 43-45), 9.4.3 (WRITE FIRST / MIDDLE / LAST
+ * sizes), 10.9.3 (P_Key match); book ch.9 Figure 9-6, ch.12 Figures 12-1..12-3. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <string.h>
 
-enum { OP_WRITE_MIDDLE = 0x07, OP_WRITE_LAST = 0x08, PSN_MASK = 0xFFFFFF };
+enum { OP_WRITE_MIDDLE = 0x07, OP_WRITE_LAST = 0x08, OP_ACK = 0x11, PSN_MASK = 0xFFFFFF };
 
-static PyObject *RTR, *RTS; /* traffic.verbs.QPState */
+static PyObject *RTR, *RTS, *ERROR; /* traffic.verbs.QPState */
+static PyObject *SUCCESS; /* traffic.workreq.WCStatus */
+static PyObject *s_rkey, *s_imm;
 static PyObject *s_qp, *s_cfg, *s_state, *s_dqpn, *s_qpn, *s_pkey, *s_opcode, *s_epsn,
     *s_psn, *s_write_only, *s_payload, *s_mtu, *s_path_mtu, *s_recv, *s_msg, *s_buf,
     *s_addr, *s_length, *s_counters, *s_packets, *s_bytes_placed, *s_nak_sent,
@@ -54,6 +60,15 @@ static int incr(PyObject *o, PyObject *name, long long by)
 {
     long long v;
     return get_ll(o, name, &v) < 0 ? -1 : set_ll(o, name, v + by);
+}
+
+/* 1 if getattr(o, name) is `v` (True, False, None, an enum member), 0 if not, -1 on error. */
+static int attr_is(PyObject *o, PyObject *name, PyObject *v)
+{
+    PyObject *x = PyObject_GetAttr(o, name);
+    int r = x == NULL ? -1 : x == v;
+    Py_XDECREF(x);
+    return r;
 }
 
 /* pkey_match of emucore.wire.ib */
@@ -249,13 +264,23 @@ static PyObject *in_order_write(PyObject *mod, PyObject *const *args, Py_ssize_t
 static PyObject *IMM_WR_OPS, *SEND_WR_OPS, *RocePkt, *OpEnum, *op_obj[256];
 static PyObject *s_started, *s_rnr_hold, *s_nxt, *s_una, *s_window, *s_tail, *s_msgs,
     *s_first_psn, *s_npkts, *s_wr, *s_mr, *s_opcode_wr, *s_view, *s_local_addr,
-    *s_remote_addr, *s_dest_qpn, *s_rkey, *s_imm, *s_ackreq_every, *s_sq_psn, *s_bytes,
+    *s_remote_addr, *s_dest_qpn, *s_ackreq_every, *s_sq_psn, *s_bytes,
     *s_retransmitted, *s_max_sent, *s_deadline, *s_timeout_s, *s_local_addr_wr,
     *s_remote_addr_wr;
 
 static long long psn_diff(long long a, long long b) /* emucore.wire.ib.psn_diff */
 {
     return ((a - b + 0x800000) & PSN_MASK) - 0x800000;
+}
+
+/* The retransmission timer from now: requester.deadline = now + qp.timeout_s. */
+static int arm(PyObject *self, PyObject *qp, PyObject *now)
+{
+    PyObject *t = PyObject_GetAttr(qp, s_timeout_s), *d = t ? PyNumber_Add(now, t) : NULL;
+    int rc = d == NULL ? -1 : PyObject_SetAttr(self, s_deadline, d);
+    Py_XDECREF(t);
+    Py_XDECREF(d);
+    return rc;
 }
 
 static PyObject *op_of(int code) /* the Op member of a BTH opcode */
@@ -281,22 +306,11 @@ static PyObject *next_write(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     }
     self = args[0];
     now = args[1];
-    if ((qp = PyObject_GetAttr(self, s_qp)) == NULL || (cfg = PyObject_GetAttr(self, s_cfg)) == NULL
-        || (x = PyObject_GetAttr(qp, s_state)) == NULL)
+    if ((qp = PyObject_GetAttr(self, s_qp)) == NULL || (cfg = PyObject_GetAttr(self, s_cfg)) == NULL)
         goto out;
-    if (x != RTS)
-        goto no;
-    Py_CLEAR(x);
-    if ((x = PyObject_GetAttr(self, s_started)) == NULL)
-        goto out;
-    if (x != Py_True)
-        goto no;
-    Py_CLEAR(x);
-    if ((x = PyObject_GetAttr(self, s_rnr_hold)) == NULL)
-        goto out;
-    if (x != Py_False)
-        goto no;
-    Py_CLEAR(x);
+    if (attr_is(qp, s_state, RTS) <= 0 || attr_is(self, s_started, Py_True) <= 0
+        || attr_is(self, s_rnr_hold, Py_False) <= 0)
+        goto no_or_err;
     if (get_ll(self, s_nxt, &nxt) < 0 || get_ll(self, s_una, &una) < 0
         || get_ll(cfg, s_window, &window) < 0 || get_ll(self, s_tail, &tail) < 0)
         goto out;
@@ -433,17 +447,16 @@ pkt_out:
     if ((x = PyObject_GetAttr(self, s_deadline)) == NULL)
         goto out;
     if (x == Py_None) {
-        PyObject *t = PyObject_GetAttr(qp, s_timeout_s), *d = t ? PyNumber_Add(now, t) : NULL;
-        int bad = d == NULL || PyObject_SetAttr(self, s_deadline, d) < 0;
-        Py_XDECREF(t);
-        Py_XDECREF(d);
-        if (bad)
+        if (arm(self, qp, now) < 0)
             goto out;
     }
     if (set_ll(self, s_nxt, (nxt + 1) & PSN_MASK) < 0)
         goto out;
     res = Py_NewRef(pkt);
     goto out;
+no_or_err:
+    if (PyErr_Occurred())
+        goto out;
 no:
     res = Py_NewRef(Py_NotImplemented);
 out:
@@ -460,7 +473,117 @@ out:
     return res;
 }
 
+/* ---- the requester's in-order ACK --------------------------------------------------- */
+
+static PyObject *s_syndrome, *s_acks, *s_retries_left, *s_retry_cnt, *s_rnr_left,
+    *s_rnr_retry, *s_signaled, *s_complete;
+
+/* Requester.on_response(pkt, now) for an ACK (AETH syndrome kind 00, IBA 9.7.5.1, Tables
+ * 43-44) to this QP that acknowledges PSNs sent and not yet acknowledged (Requester.on_ack,
+ * _ack_through: una past the PSN, nxt not behind it, the retry counters reset, the WRs
+ * whose last PSN is acknowledged completed in order by the Python's own _complete, the
+ * timer stopped or restarted; IBA ch.9.7); None. For anything else (a NAK, an
+ * RNR NAK, a stale or duplicate ACK, an ACK before the first packet or in ERROR, another
+ * QP's) NotImplemented, nothing changed: the Python decides (FastRequester). */
+static PyObject *on_ack(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *self, *pkt, *now, *qp = NULL, *x = NULL, *c = NULL, *m = NULL, *res = NULL;
+    long long op, dqpn, qpn, syn, psn, una, max_sent, nxt, first, npkts;
+    (void)mod;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "on_ack(requester, pkt, now) takes 3 arguments");
+        return NULL;
+    }
+    self = args[0];
+    pkt = args[1];
+    now = args[2];
+    if (get_ll(pkt, s_opcode, &op) < 0 || (qp = PyObject_GetAttr(self, s_qp)) == NULL)
+        goto out;
+    if (op != OP_ACK)
+        goto no;
+    if (get_ll(pkt, s_dqpn, &dqpn) < 0 || get_ll(qp, s_qpn, &qpn) < 0)
+        goto out;
+    if (dqpn != qpn || (x = PyObject_GetAttr(pkt, s_syndrome)) == NULL)
+        goto no_or_err;
+    if (x == Py_None)
+        goto no;
+    int over = 0;
+    if ((syn = PyLong_AsLongLongAndOverflow(x, &over)) == -1 && PyErr_Occurred())
+        goto out;
+    if (over || syn < 0 || syn > 0xFF || (syn >> 5 & 3) != 0) /* decode_syndrome: not an ACK */
+        goto no;
+    Py_CLEAR(x);
+    if (attr_is(self, s_started, Py_True) <= 0 || attr_is(qp, s_state, ERROR) != 0)
+        goto no_or_err;
+    if (get_ll(pkt, s_psn, &psn) < 0 || get_ll(self, s_una, &una) < 0
+        || get_ll(self, s_max_sent, &max_sent) < 0 || get_ll(self, s_nxt, &nxt) < 0)
+        goto out;
+    if (!(0 <= psn_diff(psn, una) && psn_diff(psn, una) < psn_diff(max_sent, una)))
+        goto no; /* stale (already acked) or for a PSN never sent */
+    /* Requester.on_ack, _ack_through */
+    if ((c = PyObject_GetAttr(self, s_counters)) == NULL || incr(c, s_acks, 1) < 0)
+        goto out;
+    una = (psn + 1) & PSN_MASK;
+    if (set_ll(self, s_una, una) < 0 || (psn_diff(nxt, una) < 0 && set_ll(self, s_nxt, una) < 0))
+        goto out;
+    Py_CLEAR(x);
+    if ((x = PyObject_GetAttr(qp, s_retry_cnt)) == NULL || PyObject_SetAttr(self, s_retries_left, x) < 0)
+        goto out;
+    Py_CLEAR(x);
+    if ((x = PyObject_GetAttr(qp, s_rnr_retry)) == NULL || PyObject_SetAttr(self, s_rnr_left, x) < 0)
+        goto out;
+    for (;;) { /* the WRs whose last PSN is acknowledged, in order */
+        Py_CLEAR(x);
+        if ((x = PyObject_GetAttr(self, s_msgs)) == NULL)
+            goto out;
+        if (!PyList_Check(x)) {
+            PyErr_SetString(PyExc_TypeError, "on_ack: Requester._msgs is not a list");
+            goto out;
+        }
+        if (PyList_GET_SIZE(x) == 0)
+            break;
+        m = Py_NewRef(PyList_GET_ITEM(x, 0));
+        if (get_ll(m, s_first_psn, &first) < 0 || get_ll(m, s_npkts, &npkts) < 0)
+            goto out;
+        if (psn_diff((first + npkts - 1) & PSN_MASK, una) >= 0)
+            break;
+        if (PyList_SetSlice(x, 0, 1, NULL) < 0)
+            goto out;
+        PyObject *wr = PyObject_GetAttr(m, s_wr), *sig = wr ? PyObject_GetAttr(wr, s_signaled) : NULL;
+        int on = sig == NULL ? -1 : PyObject_IsTrue(sig);
+        Py_XDECREF(wr);
+        Py_XDECREF(sig);
+        if (on < 0)
+            goto out;
+        if (on) {
+            PyObject *r = PyObject_CallMethodObjArgs(self, s_complete, m, SUCCESS, now, NULL);
+            if (r == NULL)
+                goto out;
+            Py_DECREF(r);
+        }
+        Py_CLEAR(m);
+    }
+    Py_CLEAR(x);
+    if (una == max_sent ? PyObject_SetAttr(self, s_deadline, Py_None) < 0 : arm(self, qp, now) < 0)
+        goto out; /* the timer stopped: all acknowledged; else restarted */
+    res = Py_NewRef(Py_None);
+    goto out;
+no_or_err:
+    if (PyErr_Occurred())
+        goto out;
+no:
+    res = Py_NewRef(Py_NotImplemented);
+out:
+    Py_XDECREF(qp);
+    Py_XDECREF(x);
+    Py_XDECREF(c);
+    Py_XDECREF(m);
+    return res;
+}
+
 static PyMethodDef methods[] = {
+    {"on_ack", (PyCFunction)(void (*)(void))on_ack, METH_FASTCALL,
+     "Requester.on_response for an ACK of new PSNs, else NotImplemented."},
     {"next_write", (PyCFunction)(void (*)(void))next_write, METH_FASTCALL,
      "Requester.next_packet for a WRITE packet already in the PSN space, else NotImplemented."},
     {"in_order_write", (PyCFunction)(void (*)(void))in_order_write, METH_FASTCALL,
@@ -478,7 +601,13 @@ PyMODINIT_FUNC PyInit__rc(void)
     PyObject *verbs = PyImport_ImportModule("traffic.verbs"), *st = NULL, *m = NULL;
     if (verbs == NULL || (st = PyObject_GetAttrString(verbs, "QPState")) == NULL
         || (RTR = PyObject_GetAttrString(st, "RTR")) == NULL
-        || (RTS = PyObject_GetAttrString(st, "RTS")) == NULL)
+        || (RTS = PyObject_GetAttrString(st, "RTS")) == NULL
+        || (ERROR = PyObject_GetAttrString(st, "ERROR")) == NULL)
+        goto out;
+    if (INTERN(s_rkey, "rkey") || INTERN(s_imm, "imm") || INTERN(s_syndrome, "syndrome") || INTERN(s_acks, "acks")
+        || INTERN(s_retries_left, "retries_left") || INTERN(s_retry_cnt, "retry_cnt")
+        || INTERN(s_rnr_left, "rnr_left") || INTERN(s_rnr_retry, "rnr_retry")
+        || INTERN(s_signaled, "signaled") || INTERN(s_complete, "_complete"))
         goto out;
     if (INTERN(s_qp, "qp") || INTERN(s_cfg, "cfg") || INTERN(s_state, "state")
         || INTERN(s_dqpn, "dqpn") || INTERN(s_qpn, "qpn") || INTERN(s_pkey, "pkey")
@@ -499,7 +628,7 @@ PyMODINIT_FUNC PyInit__rc(void)
         || INTERN(s_npkts, "npkts") || INTERN(s_wr, "wr") || INTERN(s_mr, "mr")
         || INTERN(s_opcode_wr, "opcode") || INTERN(s_view, "view")
         || INTERN(s_local_addr, "local_addr") || INTERN(s_remote_addr, "remote_addr")
-        || INTERN(s_dest_qpn, "dest_qpn") || INTERN(s_rkey, "rkey") || INTERN(s_imm, "imm")
+        || INTERN(s_dest_qpn, "dest_qpn")
         || INTERN(s_ackreq_every, "ackreq_every") || INTERN(s_sq_psn, "sq_psn")
         || INTERN(s_bytes, "bytes") || INTERN(s_retransmitted, "retransmitted")
         || INTERN(s_max_sent, "max_sent") || INTERN(s_deadline, "deadline")
@@ -513,10 +642,14 @@ PyMODINIT_FUNC PyInit__rc(void)
         SEND_WR_OPS = PyObject_GetAttrString(wq, "SEND_WR_OPS");
         RocePkt = PyObject_GetAttrString(ib, "RocePkt");
         OpEnum = PyObject_GetAttrString(ib, "Op");
+        PyObject *st2 = PyObject_GetAttrString(wq, "WCStatus");
+        SUCCESS = st2 ? PyObject_GetAttrString(st2, "SUCCESS") : NULL;
+        Py_XDECREF(st2);
     }
     Py_XDECREF(wq);
     Py_XDECREF(ib);
-    if (IMM_WR_OPS == NULL || SEND_WR_OPS == NULL || RocePkt == NULL || OpEnum == NULL)
+    if (IMM_WR_OPS == NULL || SEND_WR_OPS == NULL || RocePkt == NULL || OpEnum == NULL
+        || SUCCESS == NULL)
         goto out;
     m = PyModule_Create(&module);
 out:

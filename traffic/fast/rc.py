@@ -8,12 +8,16 @@ and answers NotImplemented, having changed nothing, for every other packet, whic
 Python then handles (`traffic.rc.responder.FastResponder`); the responder's state stays
 in the Python object. Likewise `next_write` does `traffic.rc.requester.Requester.next_packet`
 for a packet of an RDMA WRITE already in the PSN space (segment, payload view, RETH, ImmDt,
-AckReq, counters, the timer; `FastRequester`). tests/unit/test_fast_rc.py holds both equal
-to the Python on a fake wire with loss and reordering, also under ASan + UBSan.
+AckReq, counters, the timer; `FastRequester`), and `on_ack` its `on_response` for an ACK
+(AETH syndrome kind 00, IBA 9.7.5.1) of PSNs in flight: una, nxt, the retry counters,
+the WRs it completes (by the Python's `_complete`), the timer; a NAK, an RNR NAK or a
+stale ACK is the Python's. tests/unit/test_fast_rc.py holds them equal to the Python on
+a fake wire with loss and reordering, also under ASan + UBSan.
 
-`EMU_DATAPATH` chooses (emucore.datapath), read once at import: `IN_ORDER_WRITE` and
-`NEXT_WRITE` are the C functions under auto and fast, None under python; with auto or fast and the C not built
-from today's sources, importing this module is emucore.datapath.NotBuilt.
+`EMU_DATAPATH` chooses (emucore.datapath), read once at import: `IN_ORDER_WRITE`,
+`NEXT_WRITE` and `ON_ACK` are the C functions under auto and fast, None under python;
+with auto or fast and the C not built from today's sources, importing this module is
+emucore.datapath.NotBuilt.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from typing import Callable
 
 from emucore import datapath
 
-__all__ = ["MODULE", "in_order_write", "next_write", "IN_ORDER_WRITE", "NEXT_WRITE"]
+__all__ = ["MODULE", "in_order_write", "next_write", "on_ack", "IN_ORDER_WRITE", "NEXT_WRITE",
+           "ON_ACK"]
 
 MODULE = "traffic.fast._rc"
 
@@ -46,5 +51,11 @@ def next_write(name: str | None = None) -> Callable | None:
     return _c(name, "next_write")
 
 
+def on_ack(name: str | None = None) -> Callable | None:
+    """The requester's C in-order ACK on data path `name`; None: Python."""
+    return _c(name, "on_ack")
+
+
 IN_ORDER_WRITE = in_order_write()
 NEXT_WRITE = next_write()
+ON_ACK = on_ack()

@@ -22,7 +22,7 @@ from typing import Callable
 from emucore.wire.ib import (IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, RETH_OPS, AckKind,
                             Op, RocePkt, decode_syndrome, psn_add, psn_diff, psn_lt)
 from traffic.counters import SenderCounters
-from traffic.fast.rc import NEXT_WRITE
+from traffic.fast.rc import NEXT_WRITE, ON_ACK
 from traffic.rc.rcconfig import RcConfig
 from traffic.rc.segment import packet_count, segment_at
 from traffic.verbs import MR, QP, Access, QPState
@@ -260,10 +260,16 @@ class Requester:
 
 class FastRequester(Requester):
     """A Requester whose next WRITE packet of a message already in the PSN space is built
-    in C (traffic.fast.rc, chosen by EMU_DATAPATH); everything else, and the whole of it
-    on the Python data path, is the reference `Requester.next_packet` above."""
+    in C, and whose ACKs of new PSNs are taken in C (traffic.fast.rc, chosen by
+    EMU_DATAPATH); everything else (a new WR, SEND, NAK, RNR NAK, stale ACK), and the
+    whole of it on the Python data path, is the reference `Requester` above."""
 
     def next_packet(self, now: float) -> RocePkt | None:
         """As Requester.next_packet."""
         p = NEXT_WRITE(self, now)  # RcEndpoint makes one only when the C is chosen
         return Requester.next_packet(self, now) if p is NotImplemented else p
+
+    def on_response(self, pkt: RocePkt, now: float) -> None:
+        """As Requester.on_response."""
+        if ON_ACK(self, pkt, now) is NotImplemented:
+            Requester.on_response(self, pkt, now)
