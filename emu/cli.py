@@ -10,11 +10,9 @@ import sys
 from pathlib import Path
 
 import topologies
-from emu.bench import paths as bench_paths, uet as uet_bench, uetscen
+from emu.bench import paths as bench_paths, uetscen
 from emu.cluster import remote
-from emu.commands import clean as clean_command, run as run_command, show as show_command
-from emu.lab import command as lab_command
-from emu.observe.summary import report
+from emu.commands import clean as clean_command, lab_args, run_args, show as show_command
 from emu.realise import nsutil
 from emucore import datapath
 from emucore.timedil import parse_size
@@ -58,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="list the topologies, one line each")
     show_command.add_parser(sub)
-    run_command.add_parser(sub)
+    run_args.add_parser(sub)
 
     p = sub.add_parser("show-switch", help="ask a running switch agent an NX-OS show command",
                        description="Answered live by the agent of a running emu fabric, e.g. "
@@ -76,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a directory written by `emu run` (runs/<topo>-<time>)")
 
     clean_command.add_parser(sub)
-    lab_command.add_parser(sub)
+    lab_args.add_parser(sub)
 
     p = sub.add_parser("bench", help="benchmarks that print figures against a peer")
     p.add_argument("what", choices=["forward", "tdf", "switch", "rnic", "allreduce", "fidelity",
@@ -160,6 +158,8 @@ def cmd_list(_args) -> int:
 
 def cmd_report(args) -> int:
     """`emu report RUNDIR`."""
+    from emu.observe.summary import report  # deferred: rich (tests/unit/test_layers.py)
+
     try:
         report(Path(args.run_dir))
     except (FileNotFoundError, ValueError) as exc:
@@ -195,6 +195,7 @@ def cmd_show_switch(args) -> int:
 def cmd_bench(args) -> int:
     """`emu bench ...`."""
     from emu.bench import basic as bench  # deferred: Scapy and the switch pipeline (tests/unit/test_layers.py)
+    from emu.bench import uet as uet_bench  # deferred: Scapy, rich (as basic)
 
     if args.what == "switch":
         return bench.switch_pipeline()
@@ -267,8 +268,22 @@ def cmd_bench(args) -> int:
     raise AssertionError(f"bench {args.what}")  # argparse's choices
 
 
-COMMANDS = {"list": cmd_list, "show": show_command.main, "run": run_command.main,
-            "clean": clean_command.main, "lab": lab_command.main,
+def cmd_run(args) -> int:
+    """`emu run TOPO` (emu.commands.run)."""
+    from emu.commands import run  # deferred: the run's machinery, Mininet (tests/unit/test_layers.py)
+
+    return run.main(args)
+
+
+def cmd_lab(args) -> int:
+    """`emu lab ACTION` (emu.lab.command)."""
+    from emu.lab import command  # deferred: Scapy, matplotlib, rich (tests/unit/test_layers.py)
+
+    return command.main(args)
+
+
+COMMANDS = {"list": cmd_list, "show": show_command.main, "run": cmd_run,
+            "clean": clean_command.main, "lab": cmd_lab,
             "bench": cmd_bench, "show-switch": cmd_show_switch, "report": cmd_report}
 
 

@@ -257,44 +257,6 @@ def run_all(labs: list, args) -> int:
     return worst
 
 
-def add_parser(sub) -> None:
-    """The `lab` subcommand and its own subcommands."""
-    p = sub.add_parser("lab", help="the book's experiments as labs with a verdict",
-                       description="Labs reproduce the book's experiments (ch.8-14) on the "
-                                   "emulated fabric and judge them from measured evidence: "
-                                   "an event log of every agent and NIC, sampled metrics, "
-                                   "counters and captures. Lab files: labs/*.yaml "
-                                   "(docs/LABS.md; write your own).")
-    lsub = p.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
-    lsub.add_parser("list", help="the labs: id, title, book figure, topology, lab time")
-    s = lsub.add_parser("show", help="a lab's story, the book's steps, variants and checks")
-    s.add_argument("id", help="a lab id (L11.4, case-insensitive) or a lab file")
-    r = lsub.add_parser("run", help="run a lab (needs root); exit 0 only if every check "
-                                    "passed and the lab kept up")
-    r.add_argument("id", nargs="?", help="a lab id (L11.4) or a lab file")
-    r.add_argument("--all", action="store_true", help="every lab of the catalogue, then a "
-                                                      "table lab x verdict x lab time")
-    r.add_argument("--variant", default=None, help="only this variant (ratio checks that "
-                                                   "need the others are then not measured)")
-    r.add_argument("--tdf", type=float, default=None, help="time-dilation factor for every "
-                                                           "variant (default: the lab file's)")
-    r.add_argument("--datapath", choices=datapath.MODES, default=datapath.DEFAULT,
-                   help="the per-frame code (as `emu run --datapath`): auto (default), "
-                        "python or fast; lab.json records it per variant")
-    r.add_argument("--out", default=None, metavar="DIR",
-                   help="run directory (default runs/lab-<id>-<time>; with --all the parent)")
-    r.add_argument("--quiet", action="store_true", help="only the verdict")
-    r.add_argument("--results", default=None, metavar="PATH",
-                   help="with --all: write the results file here instead of "
-                        "docs/LAB_RESULTS.md")
-    r.add_argument("--no-results", action="store_true",
-                   help="with --all: do not write the results file")
-    r.add_argument("--judge", action="store_true",
-                   help="do not run: judge the run in --out DIR again (after editing the "
-                        "lab's checks; no root needed)")
-    publish.add_parser(lsub)
-
-
 def main(args) -> int:
     """Dispatch `emu lab ACTION`."""
     try:

@@ -155,19 +155,3 @@ def cmd_results(args) -> int:
     write(out, docs, " ".join(["python -m emu lab results", *args.rundirs]))
     print(f"Wrote {out} ({len(docs)} lab results read)")
     return 0
-
-
-def add_parser(lsub) -> None:
-    """The `emu lab results` subcommand."""
-    r = lsub.add_parser(
-        "results", help="write docs/LAB_RESULTS.md again from existing run directories",
-        description="Write docs/LAB_RESULTS.md from run directories without rerunning: "
-                    "each RUNDIR holds a lab.json (emu lab run ID) or is a parent of such "
-                    "directories (runs/, after emu lab run --all). Every lab of the "
-                    "catalogue gets a row; a lab without a result of its current lab file "
-                    "says why. No root needed.")
-    r.add_argument("rundirs", nargs="*", metavar="RUNDIR",
-                   help="a lab's run directory, or a directory of them (none: every lab "
-                        "is listed as not run)")
-    r.add_argument("--out", default=None, metavar="PATH",
-                   help="write here instead of docs/LAB_RESULTS.md")

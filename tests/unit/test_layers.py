@@ -63,6 +63,12 @@ ROOMS: dict[str, list[set[str]]] = {
 DEFERRED = {
     ("emu.cli", "emu.bench.basic"): "the benches run the switch pipeline and Scapy in-process "
                               "(0.6 s of imports); every other command starts without them",
+    ("emu.cli", "emu.bench.uet"): "as emu.bench.basic: Scapy and rich, only for `emu bench uet`",
+    ("emu.cli", "emu.commands.run"): "the run's machinery and Mininet, only for `emu run` (its "
+                                     "parser is emu.commands.run_args; issue 30)",
+    ("emu.cli", "emu.lab.command"): "Scapy, matplotlib, rich, only for `emu lab` (its parser is "
+                                    "emu.commands.lab_args; issue 30)",
+    ("emu.cli", "emu.observe.summary"): "rich, only for `emu report` (issue 30)",
     ("emucore.framing", "emucore.wire.fast"): "the C framing is imported only when chosen: "
                                               "EMU_DATAPATH=python runs where it is not built",
     ("traffic.fast.dcqcn", "traffic.fast"): "the C DCQCN is imported only when chosen: "
