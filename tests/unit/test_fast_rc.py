@@ -4,8 +4,8 @@ transfers on a fake wire (tests.unit.test_rc.Pair) with loss, reordering, PSN wr
 several WRITEs with and without immediate, odd lengths, AckReq and ACK-coalescing
 settings, a bad R_Key and write-only mode give the same packets both ways (every field
 and payload byte), the same memory, completions, counters and responder and requester
-state; the C takes most data packets and every ACK of new PSNs, and changes nothing
-for the rest; the NIC takes it under auto and fast; all of it also under ASan +
+state; the C takes every in-order WRITE opcode and every ACK of new PSNs, and changes
+nothing for the rest; the NIC takes it under auto and fast; all of it also under ASan +
 UBSan."""
 
 import collections
@@ -119,6 +119,11 @@ def transfer(seed, responder_cls, requester_cls):
             rs._msg[1:] if rs._msg else None, [getattr(pr.ea.requester, f) for f in REQ_STATE])
 
 
+#: the opcodes whose in-order case the C's responder takes (rc.c's is_case)
+C_OPS = {Op.WRITE_FIRST, Op.WRITE_MIDDLE, Op.WRITE_LAST, Op.WRITE_LAST_IMM, Op.WRITE_ONLY,
+         Op.WRITE_ONLY_IMM}
+
+
 @pytest.mark.parametrize("chunk", range(3))
 def test_transfers_are_identical(chunk):
     before = CResponder.taken, CRequester.taken, CRequester.acked, CResponder.ops.copy()
@@ -126,13 +131,14 @@ def test_transfers_are_identical(chunk):
         assert transfer(seed, CResponder, CRequester) == transfer(seed, Responder, Requester), seed
     assert CResponder.taken > before[0] and CRequester.taken > before[1]
     assert CRequester.acked > before[2]
+    assert {op for op in C_OPS if CResponder.ops[op] > before[3][op]} == C_OPS  # each branch ran
 
 
 @pytest.mark.parametrize("mtu", [None, 1000])
 def test_a_clean_write_is_c_but_for_its_first_packet(mtu):
-    """Without loss every WRITE MIDDLE and LAST is the C's responder's: n - 1 of an
-    n-packet WRITE, and every ACK the C's requester's; the C requester sends all but the
-    first (which moves the WR into the PSN space: Requester._pull)."""
+    """Without loss every packet of a WRITE is the C's responder's, and every ACK the C's
+    requester's; the C requester sends all but the first packet (which moves the WR into
+    the PSN space: Requester._pull)."""
     pr = Pair(50_000, RcConfig(mtu=mtu, ack_every=4), seed=5)
     pr.eb.responder = CResponder(pr.b, pr.eb.responder.cfg)
     pr.ea.requester = CRequester(pr.a, pr.ea.requester.cfg)
@@ -141,7 +147,7 @@ def test_a_clean_write_is_c_but_for_its_first_packet(mtu):
     pr.run()
     n = -(-50_000 // (mtu or 4096))
     acks = pr.ea.requester.counters.acks
-    assert (CResponder.taken - before[0], CRequester.taken - before[1]) == (n - 1, n - 1)
+    assert (CResponder.taken - before[0], CRequester.taken - before[1]) == (n, n - 1)
     assert CRequester.acked - before[2] == acks == pr.eb.responder.counters.acks
     assert pr.dst == pr.src and acks >= 50_000 // (mtu or 4096) // 4
     assert [wc.status.value for wc in pr.a.send_cq.poll(8)] == ["SUCCESS"]
@@ -163,6 +169,20 @@ def test_other_packets_change_nothing_in_c():
         before = (dict(vars(rs)), dataclasses.asdict(rs.counters))
         assert C_WRITE(rs, p) is NotImplemented  # the message is done: nothing is in order
         assert (dict(vars(rs)), dataclasses.asdict(rs.counters)) == before
+    first = dataclasses.replace(seen[0], psn=rs.epsn)  # a WRITE FIRST now in order
+    assert first.opcode == Op.WRITE_FIRST
+    pr.b.access, access = 0, pr.b.access  # the QP grants no remote write
+    unchanged(C_WRITE, rs, [first])
+    pr.b.access = access
+    unchanged(C_WRITE, rs, [dataclasses.replace(first, rkey=0xBAD),
+                            dataclasses.replace(first, va=pr.mrb.addr + 4096),  # past the MR
+                            dataclasses.replace(first, va=(1 << 64) - 1),  # beyond C's long long
+                            dataclasses.replace(first, dlen=1 << 64),
+                            dataclasses.replace(first, dlen=None),
+                            dataclasses.replace(first, dlen=4096),  # a FIRST that is all
+                            dataclasses.replace(first, opcode=Op.WRITE_ONLY),  # sizes disagree
+                            dataclasses.replace(first, payload=first.payload[:100])])
+    assert C_WRITE(rs, first) is not NotImplemented  # the same packet without a fault
     rq = pr.ea.requester
     for hold in (False, True):  # all sent and acknowledged; an RNR hold
         rq.rnr_hold = hold

@@ -1,14 +1,18 @@
-/* The RC transport's commonest frames in C: the responder's in-order WRITE MIDDLE / LAST
- * (the NIC's commonest received frame), the requester's next WRITE packet and its
- * in-order ACK.
+/* The RC transport's commonest frames in C: the responder's in-order RDMA WRITE packets
+ * (WRITE MIDDLE the NIC's commonest received frame), the requester's next WRITE packet
+ * and its in-order ACK.
  *
- * Mirrors traffic/rc/responder.py's Responder.on_packet (with _admit and _place) for the
- * one case that is nearly every data frame of a multi-packet RDMA WRITE: a packet for
- * this QP, in its partition, an RC opcode, at the expected PSN, WRITE MIDDLE or WRITE
- * LAST inside a message whose WRITE FIRST was accepted, of a size the message allows,
- * not in write-only mode and not inside a SEND. `in_order_write(responder, pkt)` does
- * what the Python does for it (counters, payload into the MR, MSN, expected PSN, the
- * every-ack_every-th ACK by the Python's own `_ack`) and returns the replies; for every
+ * Mirrors traffic/rc/responder.py's Responder.on_packet (with _admit, _check_reth and
+ * _place) for an RDMA WRITE packet that is taken as it comes: for this QP, in its
+ * partition, at the expected PSN, not in write-only mode and not inside a SEND; a WRITE
+ * MIDDLE / LAST / LAST with immediate inside a message whose WRITE FIRST was accepted, of
+ * a size the message allows, or a WRITE FIRST / ONLY / ONLY with immediate with no
+ * message open whose RETH length suits its opcode and whose R_Key, the QP's remote write
+ * access and the whole message's bounds pass (the Python's own MR lookup_rkey / allows).
+ * `in_order_write(responder, pkt)` does what the Python does for it (counters, payload
+ * into the MR, the message state, MSN, the immediate's receive WC by the Python's own
+ * `_recv_imm`, expected PSN, the AckReq / every-ack_every-th ACK by its `_ack`) and
+ * returns the replies; for every
  * other packet it returns NotImplemented having changed nothing, and the caller runs the
  * Python (traffic.rc.responder.FastResponder). The state stays the Python object's, so
  * the two never hold different copies. `next_write(requester, now)` is, in the same way,
@@ -21,17 +25,26 @@
  *
  * IBA Vol. 1 ch.9.7 (expected PSN, 9.7.1 24-bit PSNs; an ACK acknowledges every PSN up
  * to its own), 9.7.5.1 (AETH syndrome, Tables 43-45), 9.4.3 (WRITE FIRST / MIDDLE / LAST
- * sizes), 10.9.3 (P_Key match); book ch.9 Figure 9-6, ch.12 Figures 12-1..12-3. */
+ * / ONLY sizes, RETH in FIRST and ONLY), 9.7.4.1.5 (R_Key and bounds: else a remote
+ * access NAK, the Python's), 10.9.3 (P_Key match); book ch.9 Figure 9-6 (R_Key check,
+ * placement, WRITE with immediate completing a receive), ch.12 Figures 12-1..12-3. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
 #include <string.h>
 
-enum { OP_WRITE_MIDDLE = 0x07, OP_WRITE_LAST = 0x08, OP_ACK = 0x11, PSN_MASK = 0xFFFFFF };
+enum {
+    OP_WRITE_FIRST = 0x06, OP_WRITE_MIDDLE = 0x07, OP_WRITE_LAST = 0x08, OP_WRITE_LAST_IMM = 0x09,
+    OP_WRITE_ONLY = 0x0A, OP_WRITE_ONLY_IMM = 0x0B, OP_ACK = 0x11, PSN_MASK = 0xFFFFFF,
+    ACCESS_REMOTE_WRITE = 2 /* traffic.verbs.Access.REMOTE_WRITE */
+};
+#define RETH_OP(op) ((op) == OP_WRITE_FIRST || (op) == OP_WRITE_ONLY || (op) == OP_WRITE_ONLY_IMM)
 
 static PyObject *RTR, *RTS, *ERROR; /* traffic.verbs.QPState */
-static PyObject *SUCCESS; /* traffic.workreq.WCStatus */
-static PyObject *s_rkey, *s_imm;
+static PyObject *REMOTE_WRITE, *SUCCESS; /* traffic.verbs.Access, traffic.workreq.WCStatus */
+static PyObject *s_dlen, *s_rkey, *s_va, *s_access, *s_pd, *s_ctx, *s_lookup_rkey, *s_allows,
+    *s_rq_psn, *s_imm, *s_recv_imm;
 static PyObject *s_qp, *s_cfg, *s_state, *s_dqpn, *s_qpn, *s_pkey, *s_opcode, *s_epsn,
     *s_psn, *s_write_only, *s_payload, *s_mtu, *s_path_mtu, *s_recv, *s_msg, *s_buf,
     *s_addr, *s_length, *s_counters, *s_packets, *s_bytes_placed, *s_nak_sent,
@@ -78,11 +91,90 @@ static int pkey_match(long long a, long long b)
 }
 
 /* The checks of the fast case, reading only; 1: it is the case, 0: it is not, -1: error.
- * Fills the MR's buffer view, where the payload goes, its size and the message state. */
+ * Fills the MR (NULL: nothing to place), the payload, its offset in the MR's buffer, its
+ * size and the message it is in (Responder.on_packet's checks). */
 typedef struct {
     PyObject *qp, *cfg, *msg, *mr, *payload;
     long long op, epsn, size, va, left, total, off;
 } Case;
+
+/* WRITE FIRST / ONLY / ONLY with immediate with no message open and no SEND: its RETH's
+ * length for the opcode and, before a byte is placed, the R_Key, the QP's remote write
+ * access and the whole message's bounds (Responder._check_reth; IBA 9.4.3, 9.7.4.1.5);
+ * 1, 0 or -1 as is_case. */
+static int reth_case(PyObject *pkt, Case *c, long long mtu)
+{
+    PyObject *x = NULL, *va = NULL, *rkey = NULL, *pd = NULL, *ctx = NULL, *ok_o = NULL;
+    long long access;
+    int ok = -1;
+    if (c->msg != Py_None || (x = PyObject_GetAttr(pkt, s_dlen)) == NULL)
+        return c->msg != Py_None ? 0 : -1;
+    if (x == Py_None) {
+        ok = 0;
+        goto out;
+    }
+    int over = 0; /* a 64-bit VA or a length beyond C's long long: the Python's to refuse */
+    if ((c->total = PyLong_AsLongLongAndOverflow(x, &over)) == -1 && PyErr_Occurred())
+        goto out;
+    if (over || (c->op != OP_WRITE_FIRST ? c->size != c->total
+                                         : (c->size != mtu || c->total <= c->size))) {
+        ok = 0;
+        goto out;
+    }
+    c->left = c->total;
+    if (c->total == 0) { /* _check_reth's True: nothing to place */
+        ok = 1;
+        goto out;
+    }
+    if ((rkey = PyObject_GetAttr(pkt, s_rkey)) == NULL || (va = PyObject_GetAttr(pkt, s_va)) == NULL
+        || get_ll(c->qp, s_access, &access) < 0)
+        goto out;
+    if (rkey == Py_None || va == Py_None || !(access & ACCESS_REMOTE_WRITE)) {
+        ok = 0;
+        goto out;
+    }
+    if ((c->va = PyLong_AsLongLongAndOverflow(va, &over)) == -1 && PyErr_Occurred())
+        goto out;
+    if (over || c->va < 0 || c->va > LLONG_MAX / 2 || c->total > LLONG_MAX / 4) {
+        ok = 0;
+        goto out;
+    }
+    if ((pd = PyObject_GetAttr(c->qp, s_pd)) == NULL || (ctx = PyObject_GetAttr(pd, s_ctx)) == NULL
+        || (c->mr = PyObject_CallMethodObjArgs(ctx, s_lookup_rkey, pd, rkey, NULL)) == NULL)
+        goto out;
+    if (c->mr == Py_None) {
+        ok = 0;
+        goto out;
+    }
+    if ((ok_o = PyObject_CallMethodObjArgs(c->mr, s_allows, va, x, REMOTE_WRITE, NULL)) == NULL
+        || (ok = PyObject_IsTrue(ok_o)) < 0)
+        goto out;
+out:
+    Py_XDECREF(x);
+    Py_XDECREF(va);
+    Py_XDECREF(rkey);
+    Py_XDECREF(pd);
+    Py_XDECREF(ctx);
+    Py_XDECREF(ok_o);
+    return ok;
+}
+
+/* WRITE MIDDLE / LAST / LAST with immediate inside the message its WRITE FIRST opened:
+ * the size the message allows (IBA 9.4.3); 1, 0 or -1 as is_case. */
+static int msg_case(Case *c, long long mtu)
+{
+    if (!PyTuple_Check(c->msg) || PyTuple_GET_SIZE(c->msg) != 4)
+        return 0;
+    c->mr = Py_NewRef(PyTuple_GET_ITEM(c->msg, 0));
+    c->va = PyLong_AsLongLong(PyTuple_GET_ITEM(c->msg, 1));
+    c->left = PyLong_AsLongLong(PyTuple_GET_ITEM(c->msg, 2));
+    c->total = PyLong_AsLongLong(PyTuple_GET_ITEM(c->msg, 3));
+    if (PyErr_Occurred())
+        return -1;
+    return !(c->size > c->left
+             || (c->op == OP_WRITE_MIDDLE ? (c->size != mtu || c->size == c->left)
+                                          : c->size != c->left));
+}
 
 static int is_case(PyObject *self, PyObject *pkt, Case *c)
 {
@@ -105,23 +197,24 @@ static int is_case(PyObject *self, PyObject *pkt, Case *c)
         goto out;
     if (get_ll(pkt, s_opcode, &c->op) < 0)
         goto err;
-    if (c->op != OP_WRITE_MIDDLE && c->op != OP_WRITE_LAST)
+    if (c->op < OP_WRITE_FIRST || c->op > OP_WRITE_ONLY_IMM) /* an RDMA WRITE opcode */
         goto out;
     if ((x = PyObject_GetAttr(self, s_epsn)) == NULL)
         goto err;
-    if (x == Py_None)
-        goto out;
+    if (x == Py_None) { /* the QP's first packet: Responder._admit takes its rq_psn */
+        Py_CLEAR(x);
+        if ((x = PyObject_GetAttr(c->qp, s_rq_psn)) == NULL)
+            goto err;
+    }
     c->epsn = PyLong_AsLongLong(x);
     if ((c->epsn == -1 && PyErr_Occurred()) || get_ll(pkt, s_psn, &psn) < 0)
         goto err;
     if (((psn - c->epsn) & PSN_MASK) != 0)
         goto out;
     Py_CLEAR(x);
-    if ((x = PyObject_GetAttr(c->cfg, s_write_only)) == NULL)
-        goto err;
-    if (x != Py_False)
+    if ((ok = attr_is(c->cfg, s_write_only, Py_False)) <= 0)
         goto out;
-    Py_CLEAR(x);
+    ok = 0;
     if ((c->payload = PyObject_GetAttr(pkt, s_payload)) == NULL)
         goto err;
     if ((c->size = PyObject_Length(c->payload)) < 0)
@@ -139,32 +232,21 @@ static int is_case(PyObject *self, PyObject *pkt, Case *c)
     Py_CLEAR(x);
     if (c->size > mtu)
         goto out;
-    if ((x = PyObject_GetAttr(self, s_recv)) == NULL)
-        goto err;
-    if (x != Py_None)
+    if ((ok = attr_is(self, s_recv, Py_None)) <= 0) /* not inside a SEND */
         goto out;
-    Py_CLEAR(x);
     if ((c->msg = PyObject_GetAttr(self, s_msg)) == NULL)
         goto err;
-    if (!PyTuple_Check(c->msg) || PyTuple_GET_SIZE(c->msg) != 4)
-        goto out;
-    c->mr = Py_NewRef(PyTuple_GET_ITEM(c->msg, 0));
-    c->va = PyLong_AsLongLong(PyTuple_GET_ITEM(c->msg, 1));
-    c->left = PyLong_AsLongLong(PyTuple_GET_ITEM(c->msg, 2));
-    c->total = PyLong_AsLongLong(PyTuple_GET_ITEM(c->msg, 3));
-    if (PyErr_Occurred())
-        goto err;
-    if (c->size > c->left
-        || (c->op == OP_WRITE_MIDDLE ? (c->size != mtu || c->size == c->left)
-                                     : c->size != c->left))
+    ok = RETH_OP(c->op) ? reth_case(pkt, c, mtu) : msg_case(c, mtu);
+    if (ok <= 0 || c->total == 0)
         goto out;
     if (get_ll(c->mr, s_addr, &mr_addr) < 0 || get_ll(c->mr, s_length, &mr_len) < 0)
         goto err;
     /* MR.view's bounds (MR.contains): otherwise the Python raises VerbsError */
-    if (!(mr_addr <= c->va && c->va + c->size <= mr_addr + mr_len && c->size >= 0))
+    if (!(mr_addr <= c->va && c->va + c->size <= mr_addr + mr_len && c->size >= 0)) {
+        ok = 0;
         goto out;
+    }
     c->off = c->va - mr_addr;
-    ok = 1;
 out:
     Py_XDECREF(st);
     Py_XDECREF(x);
@@ -210,14 +292,23 @@ static PyObject *act(PyObject *self, PyObject *pkt, Case *c)
         || PyObject_SetAttr(self, s_dup_acked, Py_False) < 0 || place(c) < 0
         || (c->size && incr(counters, s_bytes_placed, c->size) < 0))
         goto out;
-    if (c->op == OP_WRITE_MIDDLE) {
+    if (c->op == OP_WRITE_FIRST || c->op == OP_WRITE_MIDDLE) { /* the message goes on */
         x = Py_BuildValue("(OLLL)", c->mr, c->va + c->size, c->left - c->size, c->total);
         if (x == NULL || PyObject_SetAttr(self, s_msg, x) < 0)
             goto out;
-    } else {
+    } else { /* it ends here: END_OPS */
         if (PyObject_SetAttr(self, s_msg, Py_None) < 0 || get_ll(self, s_msn, &msn) < 0
             || set_ll(self, s_msn, (msn + 1) & PSN_MASK) < 0)
             goto out;
+        if (c->op == OP_WRITE_LAST_IMM || c->op == OP_WRITE_ONLY_IMM) { /* Responder._recv_imm */
+            PyObject *imm = PyObject_GetAttr(pkt, s_imm), *t = PyLong_FromLongLong(c->total), *r;
+            r = imm && t ? PyObject_CallMethodObjArgs(self, s_recv_imm, imm, t, NULL) : NULL;
+            Py_XDECREF(imm);
+            Py_XDECREF(t);
+            if (r == NULL)
+                goto out;
+            Py_DECREF(r);
+        }
     }
     if (set_ll(self, s_epsn, (c->epsn + 1) & PSN_MASK) < 0 || get_ll(self, s_since_ack, &since) < 0
         || set_ll(self, s_since_ack, since + 1) < 0 || get_ll(c->cfg, s_ack_every, &every) < 0)
@@ -587,7 +678,7 @@ static PyMethodDef methods[] = {
     {"next_write", (PyCFunction)(void (*)(void))next_write, METH_FASTCALL,
      "Requester.next_packet for a WRITE packet already in the PSN space, else NotImplemented."},
     {"in_order_write", (PyCFunction)(void (*)(void))in_order_write, METH_FASTCALL,
-     "Responder.on_packet for an in-order WRITE MIDDLE / LAST, else NotImplemented."},
+     "Responder.on_packet for an in-order RDMA WRITE packet, else NotImplemented."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rc",
@@ -604,7 +695,16 @@ PyMODINIT_FUNC PyInit__rc(void)
         || (RTS = PyObject_GetAttrString(st, "RTS")) == NULL
         || (ERROR = PyObject_GetAttrString(st, "ERROR")) == NULL)
         goto out;
-    if (INTERN(s_rkey, "rkey") || INTERN(s_imm, "imm") || INTERN(s_syndrome, "syndrome") || INTERN(s_acks, "acks")
+    PyObject *acc = PyObject_GetAttrString(verbs, "Access");
+    REMOTE_WRITE = acc ? PyObject_GetAttrString(acc, "REMOTE_WRITE") : NULL;
+    Py_XDECREF(acc);
+    if (REMOTE_WRITE == NULL || PyLong_AsLong(REMOTE_WRITE) != ACCESS_REMOTE_WRITE)
+        goto out;
+    if (INTERN(s_dlen, "dlen") || INTERN(s_rkey, "rkey") || INTERN(s_va, "va")
+        || INTERN(s_access, "access") || INTERN(s_pd, "pd") || INTERN(s_ctx, "ctx")
+        || INTERN(s_lookup_rkey, "lookup_rkey") || INTERN(s_allows, "allows")
+        || INTERN(s_rq_psn, "rq_psn") || INTERN(s_imm, "imm") || INTERN(s_recv_imm, "_recv_imm")
+        || INTERN(s_syndrome, "syndrome") || INTERN(s_acks, "acks")
         || INTERN(s_retries_left, "retries_left") || INTERN(s_retry_cnt, "retry_cnt")
         || INTERN(s_rnr_left, "rnr_left") || INTERN(s_rnr_retry, "rnr_retry")
         || INTERN(s_signaled, "signaled") || INTERN(s_complete, "_complete"))

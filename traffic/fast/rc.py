@@ -2,9 +2,11 @@
 the Python reference (issue 30).
 
 traffic/fast/rc.c, built by emucore/cbuild.py as `traffic.fast._rc`, does
-`traffic.rc.responder.Responder.on_packet` for an in-order WRITE MIDDLE / LAST inside an
-accepted message (IBA Vol. 1 9.7, 9.4.3; book ch.9 Figure 9-6, ch.12 Figures 12-1..12-3)
-and answers NotImplemented, having changed nothing, for every other packet, which the
+`traffic.rc.responder.Responder.on_packet` for an in-order RDMA WRITE packet it can take
+as it comes - a WRITE MIDDLE / LAST (/ LAST with immediate) inside an accepted message,
+a WRITE FIRST / ONLY (/ ONLY with immediate) whose R_Key, access and bounds pass - (IBA
+Vol. 1 9.7, 9.4.3, 9.7.4.1.5; book ch.9 Figure 9-6, ch.12 Figures 12-1..12-3) and
+answers NotImplemented, having changed nothing, for every other packet, which the
 Python then handles (`traffic.rc.responder.FastResponder`); the responder's state stays
 in the Python object. Likewise `next_write` does `traffic.rc.requester.Requester.next_packet`
 for a packet of an RDMA WRITE already in the PSN space (segment, payload view, RETH, ImmDt,
@@ -42,7 +44,7 @@ def _c(name: str | None, fn: str) -> Callable | None:
 
 
 def in_order_write(name: str | None = None) -> Callable | None:
-    """The responder's C in-order WRITE on data path `name`; None: Python."""
+    """The responder's C in-order WRITE packet on data path `name`; None: Python."""
     return _c(name, "in_order_write")
 
 

@@ -291,9 +291,11 @@ class Responder:
 
 
 class FastResponder(Responder):
-    """A Responder whose in-order WRITE MIDDLE / LAST runs in C (traffic.fast.rc, chosen
-    by EMU_DATAPATH); every other packet, and the whole of it on the Python data path,
-    is the reference `Responder.on_packet` above."""
+    """A Responder whose in-order RDMA WRITE packets that it takes (FIRST / MIDDLE / LAST /
+    ONLY, with immediate too, R_Key and bounds good, not write-only) run in C
+    (traffic.fast.rc, chosen by EMU_DATAPATH); every other packet (SEND, a NAK to send, a
+    duplicate, out of order, sprayed), and the whole of it on the Python data path, is the
+    reference `Responder.on_packet` above."""
 
     def on_packet(self, pkt: RocePkt, now: float) -> list[RocePkt]:
         """As Responder.on_packet."""
