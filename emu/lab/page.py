@@ -10,10 +10,7 @@ import base64
 import html
 import io
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from emu.observe.plots import pyplot  # matplotlib on first use: `emu lab show` needs none
 
 MARKS = {"wred_min": "^", "wred_max": "^", "ce_first": "*", "xoff": "v", "xon": "o",
          "pfc_tx": "|", "pfc_rx": "|", "pause_start": ">", "pause_end": "<", "cnp_tx": "x",
@@ -24,7 +21,7 @@ MARKS = {"wred_min": "^", "wred_max": "^", "ce_first": "*", "xoff": "v", "xon": 
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
+    pyplot().close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
@@ -36,8 +33,8 @@ def timeline_png(events: list[dict], title: str) -> str | None:
     nodes = sorted({e["node"] for e in evs}, key=lambda n: (n == "lab", n))
     y = {n: i for i, n in enumerate(nodes)}
     kinds = sorted({e["ev"] for e in evs})
-    cmap = plt.get_cmap("tab20")
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(nodes) + 1.6))
+    cmap = pyplot().get_cmap("tab20")
+    fig, ax = pyplot().subplots(figsize=(10, 0.45 * len(nodes) + 1.6))
     for i, k in enumerate(kinds):
         pts = [(e["t"], y[e["node"]]) for e in evs if e["ev"] == k]
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=MARKS[k], s=30,
@@ -60,7 +57,7 @@ def depth_png(metrics: list[dict], links: dict, title: str, wred: tuple | None) 
         return None
     top = sorted(series, key=lambda k: -max(v for _, v in series[k]))[:4]
     names = {v: k for k, v in links.items()}
-    fig, ax = plt.subplots(figsize=(10, 3.2))
+    fig, ax = pyplot().subplots(figsize=(10, 3.2))
     for k in top:
         pts = sorted(series[k])
         label = f"{names.get((k[0], k[1]), k[0] + ':' + k[1])} q{k[2]}"
@@ -81,7 +78,7 @@ def curve_png(bins: list[dict], of: str, title: str) -> str | None:
     expected probability and its binomial interval (emu.lab.checks.curve_bins)."""
     if not bins:
         return None
-    fig, ax = plt.subplots(figsize=(10, 3.2))
+    fig, ax = pyplot().subplots(figsize=(10, 3.2))
     x = [(b["from"] + b["to"]) / 2e3 for b in bins]
     ax.plot(x, [b["p"] for b in bins], color="grey", lw=1, label="the book's p(d)")
     lo = [b["interval"][0] / b["seen"] for b in bins]

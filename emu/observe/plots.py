@@ -35,9 +35,10 @@ from emucore.eventlog import read_events
 log = logging.getLogger("emu.observe.plots")
 
 
-def _pyplot():
+def pyplot():
     """matplotlib's pyplot on the Agg backend, imported on first use (it takes most of a
-    second: `python -m emu --help` and runs without plots do not pay for it)."""
+    second: `python -m emu --help`, runs without plots and `emu lab list|show` do not pay
+    for it; emu.lab.page draws with it too)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,7 +57,7 @@ def _save(fig, ax, path: Path, title: str, ylabel: str | None = None, legend: bo
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return True
 
 
@@ -74,7 +75,7 @@ def queue_depth(rows, qos: dict | None, path: Path, top: int = 4) -> bool:
     if not s or max(v for pts in s.values() for _, v in pts) <= 0:
         return False
     busiest = sorted(s, key=lambda k: -max(v for _, v in s[k]))[:top]
-    fig, ax = _pyplot().subplots(figsize=(9, 4.5))
+    fig, ax = pyplot().subplots(figsize=(9, 4.5))
     for k in busiest:
         t, v = zip(*s[k])
         ax.plot([x * 1e3 for x in t], [y / 1e3 for y in v], label=f"{k[0]}:{k[1]} q{k[2]}")
@@ -104,7 +105,7 @@ def qp_rates(rows, path: Path, transport: str = "roce") -> bool:
     if not s:
         return False
     cnps = _series(rows, "cnps_rx")
-    fig, ax = _pyplot().subplots(figsize=(9, 4.5))
+    fig, ax = pyplot().subplots(figsize=(9, 4.5))
     for k, pts in s.items():
         t, v = zip(*pts)
         (line,) = ax.plot([x * 1e3 for x in t], [y / 1e9 for y in v], label=f"{k[0]} {k[1]}")
@@ -122,7 +123,7 @@ def qp_windows(rows, path: Path, transport: str = "uet") -> bool:
     s = _sending(rows, "cwnd_bytes")
     if not s:
         return False
-    fig, ax = _pyplot().subplots(figsize=(9, 4.5))
+    fig, ax = pyplot().subplots(figsize=(9, 4.5))
     for k, pts in s.items():
         t, v = zip(*pts)
         ax.plot([x * 1e3 for x in t], [y / 1e3 for y in v], label=f"{k[0]} {k[1]}")
@@ -142,7 +143,7 @@ def pause_timeline(rows, topology: dict, path: Path) -> bool:
         peer[(lk["b"]["node"], lk["b"]["ifname"])] = lk["a"]["node"]
     labels = sorted({f"{n} pauses {peer.get((n, p), '?')} ({p})" for _, n, p in sent})
     y = {lab: i for i, lab in enumerate(labels)}
-    fig, ax = _pyplot().subplots(figsize=(9, 1 + 0.4 * len(labels)))
+    fig, ax = pyplot().subplots(figsize=(9, 1 + 0.4 * len(labels)))
     for t, n, p in sent:
         ax.scatter(t * 1e3, y[f"{n} pauses {peer.get((n, p), '?')} ({p})"], marker="|", s=200,
                    color="tab:red")
@@ -172,7 +173,7 @@ def utilisation(rows, topology: dict, path: Path) -> bool:
         for t, v in s[k]:  # switches are sampled one after the other: bin by round
             grid[i][min(nbins - 1, round((t - t0) / (t1 - t0) * (nbins - 1)))] = min(v / rate[k], 1.0)
     times = (t0, t1)
-    fig, ax = _pyplot().subplots(figsize=(9, 1 + 0.25 * len(ports)))
+    fig, ax = pyplot().subplots(figsize=(9, 1 + 0.25 * len(ports)))
     im = ax.imshow(grid, aspect="auto", interpolation="nearest", vmin=0, vmax=1, cmap="viridis",
                    extent=(times[0] * 1e3, times[1] * 1e3, len(ports) - 0.5, -0.5))
     ax.set_yticks(range(len(ports)), [f"{n}:{p}" for n, p in ports], fontsize=7)
@@ -188,7 +189,7 @@ def fidelity_lag(rows, bound_s: float | None, path: Path, top: int = 6) -> bool:
     if not s:
         return False
     worst = sorted(s, key=lambda k: -max(v for _, v in s[k]))[:top]
-    fig, ax = _pyplot().subplots(figsize=(9, 4.5))
+    fig, ax = pyplot().subplots(figsize=(9, 4.5))
     for k in worst:
         t, v = zip(*s[k])
         ax.plot([x * 1e3 for x in t], [min(y, 1.0) * 1e6 for y in v], marker=".", label=k[0])
@@ -242,7 +243,7 @@ def path_bands(prows, rows, summary_paths: dict, topology: dict, events: list[di
         ports = sorted({p for _, p, *_ in ss}, key=pathsum.port_key)
         layout.append((sum(sent.values()), node, flows[:flows_shown], len(flows), ports))
     layout = sorted(layout, key=lambda x: (-x[0], x[1]))[:panels]
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.colors import to_rgba
 
     heights = [1.0 + 0.4 * len(f) * max(1, len(p) / 2) for _, _, f, _, p in layout]  # inches
@@ -296,14 +297,14 @@ def step_timeline(steps: list[dict], path: Path) -> bool:
     ranks = sorted({s["rank"] for s in steps})
     phases = sorted({s.get("phase", "") for s in steps})
     colors = {ph: f"C{i}" for i, ph in enumerate(phases)}
-    fig, ax = _pyplot().subplots(figsize=(9, 1 + 0.4 * len(ranks)))
+    fig, ax = pyplot().subplots(figsize=(9, 1 + 0.4 * len(ranks)))
     for s in steps:
         ax.barh(ranks.index(s["rank"]), (s["t_end_s"] - s["t_start_s"]) * 1e3,
                 left=s["t_start_s"] * 1e3, color=colors[s.get("phase", "")], edgecolor="white")
         ax.text((s["t_start_s"] + s["t_end_s"]) / 2 * 1e3, ranks.index(s["rank"]),
                 str(s["step"]), ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
-    handles = [_pyplot().Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    handles = [pyplot().Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
     ax.legend(handles, list(colors), fontsize=8)
     return _save(fig, ax, path, "Collective steps per rank (bar label: step)")
 

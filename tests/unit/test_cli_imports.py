@@ -31,8 +31,8 @@ print(" ".join(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:])
 """
 
 
-def _probe() -> tuple[int, set[str]]:
-    r = subprocess.run([sys.executable, "-c", PROBE, *HEAVY], cwd=ROOT, capture_output=True,
+def _probe(code: str) -> tuple[int, set[str]]:
+    r = subprocess.run([sys.executable, "-c", code, *HEAVY], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     count, loaded = r.stdout.splitlines()
@@ -40,7 +40,15 @@ def _probe() -> tuple[int, set[str]]:
 
 
 def test_parser_and_every_help_import_no_heavy_library():
-    count, loaded = _probe()
+    count, loaded = _probe(PROBE)
     # the top level, its 8 commands, lab's 4 actions (list, show, run, results)
     assert count == 1 + 8 + 4
     assert loaded == set(), f"building emu's parser imported {sorted(loaded)}"
+
+
+def test_the_lab_commands_draw_no_plot_on_import():
+    """`emu lab list|show` import emu.lab.command (Scapy, through the lab schema) but not
+    matplotlib: the page imports it when it draws (emu.observe.plots.pyplot)."""
+    _, loaded = _probe(PROBE.replace("from emu.cli import build_parser",
+                                     "from emu.cli import build_parser\nimport emu.lab.command"))
+    assert "scapy" in loaded and "matplotlib" not in loaded and "numpy" not in loaded
