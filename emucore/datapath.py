@@ -35,12 +35,12 @@ COMPILED = ("switch agents (per-frame pipeline and poll loop)",
             "NIC RoCEv2 framing (build, parse, ICRC)",
             "NIC DCQCN (reaction and notification points)",
             "NIC RC WRITE packets (the requester's next WRITE packet and in-order ACK, the "
-            "responder's in-order WRITE FIRST/MIDDLE/LAST/ONLY)")
+            "responder's in-order WRITE and SEND packets)")
 #: the stages compiled only under `fast` (switch_agent.fastagent)
 FAST_ONLY: tuple[str, ...] = ()
 #: the stages that run Python on every path, for now
-PYTHON_ONLY = ("RC transport's new WRs, SEND, NAK/RNR NAK, stale ACKs, timers, go-back-N "
-               "and write-only spraying", "UET")
+PYTHON_ONLY = ("RC transport's new WRs, SEND packets sent, NAK/RNR NAK, stale ACKs, timers, "
+               "go-back-N and write-only spraying", "UET")
 
 
 class NotBuilt(ImportError):

@@ -1,10 +1,11 @@
-"""The RC transport's WRITE packets and ACKs in C (traffic/fast/rc.c) against the Python
-reference (traffic.rc.responder.Responder, traffic.rc.requester.Requester): seeded
-transfers on a fake wire (tests.unit.test_rc.Pair) with loss, reordering, PSN wrap,
-several WRITEs with and without immediate, odd lengths, AckReq and ACK-coalescing
-settings, a bad R_Key and write-only mode give the same packets both ways (every field
-and payload byte), the same memory, completions, counters and responder and requester
-state; the C takes every in-order WRITE opcode and every ACK of new PSNs, and changes
+"""The RC transport's WRITE and SEND packets and ACKs in C (traffic/fast/rc.c) against the
+Python reference (traffic.rc.responder.Responder, traffic.rc.requester.Requester):
+seeded transfers on a fake wire (tests.unit.test_rc.Pair) with loss, reordering, PSN
+wrap, several WRITEs and SENDs with and without immediate, odd lengths, receive buffers
+of the message's size, larger, too small or none, AckReq and ACK-coalescing settings, a
+bad R_Key and write-only mode give the same packets both ways (every field and payload
+byte), the same memory, completions, counters and responder and requester state; the C
+takes every in-order WRITE and SEND opcode and every ACK of new PSNs, and changes
 nothing for the rest; the NIC takes it under auto and fast; all of it also under ASan +
 UBSan."""
 
@@ -24,8 +25,10 @@ from traffic.rc import endpoint
 from traffic.rc.rcconfig import RcConfig
 from traffic.rc.requester import Requester
 from traffic.rc.responder import Responder
+from traffic.workreq import WR, WROpcode
 
 C_WRITE = fast.in_order_write("fast")
+C_SEND = fast.in_order_send("fast")
 C_NEXT = fast.next_write("fast")
 C_ACK = fast.on_ack("fast")
 STATE = ("epsn", "msn", "_nak_sent", "_dup_acked", "_since_ack", "_seen", "_imm",
@@ -42,7 +45,7 @@ class CResponder(Responder):
     ops = collections.Counter()
 
     def on_packet(self, pkt, now):
-        r = C_WRITE(self, pkt)
+        r = (C_SEND if pkt.opcode < Op.WRITE_FIRST else C_WRITE)(self, pkt)
         if r is NotImplemented:
             return Responder.on_packet(self, pkt, now)
         CResponder.taken += 1
@@ -90,8 +93,15 @@ def transfer(seed, responder_cls, requester_cls):
     for wr_id in range(rng.randrange(1, 5)):
         n = rng.randrange(0, size - off + 1) if wr_id < 3 else size - off
         bad = rng.random() < 0.03
-        pr.write(wr_id, off, n, imm=rng.choice([None, rng.randrange(1 << 32)]),
-                 signaled=rng.random() < 0.8, rkey=0xBAD if bad else None)
+        imm, signaled = rng.choice([None, rng.randrange(1 << 32)]), rng.random() < 0.8
+        if rng.random() < 0.25:  # a SEND into a posted receive: its size, larger, too small, none
+            room = rng.choice([n, n, size - off, max(0, n - 1), None])
+            if room is not None:
+                pr.b.post_recv(100 + wr_id, pr.mrb.addr + off, room, pr.mrb.lkey)
+            op = WROpcode.SEND if imm is None else WROpcode.SEND_WITH_IMM
+            pr.a.post_send(WR(wr_id, op, pr.mra.addr + off, n, pr.mra.lkey, 0, 0, signaled, imm))
+        else:
+            pr.write(wr_id, off, n, imm=imm, signaled=signaled, rkey=0xBAD if bad else None)
         off += n
     loss = rng.choice([0.0, 0.01, 0.05])
     wire = random.Random(seed + 1)
@@ -116,12 +126,15 @@ def transfer(seed, responder_cls, requester_cls):
     return (sent, bytes(pr.dst), pr.a.send_cq.poll(1 << 20), pr.b.recv_cq.poll(1 << 20),
             dataclasses.asdict(rs.counters), [getattr(rs, f) for f in STATE],
             dataclasses.asdict(pr.ea.requester.counters), pr.a.state, pr.b.state,
-            rs._msg[1:] if rs._msg else None, [getattr(pr.ea.requester, f) for f in REQ_STATE])
+            rs._msg[1:] if rs._msg else None, [getattr(pr.ea.requester, f) for f in REQ_STATE],
+            rs._recv and (rs._recv[0], rs._recv[2]), list(pr.b.rq))
 
 
 #: the opcodes whose in-order case the C's responder takes (rc.c's is_case)
 C_OPS = {Op.WRITE_FIRST, Op.WRITE_MIDDLE, Op.WRITE_LAST, Op.WRITE_LAST_IMM, Op.WRITE_ONLY,
          Op.WRITE_ONLY_IMM}
+C_SEND_OPS = {Op.SEND_FIRST, Op.SEND_MIDDLE, Op.SEND_LAST, Op.SEND_LAST_IMM, Op.SEND_ONLY,
+              Op.SEND_ONLY_IMM}
 
 
 @pytest.mark.parametrize("chunk", range(3))
@@ -132,6 +145,40 @@ def test_transfers_are_identical(chunk):
     assert CResponder.taken > before[0] and CRequester.taken > before[1]
     assert CRequester.acked > before[2]
     assert {op for op in C_OPS if CResponder.ops[op] > before[3][op]} == C_OPS  # each branch ran
+    assert any(CResponder.ops[op] > before[3][op] for op in C_SEND_OPS)
+
+
+def sends(responder_cls, requester_cls):
+    """SENDs of every shape into posted receives (one larger than its message, one too
+    small: LOC_LEN_ERR), a WRITE between; everything observable."""
+    pr = Pair(16 * 4096, RcConfig(ackreq_every=4), seed=6)
+    pr.eb.responder = responder_cls(pr.b, pr.eb.responder.cfg)
+    pr.ea.requester = requester_cls(pr.a, pr.ea.requester.cfg)
+    shapes = [(0, None), (4096, 7), (3 * 4096, None), (2 * 4096 + 5, 9), (100, None),
+              (4096 + 1, None)]
+    off = 0
+    for wr_id, (n, imm) in enumerate(shapes):
+        room = n + 50 if wr_id == 2 else n - 1 if wr_id == 5 else n
+        pr.b.post_recv(100 + wr_id, pr.mrb.addr + off, room, pr.mrb.lkey)
+        op = WROpcode.SEND if imm is None else WROpcode.SEND_WITH_IMM
+        pr.a.post_send(WR(wr_id, op, pr.mra.addr + off, n, pr.mra.lkey, 0, 0, True, imm))
+        if wr_id == 1:
+            pr.write(50, 12 * 4096, 4096)
+        off += room
+    pr.run()
+    rs = pr.eb.responder
+    return (bytes(pr.dst), pr.a.send_cq.poll(64), pr.b.recv_cq.poll(64), pr.a.state, pr.b.state,
+            dataclasses.asdict(rs.counters), [getattr(rs, f) for f in STATE], list(pr.b.rq))
+
+
+def test_sends_are_identical_and_in_order_ones_are_c():
+    """Every in-order SEND packet with a receive WR that has room is the C's (each SEND
+    opcode once at least); the one too long for its buffer is the Python's (a NAK)."""
+    before = CResponder.taken, CResponder.ops.copy()
+    c = sends(CResponder, CRequester)
+    assert c == sends(Responder, Requester)
+    assert {op for op in C_SEND_OPS if CResponder.ops[op] > before[1][op]} == C_SEND_OPS
+    assert [w.status.value for w in c[2]][-1] == "LOC_LEN_ERR" and c[5]["recv_len_err"] == 1
 
 
 @pytest.mark.parametrize("mtu", [None, 1000])
@@ -199,6 +246,35 @@ def unchanged(fn, obj, pkts, *now):
         assert (dict(vars(obj)), dataclasses.asdict(obj.counters)) == before, p
 
 
+def test_sends_the_c_does_not_take_change_nothing():
+    """An in-order SEND with no receive posted (RNR), too long for the posted buffer, a
+    FIRST shorter than the MTU, a MIDDLE with no FIRST, a SEND inside a WRITE: NotImplemented,
+    the responder and its receive queue untouched; then the same SEND with room is C's."""
+    pr = Pair(4 * 4096, seed=7)
+    rs = pr.eb.responder = Responder(pr.b, RcConfig())
+    pr.a.post_send(WR(1, WROpcode.SEND, pr.mra.addr, 2 * 4096, pr.mra.lkey, 0, 0))
+    first = pr.ea.next_packet(0.0)
+    assert first.opcode == Op.SEND_FIRST and first.psn == pr.b.rq_psn
+
+    def refused(pkts):
+        rq = list(pr.b.rq)
+        unchanged(C_SEND, rs, pkts)
+        assert list(pr.b.rq) == rq
+
+    refused([first])  # nothing posted: the Python's RNR NAK
+    pr.b.post_recv(9, pr.mrb.addr, 4096 - 1, pr.mrb.lkey)
+    refused([first])  # too long for it
+    pr.b.post_recv(10, pr.mrb.addr + 4096, 2 * 4096, pr.mrb.lkey)
+    pr.b.take_recv()
+    refused([dataclasses.replace(first, payload=first.payload[:100]),
+             dataclasses.replace(first, opcode=Op.SEND_MIDDLE),
+             dataclasses.replace(first, opcode=Op.WRITE_FIRST)])  # not a SEND opcode
+    rs._msg = (pr.mrb, pr.mrb.addr, 4096, 2 * 4096)  # inside a WRITE
+    refused([first])
+    rs._msg = None
+    assert C_SEND(rs, first) == [] and not pr.b.rq and rs._recv[2] == 4096
+
+
 def test_acks_the_c_does_not_take_change_nothing():
     """The requester's C takes only an ACK of PSNs in flight: NAKs, RNR NAKs, a reserved
     or too-wide syndrome, another QP's, a stale one or one for a PSN never sent, one before
@@ -249,6 +325,8 @@ for seed in range(12):
             == t.transfer(seed, t.Responder, t.Requester)), seed
 t.test_other_packets_change_nothing_in_c()
 t.test_acks_the_c_does_not_take_change_nothing()
+t.test_sends_the_c_does_not_take_change_nothing()
+assert t.sends(t.CResponder, t.CRequester) == t.sends(t.Responder, t.Requester)
 t.test_a_clean_write_is_c_but_for_its_first_packet(1000)
 print("sanitized ok", t.CResponder.taken, t.CRequester.taken, t.CRequester.acked,
       dict(t.CResponder.ops))

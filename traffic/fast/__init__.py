@@ -1,5 +1,6 @@
 """The NIC's per-frame work in C (issue 30): DCQCN's reaction and notification points, the
-RC responder's in-order WRITE packets, the requester's next WRITE packet and its ACKs.
+RC responder's in-order WRITE and SEND packets, the requester's next WRITE packet and its
+ACKs.
 
 Each `traffic/fast/NAME.c` is built by emucore/cbuild.py (./setup.sh runs it) as
 `traffic.fast._NAME` and mirrors a Python reference under the same names; the Python stays

@@ -1,6 +1,6 @@
-/* The RC transport's commonest frames in C: the responder's in-order RDMA WRITE packets
- * (WRITE MIDDLE the NIC's commonest received frame), the requester's next WRITE packet
- * and its in-order ACK.
+/* The RC transport's commonest frames in C: the responder's in-order RDMA WRITE and SEND
+ * packets (WRITE MIDDLE the NIC's commonest received frame), the requester's next WRITE
+ * packet and its in-order ACK.
  *
  * Mirrors traffic/rc/responder.py's Responder.on_packet (with _admit, _check_reth and
  * _place) for an RDMA WRITE packet that is taken as it comes: for this QP, in its
@@ -12,9 +12,14 @@
  * `in_order_write(responder, pkt)` does what the Python does for it (counters, payload
  * into the MR, the message state, MSN, the immediate's receive WC by the Python's own
  * `_recv_imm`, expected PSN, the AckReq / every-ack_every-th ACK by its `_ack`) and
- * returns the replies; for every
- * other packet it returns NotImplemented having changed nothing, and the caller runs the
- * Python (traffic.rc.responder.FastResponder). The state stays the Python object's, so
+ * returns the replies. `in_order_send(responder, pkt)` is the same for a SEND FIRST /
+ * MIDDLE / LAST / ONLY (with immediate too) in sequence (Responder._on_send): a FIRST /
+ * ONLY takes the oldest posted receive WR (QP.take_recv), the payload goes into its
+ * buffer if it has room and local write access, the last packet completes RECV (WC by
+ * the Python's own class, pushed on the receive CQ). For every other packet both return
+ * NotImplemented having changed nothing, and the caller runs the Python
+ * (traffic.rc.responder.FastResponder): NAKs, RNR NAKs (no receive posted), a SEND longer
+ * than its buffer, duplicates, out of order, write-only spraying. The state stays the Python object's, so
  * the two never hold different copies. `next_write(requester, now)` is, in the same way,
  * traffic/rc/requester.py's Requester.next_packet (with _find and traffic/rc/segment.py's
  * segment_at) for a packet of an RDMA WRITE already in the PSN space, in RTS, the window
@@ -26,8 +31,10 @@
  * IBA Vol. 1 ch.9.7 (expected PSN, 9.7.1 24-bit PSNs; an ACK acknowledges every PSN up
  * to its own), 9.7.5.1 (AETH syndrome, Tables 43-45), 9.4.3 (WRITE FIRST / MIDDLE / LAST
  * / ONLY sizes, RETH in FIRST and ONLY), 9.7.4.1.5 (R_Key and bounds: else a remote
- * access NAK, the Python's), 10.9.3 (P_Key match); book ch.9 Figure 9-6 (R_Key check,
- * placement, WRITE with immediate completing a receive), ch.12 Figures 12-1..12-3. */
+ * access NAK, the Python's), 9.7.4.1.4 (a SEND longer than its receive buffer: the
+ * Python's NAK), 9.7.5.2.8 (no receive: the Python's RNR NAK), 10.9.3 (P_Key match);
+ * book ch.9 Figure 9-6 (R_Key check, placement, WRITE with immediate and SEND completing
+ * a receive), ch.12 Figures 12-1..12-3. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -35,14 +42,17 @@
 #include <string.h>
 
 enum {
-    OP_WRITE_FIRST = 0x06, OP_WRITE_MIDDLE = 0x07, OP_WRITE_LAST = 0x08, OP_WRITE_LAST_IMM = 0x09,
+    OP_SEND_FIRST = 0x00, OP_SEND_MIDDLE = 0x01, OP_SEND_LAST = 0x02, OP_SEND_LAST_IMM = 0x03,
+    OP_SEND_ONLY = 0x04, OP_SEND_ONLY_IMM = 0x05, OP_WRITE_FIRST = 0x06, OP_WRITE_MIDDLE = 0x07, OP_WRITE_LAST = 0x08, OP_WRITE_LAST_IMM = 0x09,
     OP_WRITE_ONLY = 0x0A, OP_WRITE_ONLY_IMM = 0x0B, OP_ACK = 0x11, PSN_MASK = 0xFFFFFF,
     ACCESS_REMOTE_WRITE = 2 /* traffic.verbs.Access.REMOTE_WRITE */
 };
 #define RETH_OP(op) ((op) == OP_WRITE_FIRST || (op) == OP_WRITE_ONLY || (op) == OP_WRITE_ONLY_IMM)
 
 static PyObject *RTR, *RTS, *ERROR; /* traffic.verbs.QPState */
-static PyObject *REMOTE_WRITE, *SUCCESS; /* traffic.verbs.Access, traffic.workreq.WCStatus */
+static PyObject *REMOTE_WRITE, *LOCAL_WRITE, *SUCCESS; /* traffic.verbs.Access, .workreq.WCStatus */
+static PyObject *WC, *WC_RECV; /* traffic.workreq.WC, WCOpcode.RECV */
+static PyObject *s_rq, *s_lkey, *s_lookup_lkey, *s_take_recv, *s_wr_id, *s_recv_cq, *s_push;
 static PyObject *s_dlen, *s_rkey, *s_va, *s_access, *s_pd, *s_ctx, *s_lookup_rkey, *s_allows,
     *s_rq_psn, *s_imm, *s_recv_imm;
 static PyObject *s_qp, *s_cfg, *s_state, *s_dqpn, *s_qpn, *s_pkey, *s_opcode, *s_epsn,
@@ -94,8 +104,9 @@ static int pkey_match(long long a, long long b)
  * Fills the MR (NULL: nothing to place), the payload, its offset in the MR's buffer, its
  * size and the message it is in (Responder.on_packet's checks). */
 typedef struct {
-    PyObject *qp, *cfg, *msg, *mr, *payload;
-    long long op, epsn, size, va, left, total, off;
+    PyObject *qp, *cfg, *msg, *mr, *payload, *wqe; /* wqe: a SEND's receive WR */
+    long long op, epsn, size, va, left, total, off, got; /* got: bytes of the SEND so far */
+    int start;                                       /* a SEND FIRST / ONLY: take a WR */
 } Case;
 
 /* WRITE FIRST / ONLY / ONLY with immediate with no message open and no SEND: its RETH's
@@ -176,7 +187,91 @@ static int msg_case(Case *c, long long mtu)
                                           : c->size != c->left));
 }
 
-static int is_case(PyObject *self, PyObject *pkt, Case *c)
+/* SEND FIRST / MIDDLE / LAST / ONLY (with immediate too) in sequence, no WRITE open: a
+ * SEND FIRST / ONLY takes the oldest posted receive WR (peeked here: with none posted
+ * the Python answers an RNR NAK), a later one goes on in the WR its FIRST took; the
+ * size the opcode allows and the buffer's room and local write access (Responder._on_send;
+ * IBA 9.4.3, 9.7.4.1.4; book ch.9 Figure 9-6). 1, 0 or -1 as is_case; c->va is where the
+ * payload goes. */
+static int send_case(PyObject *self, Case *c, long long mtu)
+{
+    PyObject *recv = NULL, *rq = NULL, *pd = NULL, *ctx = NULL, *lkey = NULL, *x = NULL;
+    long long addr, length;
+    int ok = -1;
+    if (c->msg != Py_None)
+        return 0;
+    if ((recv = PyObject_GetAttr(self, s_recv)) == NULL)
+        return -1;
+    c->start = c->op == OP_SEND_FIRST || c->op == OP_SEND_ONLY || c->op == OP_SEND_ONLY_IMM;
+    if (c->start != (recv == Py_None)) {
+        ok = 0;
+        goto out;
+    }
+    if (c->start) {
+        if ((rq = PyObject_GetAttr(c->qp, s_rq)) == NULL)
+            goto out;
+        Py_ssize_t n = PyObject_Length(rq);
+        if (n <= 0) {
+            ok = n < 0 ? -1 : 0;
+            goto out;
+        }
+        if ((c->wqe = PySequence_GetItem(rq, 0)) == NULL || get_ll(c->wqe, s_length, &length) < 0)
+            goto out;
+        if (length == 0) {
+            c->mr = Py_NewRef(Py_None);
+        } else if ((pd = PyObject_GetAttr(c->qp, s_pd)) == NULL
+                   || (ctx = PyObject_GetAttr(pd, s_ctx)) == NULL
+                   || (lkey = PyObject_GetAttr(c->wqe, s_lkey)) == NULL
+                   || (c->mr = PyObject_CallMethodObjArgs(ctx, s_lookup_lkey, pd, lkey, NULL)) == NULL) {
+            goto out;
+        }
+        c->got = 0;
+    } else {
+        if (!PyTuple_Check(recv) || PyTuple_GET_SIZE(recv) != 3) {
+            ok = 0;
+            goto out;
+        }
+        c->wqe = Py_NewRef(PyTuple_GET_ITEM(recv, 0));
+        c->mr = Py_NewRef(PyTuple_GET_ITEM(recv, 1));
+        if ((c->got = PyLong_AsLongLong(PyTuple_GET_ITEM(recv, 2))) == -1 && PyErr_Occurred())
+            goto out;
+        if (get_ll(c->wqe, s_length, &length) < 0)
+            goto out;
+    }
+    if (get_ll(c->wqe, s_addr, &addr) < 0)
+        goto out;
+    if (((c->op == OP_SEND_FIRST || c->op == OP_SEND_MIDDLE) && c->size != mtu)
+        || c->got + c->size > length) {
+        ok = 0;
+        goto out;
+    }
+    c->va = addr + c->got;
+    if (c->size) {
+        if (c->mr == Py_None) {
+            ok = 0;
+            goto out;
+        }
+        PyObject *va = PyLong_FromLongLong(c->va), *sz = PyLong_FromLongLong(c->size);
+        x = va && sz ? PyObject_CallMethodObjArgs(c->mr, s_allows, va, sz, LOCAL_WRITE, NULL) : NULL;
+        Py_XDECREF(va);
+        Py_XDECREF(sz);
+        if (x == NULL || (ok = PyObject_IsTrue(x)) < 0)
+            goto out;
+    } else {
+        ok = 1;
+    }
+out:
+    Py_XDECREF(recv);
+    Py_XDECREF(rq);
+    Py_XDECREF(pd);
+    Py_XDECREF(ctx);
+    Py_XDECREF(lkey);
+    Py_XDECREF(x);
+    return ok;
+}
+
+/* Responder.on_packet's checks for an in-order SEND (send) or RDMA WRITE packet. */
+static int is_case(PyObject *self, PyObject *pkt, Case *c, int send)
 {
     long long dqpn, qpn, pk, qpk, psn, mtu, mr_addr, mr_len;
     PyObject *st = NULL, *x = NULL;
@@ -197,7 +292,8 @@ static int is_case(PyObject *self, PyObject *pkt, Case *c)
         goto out;
     if (get_ll(pkt, s_opcode, &c->op) < 0)
         goto err;
-    if (c->op < OP_WRITE_FIRST || c->op > OP_WRITE_ONLY_IMM) /* an RDMA WRITE opcode */
+    if (send ? c->op < OP_SEND_FIRST || c->op > OP_SEND_ONLY_IMM /* a SEND opcode */
+             : c->op < OP_WRITE_FIRST || c->op > OP_WRITE_ONLY_IMM) /* an RDMA WRITE opcode */
         goto out;
     if ((x = PyObject_GetAttr(self, s_epsn)) == NULL)
         goto err;
@@ -232,12 +328,13 @@ static int is_case(PyObject *self, PyObject *pkt, Case *c)
     Py_CLEAR(x);
     if (c->size > mtu)
         goto out;
-    if ((ok = attr_is(self, s_recv, Py_None)) <= 0) /* not inside a SEND */
-        goto out;
     if ((c->msg = PyObject_GetAttr(self, s_msg)) == NULL)
         goto err;
-    ok = RETH_OP(c->op) ? reth_case(pkt, c, mtu) : msg_case(c, mtu);
-    if (ok <= 0 || c->total == 0)
+    if (send)
+        ok = send_case(self, c, mtu);
+    else if ((ok = attr_is(self, s_recv, Py_None)) > 0) /* not inside a SEND */
+        ok = RETH_OP(c->op) ? reth_case(pkt, c, mtu) : msg_case(c, mtu);
+    if (ok <= 0 || c->size == 0)
         goto out;
     if (get_ll(c->mr, s_addr, &mr_addr) < 0 || get_ll(c->mr, s_length, &mr_len) < 0)
         goto err;
@@ -282,6 +379,53 @@ static int place(Case *c)
     return rc;
 }
 
+/* The SEND's part of Responder._on_send after placing: the receive WR taken (its FIRST /
+ * ONLY), the bytes in it, and at its end the RECV completion and the MSN. */
+static int send_act(PyObject *self, PyObject *pkt, Case *c)
+{
+    PyObject *x = NULL, *wc = NULL, *cq = NULL, *r = NULL;
+    long long msn, got = c->got + c->size;
+    int rc = -1;
+    if (c->start) { /* QP.take_recv: the WR send_case peeked */
+        if ((x = PyObject_CallMethodNoArgs(c->qp, s_take_recv)) == NULL)
+            return -1;
+        if (x != c->wqe) {
+            PyErr_SetString(PyExc_RuntimeError, "in_order_send: the receive queue changed");
+            goto out;
+        }
+        Py_CLEAR(x);
+    }
+    if (c->op == OP_SEND_FIRST || c->op == OP_SEND_MIDDLE) {
+        x = Py_BuildValue("(OOL)", c->wqe, c->mr, got);
+        rc = x == NULL ? -1 : PyObject_SetAttr(self, s_recv, x);
+        goto out;
+    }
+    PyObject *imm = c->op == OP_SEND_LAST_IMM || c->op == OP_SEND_ONLY_IMM
+                        ? PyObject_GetAttr(pkt, s_imm) : Py_NewRef(Py_None);
+    PyObject *wr_id = PyObject_GetAttr(c->wqe, s_wr_id), *qpn = PyObject_GetAttr(c->qp, s_qpn),
+             *n = PyLong_FromLongLong(got);
+    if (imm && wr_id && qpn && n) {
+        PyObject *a[6] = {wr_id, SUCCESS, WC_RECV, n, qpn, imm};
+        wc = PyObject_Vectorcall(WC, a, 6, NULL);
+    }
+    Py_XDECREF(imm);
+    Py_XDECREF(wr_id);
+    Py_XDECREF(qpn);
+    Py_XDECREF(n);
+    if (wc == NULL || PyObject_SetAttr(self, s_recv, Py_None) < 0
+        || (cq = PyObject_GetAttr(c->qp, s_recv_cq)) == NULL
+        || (r = PyObject_CallMethodOneArg(cq, s_push, wc)) == NULL || get_ll(self, s_msn, &msn) < 0
+        || set_ll(self, s_msn, (msn + 1) & PSN_MASK) < 0)
+        goto out;
+    rc = 0;
+out:
+    Py_XDECREF(x);
+    Py_XDECREF(wc);
+    Py_XDECREF(cq);
+    Py_XDECREF(r);
+    return rc;
+}
+
 static PyObject *act(PyObject *self, PyObject *pkt, Case *c)
 {
     PyObject *counters = PyObject_GetAttr(self, s_counters), *x = NULL, *res = NULL;
@@ -292,7 +436,10 @@ static PyObject *act(PyObject *self, PyObject *pkt, Case *c)
         || PyObject_SetAttr(self, s_dup_acked, Py_False) < 0 || place(c) < 0
         || (c->size && incr(counters, s_bytes_placed, c->size) < 0))
         goto out;
-    if (c->op == OP_WRITE_FIRST || c->op == OP_WRITE_MIDDLE) { /* the message goes on */
+    if (c->wqe != NULL) { /* a SEND */
+        if (send_act(self, pkt, c) < 0)
+            goto out;
+    } else if (c->op == OP_WRITE_FIRST || c->op == OP_WRITE_MIDDLE) { /* the message goes on */
         x = Py_BuildValue("(OLLL)", c->mr, c->va + c->size, c->left - c->size, c->total);
         if (x == NULL || PyObject_SetAttr(self, s_msg, x) < 0)
             goto out;
@@ -326,17 +473,18 @@ out:
     return res;
 }
 
-/* in_order_write(responder, pkt): the replies, or NotImplemented (nothing changed). */
-static PyObject *in_order_write(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+/* in_order_write / in_order_send (responder, pkt): the replies, or NotImplemented
+ * (nothing changed). */
+static PyObject *in_order(PyObject *const *args, Py_ssize_t nargs, int send)
 {
     Case c = {0};
     PyObject *res = NULL;
-    (void)mod;
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "in_order_write(responder, pkt) takes 2 arguments");
+        PyErr_SetString(PyExc_TypeError, "in_order_write / in_order_send(responder, pkt) "
+                                         "takes 2 arguments");
         return NULL;
     }
-    int k = is_case(args[0], args[1], &c);
+    int k = is_case(args[0], args[1], &c, send);
     if (k > 0)
         res = act(args[0], args[1], &c);
     else if (k == 0)
@@ -346,7 +494,20 @@ static PyObject *in_order_write(PyObject *mod, PyObject *const *args, Py_ssize_t
     Py_XDECREF(c.msg);
     Py_XDECREF(c.mr);
     Py_XDECREF(c.payload);
+    Py_XDECREF(c.wqe);
     return res;
+}
+
+static PyObject *in_order_write(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    return in_order(args, nargs, 0);
+}
+
+static PyObject *in_order_send(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    return in_order(args, nargs, 1);
 }
 
 
@@ -679,6 +840,8 @@ static PyMethodDef methods[] = {
      "Requester.next_packet for a WRITE packet already in the PSN space, else NotImplemented."},
     {"in_order_write", (PyCFunction)(void (*)(void))in_order_write, METH_FASTCALL,
      "Responder.on_packet for an in-order RDMA WRITE packet, else NotImplemented."},
+    {"in_order_send", (PyCFunction)(void (*)(void))in_order_send, METH_FASTCALL,
+     "Responder.on_packet for an in-order SEND packet, else NotImplemented."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rc",
@@ -697,8 +860,14 @@ PyMODINIT_FUNC PyInit__rc(void)
         goto out;
     PyObject *acc = PyObject_GetAttrString(verbs, "Access");
     REMOTE_WRITE = acc ? PyObject_GetAttrString(acc, "REMOTE_WRITE") : NULL;
+    LOCAL_WRITE = acc ? PyObject_GetAttrString(acc, "LOCAL_WRITE") : NULL;
     Py_XDECREF(acc);
-    if (REMOTE_WRITE == NULL || PyLong_AsLong(REMOTE_WRITE) != ACCESS_REMOTE_WRITE)
+    if (REMOTE_WRITE == NULL || LOCAL_WRITE == NULL
+        || PyLong_AsLong(REMOTE_WRITE) != ACCESS_REMOTE_WRITE)
+        goto out;
+    if (INTERN(s_rq, "rq") || INTERN(s_lkey, "lkey") || INTERN(s_lookup_lkey, "lookup_lkey")
+        || INTERN(s_take_recv, "take_recv") || INTERN(s_wr_id, "wr_id")
+        || INTERN(s_recv_cq, "recv_cq") || INTERN(s_push, "push"))
         goto out;
     if (INTERN(s_dlen, "dlen") || INTERN(s_rkey, "rkey") || INTERN(s_va, "va")
         || INTERN(s_access, "access") || INTERN(s_pd, "pd") || INTERN(s_ctx, "ctx")
@@ -742,14 +911,18 @@ PyMODINIT_FUNC PyInit__rc(void)
         SEND_WR_OPS = PyObject_GetAttrString(wq, "SEND_WR_OPS");
         RocePkt = PyObject_GetAttrString(ib, "RocePkt");
         OpEnum = PyObject_GetAttrString(ib, "Op");
-        PyObject *st2 = PyObject_GetAttrString(wq, "WCStatus");
+        PyObject *st2 = PyObject_GetAttrString(wq, "WCStatus"),
+                 *wop = PyObject_GetAttrString(wq, "WCOpcode");
         SUCCESS = st2 ? PyObject_GetAttrString(st2, "SUCCESS") : NULL;
+        WC_RECV = wop ? PyObject_GetAttrString(wop, "RECV") : NULL;
+        WC = PyObject_GetAttrString(wq, "WC");
         Py_XDECREF(st2);
+        Py_XDECREF(wop);
     }
     Py_XDECREF(wq);
     Py_XDECREF(ib);
     if (IMM_WR_OPS == NULL || SEND_WR_OPS == NULL || RocePkt == NULL || OpEnum == NULL
-        || SUCCESS == NULL)
+        || SUCCESS == NULL || WC_RECV == NULL || WC == NULL)
         goto out;
     m = PyModule_Create(&module);
 out:

@@ -6,7 +6,9 @@ traffic/fast/rc.c, built by emucore/cbuild.py as `traffic.fast._rc`, does
 as it comes - a WRITE MIDDLE / LAST (/ LAST with immediate) inside an accepted message,
 a WRITE FIRST / ONLY (/ ONLY with immediate) whose R_Key, access and bounds pass - (IBA
 Vol. 1 9.7, 9.4.3, 9.7.4.1.5; book ch.9 Figure 9-6, ch.12 Figures 12-1..12-3) and
-answers NotImplemented, having changed nothing, for every other packet, which the
+`in_order_send` likewise for an in-order SEND FIRST / MIDDLE / LAST / ONLY (with
+immediate too) landing in a posted receive WR with room (IBA 9.7.4.1.4; ch.9 Figure 9-6);
+both answer NotImplemented, having changed nothing, for every other packet, which the
 Python then handles (`traffic.rc.responder.FastResponder`); the responder's state stays
 in the Python object. Likewise `next_write` does `traffic.rc.requester.Requester.next_packet`
 for a packet of an RDMA WRITE already in the PSN space (segment, payload view, RETH, ImmDt,
@@ -17,7 +19,7 @@ stale ACK is the Python's. tests/unit/test_fast_rc.py holds them equal to the Py
 a fake wire with loss and reordering, also under ASan + UBSan.
 
 `EMU_DATAPATH` chooses (emucore.datapath), read once at import: `IN_ORDER_WRITE`,
-`NEXT_WRITE` and `ON_ACK` are the C functions under auto and fast, None under python;
+`IN_ORDER_SEND`, `NEXT_WRITE` and `ON_ACK` are the C functions under auto and fast, None under python;
 with auto or fast and the C not built from today's sources, importing this module is
 emucore.datapath.NotBuilt.
 """
@@ -28,8 +30,8 @@ from typing import Callable
 
 from emucore import datapath
 
-__all__ = ["MODULE", "in_order_write", "next_write", "on_ack", "IN_ORDER_WRITE", "NEXT_WRITE",
-           "ON_ACK"]
+__all__ = ["MODULE", "in_order_write", "in_order_send", "next_write", "on_ack",
+           "IN_ORDER_WRITE", "IN_ORDER_SEND", "NEXT_WRITE", "ON_ACK"]
 
 MODULE = "traffic.fast._rc"
 
@@ -48,6 +50,11 @@ def in_order_write(name: str | None = None) -> Callable | None:
     return _c(name, "in_order_write")
 
 
+def in_order_send(name: str | None = None) -> Callable | None:
+    """The responder's C in-order SEND packet on data path `name`; None: Python."""
+    return _c(name, "in_order_send")
+
+
 def next_write(name: str | None = None) -> Callable | None:
     """The requester's C next WRITE packet on data path `name`; None: Python."""
     return _c(name, "next_write")
@@ -59,5 +66,6 @@ def on_ack(name: str | None = None) -> Callable | None:
 
 
 IN_ORDER_WRITE = in_order_write()
+IN_ORDER_SEND = in_order_send()
 NEXT_WRITE = next_write()
 ON_ACK = on_ack()

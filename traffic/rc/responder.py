@@ -24,7 +24,7 @@ from emucore.wire.ib import (END_OPS, IMM_OPS, NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM
                             SEND_OPS, WRITE_OPS, Op, RocePkt, encode_ack, pkey_match, psn_add,
                             psn_diff, psn_lt)
 from traffic.counters import ReceiverCounters
-from traffic.fast.rc import IN_ORDER_WRITE
+from traffic.fast.rc import IN_ORDER_SEND, IN_ORDER_WRITE
 from traffic.rc.rcconfig import RcConfig
 from traffic.verbs import MR, QP, Access, QPState
 from traffic.workreq import WC, RecvWR, WCOpcode, WCStatus
@@ -291,13 +291,14 @@ class Responder:
 
 
 class FastResponder(Responder):
-    """A Responder whose in-order RDMA WRITE packets that it takes (FIRST / MIDDLE / LAST /
-    ONLY, with immediate too, R_Key and bounds good, not write-only) run in C
-    (traffic.fast.rc, chosen by EMU_DATAPATH); every other packet (SEND, a NAK to send, a
-    duplicate, out of order, sprayed), and the whole of it on the Python data path, is the
-    reference `Responder.on_packet` above."""
+    """A Responder whose in-order RDMA WRITE packets (FIRST / MIDDLE / LAST / ONLY, with
+    immediate too, R_Key and bounds good, not write-only) and in-order SEND packets (a
+    receive WR posted, room in it) run in C (traffic.fast.rc, chosen by EMU_DATAPATH);
+    every other packet (a NAK or RNR NAK to send, a duplicate, out of order, sprayed), and
+    the whole of it on the Python data path, is the reference `Responder.on_packet` above."""
 
     def on_packet(self, pkt: RocePkt, now: float) -> list[RocePkt]:
         """As Responder.on_packet."""
-        r = IN_ORDER_WRITE(self, pkt)  # RcEndpoint makes one only when the C is chosen
+        # RcEndpoint makes one only when the C is chosen; SEND opcodes are 0..5 (Table 38)
+        r = (IN_ORDER_SEND if pkt.opcode < Op.WRITE_FIRST else IN_ORDER_WRITE)(self, pkt)
         return Responder.on_packet(self, pkt, now) if r is NotImplemented else r
