@@ -53,9 +53,14 @@ Against the guard's verdicts: the same table's fast+rings AllReduce and write ke
 pipeline in Python's poll loop, without the rings) kept up from 15,000 against Python's
 30,000. The rule picks 20000 for a rail2x4 AllReduce at 0.48 us (need ~19,800), 100000
 for rail8x4. It is a heuristic for the TDF, never a lab's bound. `NIC_ENDS` stays 2 hops at the
-path's cost on both paths: docs/PERFORMANCE.md has no per-frame CPU figure of the NICs
-(C framing, DCQCN and RC WRITE packets under auto, Python otherwise; the whole-run rows
-count the agents' CPU only), so there is nothing to count them by yet.
+path's cost on both paths: a unit stands for CPU per frame in a whole run, and
+docs/PERFORMANCE.md has no such figure for the NICs (the whole-run rows count the
+agents' CPU only); its NIC figures are in-process instructions per data frame under
+auto ("The NIC's RC transport per frame": send 58,256, receive 37,983, the ACKs' share
+1,941). At the same document's rate for the NIC's Python (38,669 instructions in
+7.5-11.9 us) those ~98,000 are ~19-30 us; with an agent's whole-run overhead per frame
+(~67 us, 67.8 less 0.48) at each end, ~165 us, inside two C units (2 x 401.4 x 0.48 =
+385 us): an estimate only, which says two hops is not the short side.
 
 A run whose agents are not all C is sized as Python (the safe side): `--datapath
 python`; `auto` with a configuration the C pipeline refuses (`switch_agent.fast.pipeline.
