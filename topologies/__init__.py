@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from emucore import yamlcache
 from topologies.model import Fabric
 from topologies.rail import RAIL_NAME, RailSpec, build_rail
 
@@ -22,10 +23,11 @@ class TopologyError(ValueError):
 
 
 def _fabric_presets() -> dict[str, Path]:
+    """Preset name -> file; each file is parsed once per process (`emucore.yamlcache`)."""
     out = {}
     for path in sorted(PRESET_DIR.glob("*.yaml")):
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yamlcache.load_file(path) or {}
         except yaml.YAMLError:
             continue
         if isinstance(data, dict) and data.get("kind") in KINDS:
@@ -37,7 +39,7 @@ def presets() -> dict[str, str]:
     """Named presets -> one-line description (`emu list`)."""
     out = {}
     for name, path in _fabric_presets().items():
-        data = yaml.safe_load(path.read_text())
+        data = yamlcache.load_file(path)
         out[name] = str(data.get("description", "")).strip()
     return out
 
@@ -65,7 +67,7 @@ def _named_spec(name: str) -> tuple[dict, str] | None:
     """(YAML mapping, source label) of a preset or a generated ``rail{R}x{H}`` name."""
     presets_ = _fabric_presets()
     if name in presets_:
-        data = yaml.safe_load(presets_[name].read_text())
+        data = yamlcache.load_file(presets_[name])
         data.setdefault("name", name)
         return data, f"preset {name}"
     m = RAIL_NAME.match(name)
@@ -96,7 +98,7 @@ def load(name: str, spines: int | None = None, tdf: float | None = None) -> Fabr
         if not path.is_file():
             raise TopologyError(f"topology file {name!r} does not exist")
         try:
-            data = yaml.safe_load(path.read_text())
+            data = yamlcache.load_file(path)
         except yaml.YAMLError as exc:
             raise TopologyError(f"{name}: not valid YAML: {exc}") from None
         return from_dict(data, source=name, **overrides)

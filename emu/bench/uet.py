@@ -21,8 +21,6 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
 import topologies
 from emu.bench import uetscen
 from emu.bench.uetscen import Scenario
@@ -32,6 +30,7 @@ from emu.lab.variant import Variant
 from emu.observe import guard
 from emu.realise.nics import uet_nic_options
 from emu.run.terminal import Terminal
+from emucore import yamlcache
 from emucore.qos.load import load_qos
 from emucore.qos.qosconfig import QosConfig
 from traffic.workloads.flows import Flow
@@ -46,7 +45,7 @@ TIMEOUT_S = 120.0  # lab seconds a scenario's flows may take
 
 def fabric_for(s: Scenario, tdf: float) -> topologies.Fabric:
     """The bench fabric with every link at the scenario's rate."""
-    data = yaml.safe_load(TOPOLOGY.read_text())
+    data = yamlcache.load_file(TOPOLOGY)
     rate = f"{s.link_bps / 1e9:g}G"
     data.update(host_link=rate, uplink=rate)
     return topologies.from_dict(data, source=str(TOPOLOGY), tdf=tdf)
@@ -55,7 +54,7 @@ def fabric_for(s: Scenario, tdf: float) -> topologies.Fabric:
 def qos_for(s: Scenario) -> QosConfig:
     """The lossy QoS with the scenario's buffer and ECN thresholds; trimming at the
     buffer, or none."""
-    data = yaml.safe_load(QOS.read_text())
+    data = yamlcache.load_file(QOS)
     q3 = data["queuing"]["queues"][3]
     q3["limit"] = f"{s.buffer}B"
     q3["wred"].update(min=f"{s.ecn[0]}B", max=f"{s.ecn[1]}B")

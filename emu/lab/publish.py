@@ -24,9 +24,8 @@ import yaml
 from emu.lab import results
 from emu.lab import schema as S
 from emu.run.autotdf import machine_cores
+from emucore import yamlcache
 from emucore.atomic import write_text_atomic
-
-Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: what `emu lab run --all` writes unless told otherwise
@@ -94,7 +93,7 @@ def catalogue() -> list[dict]:
     out = []
     for path in S.catalogue():
         try:
-            raw = yaml.load(path.read_text(), Loader=Loader)
+            raw = yamlcache.load_file(path)
             lid, title = str(raw["id"]), str(raw["title"])
         except (yaml.YAMLError, TypeError, KeyError) as exc:
             lid, title = path.stem, f"bad lab file: {type(exc).__name__}"

@@ -24,6 +24,7 @@ from emu.lab.expect import parse_expect
 from emu.lab.fields import merge, need, str_list
 from emu.lab.variant import Variant, variant_of
 from emu.lab.verdict import check_source
+from emucore import yamlcache
 
 LAB_DIR = Path(__file__).resolve().parents[2] / "labs"
 TOP_KEYS = {"id", "title", "figure", "story", "watch", "steps", "topology", "tdf", "qos",
@@ -163,7 +164,7 @@ def load(ref: str, tdf: float | None = None) -> Lab:
         if path is None:
             raise ValueError(f"no lab {ref!r}: not a file, not an id of `emu lab list`")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamlcache.load_file(path)
     except yaml.YAMLError as exc:
         raise ValueError(f"{path.name}: not valid YAML: {exc}") from None
     try:

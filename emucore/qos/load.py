@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from emucore import yamlcache
 from emucore.qos.qosconfig import QosConfig
 from emucore.qos.nxos import parse_nxos
 
@@ -35,11 +36,10 @@ def load_qos(source: str | Path | dict) -> QosConfig:
         else:
             raise ValueError(f"qos: {str(source)!r} is neither a file nor a preset "
                              f"({', '.join(preset_names())})")
-    text = path.read_text()
     if path.suffix in NXOS_SUFFIXES:
-        return parse_nxos(text)
+        return parse_nxos(path.read_text())
     try:
-        data = yaml.safe_load(text)
+        data = yamlcache.load_file(path)
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not valid YAML: {exc}") from None
     return QosConfig.from_dict(data, source=str(path.name))
