@@ -39,6 +39,7 @@ from typing import Any
 from emu.lab.curve import curve_bins
 from emu.lab.evidence import Evidence, first, order, select, wanted
 from emu.lab.expect import parse_expect, value
+from emu.observe.metrics import nic_sum
 
 
 def _window(spec: dict, ev: Evidence) -> tuple[float, float]:
@@ -133,7 +134,7 @@ def counter(ev: Evidence, spec: dict) -> float:
         if "ports" not in c:  # a NIC: its top-level counters, else summed over its QPs
             v = c.get(name)
             if v is None and isinstance(c.get("qps"), dict):
-                v = sum(q.get(name) or 0 for q in c["qps"].values())
+                v = nic_sum(c, name)  # destroyed QPs included
             total += v if isinstance(v, (int, float)) else 0
             continue
         for pname, p in c["ports"].items():

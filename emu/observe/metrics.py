@@ -11,12 +11,15 @@ Metrics per port: tx_bps, rx_bps (model bit/s), drops (frames in the interval), 
 queue: depth_bytes, ecn_marks, drops; per port and priority: pause_tx, pause_rx
 (frames in the interval), paused (0/1). Per QP (NICs): rate_bps (DCQCN current rate,
 model; UET: NSCC's window / base RTT), cwnd_bytes (UET: NSCC's window), cnps_rx,
-cnps_sent (in the interval), tx_bps (wire bytes). Per process that
-reports its lag (agents and NICs, the fidelity guard: emu.observe.guard), on port "": lag_p99_s
-and lag_max_s, model seconds, of the actions of the interval - the p99 from the
-difference of two cumulative histograms (emucore.fidelity: the upper edge of its
-bucket), the max exact when the process's maximum rose in the interval, else the upper
-edge of the highest bucket that grew (a bucket is 1/8 decade wide).
+cnps_sent (in the interval), tx_bps (wire bytes); a QP destroyed in the interval gets
+its last tx_bps and CNP rows from the NIC's record of its final counters (`merge_qps`),
+none after; a NIC snapshot the sampler keeps (destroyed QPs marked) adds up with
+`nic_sum`. Per process that reports its lag (agents and NICs, the fidelity guard:
+emu.observe.guard), on port "": lag_p99_s and lag_max_s, model seconds, of the actions
+of the interval - the p99 from the difference of two cumulative histograms
+(emucore.fidelity: the upper edge of its bucket), the max exact when the process's
+maximum rose in the interval, else the upper edge of the highest bucket that grew (a
+bucket is 1/8 decade wide).
 
 Per flow and egress port (book ch.12: which uplink each flow, flowlet or sprayed packet
 took), `path_rows` turns the agents' path accounting (the snapshot's ``lb.paths``,
@@ -109,8 +112,45 @@ def path_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tu
             for (flow, port), d in grew.items()]
 
 
+def merge_qps(prev: dict | None, cur: dict) -> None:
+    """Keep the QPs destroyed since `prev` in NIC snapshot `cur`'s "qps", marked
+    "destroyed": "final" with the counters the NIC recorded when it destroyed them
+    (its ``closed_qps``, the last traffic.nic.nicverbs.CLOSED_KEPT: CLOSED_SUMS, state,
+    error, peer, t_lab destroyed; the rest, DCQCN's or NSCC's state, as last sampled),
+    else "last_sampled" with `prev`'s. A live QP wins over a destroyed one of the same
+    number (QPNs can be pinned again); the NIC's closed_qps_<name> sums count both
+    (`nic_sum`)."""
+    live, gone, was = cur["qps"], {}, (prev or {}).get("qps") or {}
+    for qpn, q in was.items():
+        if qpn not in live:
+            gone[qpn] = q if q.get("destroyed") else {**q, "destroyed": "last_sampled"}
+    for rec in cur.get("closed_qps") or ():  # oldest first: the last of a number wins
+        qpn = str(rec["qpn"])
+        if qpn in live:
+            continue
+        q = was.get(qpn) or {}  # the same QP sampled alive, or already merged: keep the rest
+        same = not q.get("destroyed") or q.get("t_lab") == rec.get("t_lab")
+        gone[qpn] = {**(q if same else {}), **{k: v for k, v in rec.items() if k != "qpn"},
+                     "destroyed": "final"}
+    cur["qps"] = {**gone, **live}
+
+
+def nic_sum(snap: dict, name: str) -> int | float:
+    """A per-QP counter summed over a NIC snapshot's QPs, those destroyed since the NIC
+    started included: its ``closed_qps_<name>`` plus the live QPs' (the destroyed ones
+    `merge_qps` keeps are in the former). A snapshot of an older run, without the NIC's
+    ``closed_qps`` records (whose sampler kept destroyed QPs unmarked), sums every QP it
+    lists: the last-sampled figures, which may be short."""
+    qps = (snap.get("qps") or {}).values()
+    closed = snap.get(f"closed_qps_{name}")
+    if closed is None or "closed_qps" not in snap:
+        return sum(q.get(name) or 0 for q in qps)
+    return closed + sum(q.get(name) or 0 for q in qps if not q.get("destroyed"))
+
+
 def nic_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tuple]:
-    """Rows for one RDMA NIC between two snapshots (traffic.nic.main counters schema)."""
+    """Rows for one RDMA NIC between two snapshots (traffic.nic.main counters schema); a
+    QP destroyed in the interval gives its tx_bps and CNPs up to its end, no rate."""
     dt = cur.get("t_lab", 0) - prev.get("t_lab", 0)
     if dt <= 0:
         return []
@@ -119,10 +159,16 @@ def nic_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tup
     out: list[tuple] = []
     for qpn, q in cur.get("qps", {}).items():
         p = prev.get("qps", {}).get(qpn, {})
-        rate = q.get("rate_model_bps")
+        if q.get("destroyed") == "last_sampled":
+            continue  # its figures since the last sample are lost
+        if p.get("destroyed"):
+            if p.get("t_lab") == q.get("t_lab"):
+                continue  # ended in an earlier interval
+            p = {}  # another QP of that number, created and destroyed since
+        rate = None if q.get("destroyed") else q.get("rate_model_bps")
         if rate is not None:
             out.append((t, node, f"qp{qpn}", "", "rate_bps", rate))
-        cwnd = (q.get("nscc") or {}).get("cwnd")
+        cwnd = None if q.get("destroyed") else (q.get("nscc") or {}).get("cwnd")
         if cwnd is not None:  # UET: NSCC's window, bytes
             out.append((t, node, f"qp{qpn}", "", "cwnd_bytes", cwnd))
         out.append((t, node, f"qp{qpn}", "", "tx_bps",
@@ -204,8 +250,8 @@ class Sampler:
                 continue
             cur.setdefault("t_lab", time.monotonic())
             prev = self.last.get(name)
-            if "qps" in cur and prev is not None:  # keep destroyed QPs' final counters
-                cur["qps"] = {**prev.get("qps", {}), **cur["qps"]}
+            if "qps" in cur:  # keep destroyed QPs, with their final counters
+                merge_qps(prev, cur)
             self.first.setdefault(name, cur)
             if prev is not None:
                 fn = switch_rows if self.kinds.get(name) == "switch" else nic_rows

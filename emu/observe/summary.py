@@ -5,8 +5,10 @@ a run directory, without root).
 Totals per switch and traffic class come from the last counters snapshot of every
 agent (kept by the sampler in RUNDIR/last_counters.json): packets and bytes sent per
 egress queue (= class: 0 default, 3 RoCE, 7 CNP in the book's config), ECN marks,
-drops, PFC pauses sent/received per priority; NIC totals (CNPs, retransmits) when the
-run had RDMA NICs. Where the balanced flows' bytes went, per switch, flow and egress
+drops, PFC pauses sent/received per priority; NIC totals (CNPs, retransmits, payload
+bytes) when the run had RDMA NICs, exact whatever QPs were destroyed during the run:
+the NIC's own sums over its destroyed QPs plus its live QPs' (emu.observe.metrics.nic_sum).
+Where the balanced flows' bytes went, per switch, flow and egress
 port (summary.json's "paths", ch.12), comes from the same snapshots (emu.observe.paths).
 """
 
@@ -20,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from emu.observe import guard, paths, plots, procstat
+from emu.observe.metrics import nic_sum
 
 SCHEMA_VERSION = 1
 #: "fidelity_lost": the lab fell behind the model (emu.observe.guard), whatever the checks said
@@ -56,15 +59,10 @@ def class_totals(counters: dict) -> dict[str, dict]:
 
 
 def nic_totals(counters: dict) -> dict[str, dict]:
-    """{gpu: {cnps_sent, cnps_rx, retransmits, tx_bytes}} from NIC snapshots."""
-    out = {}
-    for name, snap in counters.items():
-        if "qps" not in snap:
-            continue
-        qps = snap["qps"].values()
-        out[name] = {k: sum(q.get(k, 0) or 0 for q in qps)
-                     for k in ("cnps_sent", "cnps_rx", "retransmits", "tx_bytes")}
-    return out
+    """{gpu: {cnps_sent, cnps_rx, retransmits, tx_bytes}} from NIC snapshots (nic_sum;
+    tx_bytes: RDMA payload sent, retransmissions included, headers not)."""
+    return {name: {k: nic_sum(snap, k) for k in ("cnps_sent", "cnps_rx", "retransmits", "tx_bytes")}
+            for name, snap in counters.items() if "qps" in snap}
 
 
 def validate_summary(d: dict) -> None:

@@ -56,9 +56,20 @@ from traffic.uet.initiator import TxReq
 from traffic.verbs import MIN_RNR_TIMER_S, Context, VerbsError
 from traffic.workreq import WR, WROpcode
 
-__all__ = ["NicQp", "NicVerbs"]
+__all__ = ["CLOSED_KEPT", "CLOSED_SUMS", "NicQp", "NicVerbs"]
 
 log = logging.getLogger("traffic.nic")
+
+#: a QP's counters that a NIC's totals add up: when the QP is destroyed they go to the
+#: NIC's ``closed_qps_<name>`` (summed since it started), so that a NIC total is exact,
+#: closed_qps_<name> + the live QPs' <name>, whenever it is read
+CLOSED_SUMS = ("tx_bytes", "tx_packets", "tx_frames", "tx_wire_bytes", "retransmits",
+               "timeouts", "completions", "cnps_sent", "cnps_rx", "ce_rx")
+#: the final counters of the last CLOSED_KEPT destroyed QPs (``closed_qps``, oldest first:
+#: qpn, state, error, peer, t_lab destroyed and CLOSED_SUMS), so that a sampler reading
+#: the NIC every so often gets each QP's last figures unless more than this many QPs were
+#: destroyed between two readings (emu.observe.metrics.merge_qps); a bound on the reply
+CLOSED_KEPT = 16
 
 
 def _get(table: dict, key: int, what: str) -> Any:
@@ -150,7 +161,8 @@ class NicVerbs:
         self.order: list[NicQp] = []    # connected QPs, in the data path's round robin
         self.profile = None if cfg.dcqcn == "off" else DcqcnProfile.by_name(cfg.dcqcn)
         self.np = NotificationPoint(self.profile) if self.profile else None
-        self.c = {"closed_qps_tx_bytes": 0}  # payload sent by QPs destroyed since
+        #: what the QPs destroyed since start sent (CLOSED_SUMS) and the last ones' figures
+        self.c: dict[str, Any] = {**{f"closed_qps_{k}": 0 for k in CLOSED_SUMS}, "closed_qps": []}
         self.clock = time.monotonic  # lab time (a fake clock in tests)
         #: UET: PDC id -> the QP whose endpoint owns it (initiator and target PDCs)
         self.pdcs: dict[int, NicQp] = {}
@@ -263,7 +275,7 @@ class NicVerbs:
         """ibv_destroy_qp."""
         q = self.qps.pop(self._qp(qpn).qpn)
         self.ctx.qps.pop(q.qpn, None)  # its number may be pinned again
-        self.c["closed_qps_tx_bytes"] += q.ep.requester.counters.bytes
+        self._keep_closed(q)
         q.ep.qp.to_error()
         if q in self.order:
             self.order.remove(q)
@@ -272,6 +284,16 @@ class NicVerbs:
                 self.pdcs.pop(pdc, None)
         if self.np:
             self.np.forget(qpn)
+
+    def _keep_closed(self, q: NicQp) -> None:
+        """Add a QP being destroyed to the NIC's closed_qps sums and records (a new list,
+        never one a counters reply may be holding)."""
+        snap = q.snapshot(self.td)
+        rec = {"qpn": q.qpn, "state": snap["state"], "error": snap["error"],
+               "peer": snap["peer"], "t_lab": self.clock(), **{k: snap[k] for k in CLOSED_SUMS}}
+        for k in CLOSED_SUMS:
+            self.c[f"closed_qps_{k}"] += rec[k]
+        self.c["closed_qps"] = (self.c["closed_qps"] + [rec])[-CLOSED_KEPT:]
 
     def to_rtr(self, q: NicQp, peer_qpn: int, peer_psn: int, peer_ip: str, mtu: int) -> None:
         """INIT -> RTR once the CM exchange agreed on QPNs and PSNs; the frame template
