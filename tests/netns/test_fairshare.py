@@ -92,7 +92,8 @@ def test_two_to_one_incast_gives_each_sender_half_the_port():
         r, fid, q = run_incast(tdf)
     fair = r["link_model_bps"] / len(FROM)
     print(rdma.describe(r))
-    print(f"TDF {tdf:g}, kept up {fid['kept_up']}, finish {r['seconds_lab']} s lab, window "
+    print(f"TDF {tdf:g}, kept up {fid['kept_up']} (p99 lag {fid['p99_lag_model_us']:.2f} us "
+          f"model), finish {r['seconds_lab']} s lab, window "
           f"{r['window_lab_s']} s lab; switches: {q}; receiver CE {r['ce_rx_by_receiver']}, "
           f"CNPs {r['cnps_sent_by_receiver']}")
     print("per 1 ms model, share of C/2:",
