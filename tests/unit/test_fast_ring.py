@@ -198,7 +198,7 @@ def test_frames_the_kernel_dropped_arriving_are_counted_and_logged():
 SANITIZED_CHILD = test_fast_pipeline.SANITIZED_CHILD[
     :test_fast_pipeline.SANITIZED_CHILD.index("from tests.unit")] + """
 from tests.unit import test_fast_ring as t
-for name, f in vars(t).items():
+for name, f in list(vars(t).items()):  # a warning adds __warningregistry__
     if name.startswith("test_") and callable(f) and name != "test_sanitized":
         f()
 print("sanitized ok")
