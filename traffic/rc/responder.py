@@ -290,6 +290,10 @@ class Responder:
         return []
 
 
+#: Op.WRITE_FIRST as a plain int: an IntEnum member's lookup costs ~0.2 us per packet
+_WRITE_FIRST = int(Op.WRITE_FIRST)
+
+
 class FastResponder(Responder):
     """A Responder whose in-order RDMA WRITE packets (FIRST / MIDDLE / LAST / ONLY, with
     immediate too, R_Key and bounds good, not write-only) and in-order SEND packets (a
@@ -300,5 +304,5 @@ class FastResponder(Responder):
     def on_packet(self, pkt: RocePkt, now: float) -> list[RocePkt]:
         """As Responder.on_packet."""
         # RcEndpoint makes one only when the C is chosen; SEND opcodes are 0..5 (Table 38)
-        r = (IN_ORDER_SEND if pkt.opcode < Op.WRITE_FIRST else IN_ORDER_WRITE)(self, pkt)
+        r = (IN_ORDER_SEND if pkt.opcode < _WRITE_FIRST else IN_ORDER_WRITE)(self, pkt)
         return Responder.on_packet(self, pkt, now) if r is NotImplemented else r
