@@ -177,7 +177,8 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
             if notify.on_ce(i, t):
                 heapq.heappush(events, (t + cnp_delay, CNP, i))
         else:
-            run.cnps[k][i] += 1
+            if k < slots:           # a duration of no whole number of samples: the tail
+                run.cnps[k][i] += 1  # past the last whole sample is run, not counted
             rps[i].on_cnp(t)
     return run
 

@@ -98,6 +98,14 @@ def test_the_model_is_deterministic_per_seed():
     assert c.delivered != a.delivered    # the start offsets and the WRED draws move
 
 
+def test_a_duration_of_no_whole_number_of_samples_runs():
+    # 10.5 ms in 1 ms samples: 10 whole samples (round half to even); CNPs in the last
+    # half sample used to be counted into an 11th one that does not exist (IndexError)
+    run = simulate(2, duration=0.0105, sample=1e-3, seed=1)
+    assert len(run.cnps) == len(run.delivered) == 10
+    assert sum(map(sum, run.cnps)) > 0
+
+
 @pytest.fixture(scope="module", params=[(2, 0.04), (3, 0.16)], ids=["2to1", "3to1"])
 def incast(request):
     """Paper DCQCN, paper ECN; sender i joins at i x 5 ms (the DCQCN paper's fairness
