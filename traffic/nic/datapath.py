@@ -98,6 +98,7 @@ class Nic(NicVerbs, UetRx):
         self.cond = threading.Condition(self.lock)
         self.waiters = 0
         self.running = True
+        self.wakeups = 0  # select calls of `run` (emu.bench.nicloop)
         self.c.update({"rx_frames": 0, "rx_bytes": 0, "tx_frames": 0, "tx_bytes": 0,
                        "tx_errors": 0, "rx_other": 0, "rx_unknown_qp": 0, "pfc_rx": 0,
                        "rx_malformed": 0, "rx_bad_checksum": 0, "rx_unknown_pdc": 0})
@@ -304,6 +305,7 @@ class Nic(NicVerbs, UetRx):
             with self.lock:
                 timeout = self.step(time.monotonic())
             if timeout > 0:
+                self.wakeups += 1
                 r, _, _ = select.select(rl, [], [], timeout)
                 if self.wake_r in r:
                     try:

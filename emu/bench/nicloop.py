@@ -1,0 +1,136 @@
+"""The NIC's data-path loop per data frame, without root: `python -m emu.bench.nicloop`.
+
+Issue 30 (compiled data path; /work/shared/design is not referenced: the budget is in
+docs/PERFORMANCE.md "The NIC's loop"): two `traffic.nic.datapath.Nic`s of rail2x4 (h1g1
+and h4g2, the topology's link rate and TDF) joined by an AF_UNIX datagram socketpair in
+place of their raw sockets, each running its own `Nic.run` loop in a thread; h1g1 WRITEs
+`frames` MTU-sized packets of one QP to h4g2, paced by its pacer at the link's lab rate,
+h4g2 places them and ACKs (book ch.9 Figures 9-5/9-6). Per data frame: each loop's
+thread CPU (`time.thread_time`, the kernel's per-thread account - not wall clock, so a
+loaded machine inflates it less) and its wake-ups (select calls, `Nic.wakeups`); and the
+sender's fidelity meter (pacer lag p99 and max, model s), so a change that saves CPU by
+sending late shows it. `--profile` adds a cProfile of the sender's loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import socket
+import statistics
+import threading
+import time
+from multiprocessing import resource_tracker, shared_memory
+
+from topologies import load
+from traffic.nic.datapath import Nic
+from traffic.nic.nicconfig import NicConfig
+
+PRESET, SENDER, RECEIVER = "rail2x4", "h1g1", "h4g2"
+MTU = 4096
+
+
+def _nic(fab, gpu: str, sock: socket.socket) -> Nic:
+    n = Nic(NicConfig.for_gpu(fab, gpu, "/nonexistent", seed=1, dcqcn="paper"), open_sockets=False)
+    sock.setblocking(False)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    n.raw = sock
+    return n
+
+
+def _mr(nic: Nic, size: int) -> tuple:
+    shm = shared_memory.SharedMemory(create=True, size=size)
+    pd = nic.alloc_pd()
+    mr = nic.reg_mr(pd, shm.name, size, 3)
+    resource_tracker.register(shm._name, "shared_memory")  # the NIC untracked it (one process)
+    cq = nic.create_cq()
+    return shm, mr, cq, nic.qps[nic.create_qp(pd, cq, cq)]
+
+
+def _loop(nic: Nic, out: dict, prof: cProfile.Profile | None) -> None:
+    """Nic.run in this thread; its CPU seconds into out."""
+    t0 = time.thread_time()
+    if prof is not None:
+        prof.enable()
+    nic.run()
+    if prof is not None:
+        prof.disable()
+    out["cpu_s"] = time.thread_time() - t0
+
+
+def once(frames: int, tdf: float, profile: bool = False) -> dict:
+    """One WRITE of `frames` MTU packets from h1g1 to h4g2; per-frame CPU and wake-ups."""
+    fab = load(PRESET, tdf=tdf)
+    sa, sb = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a, b = _nic(fab, SENDER, sa), _nic(fab, RECEIVER, sb)
+    size = frames * MTU
+    (sha, ma, ca, qa), (shb, mb, _, qb) = _mr(a, size), _mr(b, size)
+    a.to_rtr(qa, qb.qpn, qb.start_psn, b.cfg.ip, MTU)
+    a.to_rts(qa)
+    b.to_rtr(qb, qa.qpn, qa.start_psn, a.cfg.ip, MTU)
+    b.to_rts(qb)
+    prof = cProfile.Profile() if profile else None
+    outs: dict[str, dict] = {"a": {}, "b": {}}
+    threads = [threading.Thread(target=_loop, args=(a, outs["a"], prof)),
+               threading.Thread(target=_loop, args=(b, outs["b"], None))]
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    with a.lock:
+        a.post_send(qa.qpn, [{"wr_id": 1, "local_addr": ma["addr"], "length": size,
+                              "lkey": ma["lkey"], "remote_addr": mb["addr"], "rkey": mb["rkey"]}])
+    wcs: list = []
+    deadline = t0 + 10 + 3 * frames * a.slack
+    while not wcs and time.monotonic() < deadline:
+        time.sleep(0.005)
+        with a.lock:
+            wcs = a.cqs[ca].poll(1)
+    wall = time.monotonic() - t0
+    for n in (a, b):
+        n.running = False
+        n.wake()
+    for t in threads:
+        t.join()
+    fid = a.meter.snapshot()
+    res = {"frames": frames, "tdf": tdf, "done": bool(wcs), "wall_s": wall,
+           "frame_lab_us": MTU * 8 / a.link_lab_bps * 1e6,
+           "tx_cpu_us_per_frame": outs["a"]["cpu_s"] / frames * 1e6,
+           "rx_cpu_us_per_frame": outs["b"]["cpu_s"] / frames * 1e6,
+           "tx_wakeups_per_frame": a.wakeups / frames, "rx_wakeups_per_frame": b.wakeups / frames,
+           "pacer_p99_model_s": fid["p99_lag_model_s"], "pacer_max_model_s": fid["max_lag_model_s"],
+           "tx_frames": a.c["tx_frames"], "rx_acks": a.c["rx_frames"]}
+    for n, mr, shm in ((a, ma, sha), (b, mb, shb)):
+        n.dereg_mr(mr["lkey"])
+        shm.close()
+        shm.unlink()
+    sa.close()
+    sb.close()
+    if prof is not None:
+        st = pstats.Stats(prof)
+        st.sort_stats("tottime").print_stats(25)
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print one JSON line per repetition and the medians."""
+    ap = argparse.ArgumentParser(prog="python -m emu.bench.nicloop", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--frames", type=int, default=1000)
+    ap.add_argument("--tdf", type=float, default=2000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--profile", action="store_true", help="cProfile the sender's loop")
+    a = ap.parse_args(argv)
+    runs = []
+    for _ in range(a.reps):
+        runs.append(once(a.frames, a.tdf, a.profile))
+        print(json.dumps(runs[-1]), flush=True)
+    keys = [k for k, v in runs[0].items() if isinstance(v, float)]
+    print(json.dumps({"median": {k: statistics.median(r[k] for r in runs) for k in keys}}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
