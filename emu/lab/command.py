@@ -84,7 +84,7 @@ def cmd_show(args) -> int:
               + (f"\n      source: {V.cite_text(c['source'])}" if c.get("source") else ""))
         if c.get("differs"):
             d = c["differs"]
-            print(f"      differs from the book if {d['expect']} ({V.cite_text(d['source'])}): "
+            print(f"      differs from the book if {V.differs_text(d)} ({V.cite_text(d['source'])}): "
                   f"{d['why']}")
         if c.get("note"):
             print(f"      note: {c['note']}")

@@ -251,21 +251,36 @@ def judge_variant(lab: Lab, v: Variant, ev: Evidence, many: bool) -> list[dict]:
     return out
 
 
-def entry(c: dict, name: str, variant: str, measured, ok: bool, expected: str) -> dict:
+def entry(c: dict, name: str, variant: str, measured, ok: bool, expected: str,
+          values: dict | None = None) -> dict:
     """One judged check as lab.json keeps it: the value, the bound and its source, the
-    outcome (emu.lab.verdict: pass, differs, fail, shown); `pass` is "not fail"."""
-    result, emu_bound = V.outcome(ok, measured, c)
+    outcome (emu.lab.verdict: pass, differs, fail, shown); `pass` is "not fail".
+    `values` (every variant's, "variant.check" -> measured) settle a `differs.when`."""
+    result, emu_bound = V.outcome(ok, measured, c, values)
     d = c.get("differs") or {}
     return {"name": name, "check": c["name"], "variant": variant, "kind": c["kind"],
             "measured": measured, "expected": expected, "source": V.cite_text(c.get("source")),
             "outcome": result, "pass": result != "fail", "note": c.get("note", ""),
-            **({"differs": {"expected": emu_bound or str(d["expect"]), "why": d["why"],
+            **({"differs": {"expected": emu_bound or V.differs_text(d), "why": d["why"],
                             "source": V.cite_text(d["source"])}} if d else {})}
 
 
+def settle_premises(lab: Lab, results: list[dict], values: dict) -> None:
+    """Per-variant checks whose `differs` rests on a premise (`when`) measured in some
+    variant: a miss of the book's bound is judged again now that every variant ran."""
+    by_name = {c["name"]: c for c in lab.checks}
+    for i, r in enumerate(results):
+        c = by_name.get(r["check"], {})
+        if r["outcome"] == "fail" and (c.get("differs") or {}).get("when"):
+            results[i] = entry(c, r["name"], r["variant"], r["measured"], False,
+                               r["expected"], values)
+
+
 def judge_ratios(lab: Lab, results: list[dict]) -> list[dict]:
-    """The ratio and share checks, over the measured values of every variant that ran."""
+    """The ratio and share checks, over the measured values of every variant that ran
+    (first settling the per-variant checks whose `differs` has a premise)."""
     values = {f"{r['variant']}.{r['check']}": r["measured"] for r in results}
+    settle_premises(lab, results, values)
     out = []
     for c in lab.checks:
         if c["kind"] not in ("ratio", "share"):
@@ -275,7 +290,7 @@ def judge_ratios(lab: Lab, results: list[dict]) -> list[dict]:
             ok, expected = C.judge(measured, None, c)
         except ValueError as exc:
             measured, ok, expected = f"not measured: {exc}", False, str(c.get("expect", ""))
-        out.append(entry(c, c["name"], "", measured, ok, expected))
+        out.append(entry(c, c["name"], "", measured, ok, expected, values))
     return out
 
 

@@ -113,6 +113,23 @@ def check_of(c: Any, i: int, variants: list[str]) -> dict:
     return {**c, "kind": kinds[0], **check_source({**c, "kind": kinds[0]}, w)}
 
 
+def _premise_known(c: dict, i: int, checks: list[dict], vnames: list[str]) -> None:
+    """A `differs.when` names a per-variant check of a variant it applies to."""
+    when = (c.get("differs") or {}).get("when")
+    if when is None:
+        return
+    variant, _, name = when["check"].partition(".")
+    known = set()
+    for o in checks:
+        which = o.get("variant", "all")
+        which = [which] if isinstance(which, str) else which
+        if o["kind"] not in ("ratio", "share"):
+            known |= {f"{v}.{o['name']}" for v in vnames if "all" in which or v in which}
+    need(when["check"] in known, f"checks[{i}].differs.when.check",
+         f"no per-variant check {name!r} in variant {variant!r} (known: "
+         f"{', '.join(sorted(known)) or 'none'})")
+
+
 def parse(data: Any, path: Path | None = None, tdf: float | None = None) -> Lab:
     """A lab mapping -> Lab; ValueError naming the field."""
     need(isinstance(data, dict), "lab", f"a mapping at top level, got {type(data).__name__}")
@@ -145,6 +162,8 @@ def parse(data: Any, path: Path | None = None, tdf: float | None = None) -> Lab:
     names = [c["name"] for c in checks]
     dup = {n for n in names if names.count(n) > 1}
     need(not dup, "checks", f"duplicate check name {sorted(dup)[0]!r}" if dup else "")
+    for i, c in enumerate(checks):
+        _premise_known(c, i, checks, vnames)
     for k in ("estimate_s", "timeout_s"):
         need(isinstance(data.get(k, 1), (int, float)) and data.get(k, 1) > 0, k, "a number > 0")
     return Lab(str(data["id"]), str(data["title"]), str(data.get("figure", "")),

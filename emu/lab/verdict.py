@@ -13,6 +13,14 @@ A check may also say where emu knowingly differs from the book because the book
 simplifies: `differs: {expect: BOUND, why: TEXT, source: SOURCE}`. A value that misses
 the book's bound but meets that one is the outcome `differs` - neither pass nor fail -
 printed with its reason and both bounds. Outcomes: pass, differs, fail, shown.
+
+A `differs` may instead (or as well) name the book's premise it rests on: `when: {check:
+"variant.check", expect: BOUND}` - another per-variant check whose measured value shows the
+premise does not hold here (L12.2: no flowlet moved, so the book's "after adaptive routing
+engages" has nothing to compare). The book's bound is still judged first: a value that
+meets it passes; one that misses it differs only while the premise check meets `when`,
+and fails otherwise (the premise held and the book's claim did not). `expect` may then be
+left out (any measured value). Premises are settled once every variant has run.
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ OUTCOMES = ("pass", "differs", "fail", "shown")
 #: words that say a bound came from a run rather than from a source
 FITTED_RE = re.compile(r"calibrat|\bfitted\b|\bmeasured\b|\bfirst runs?\b|\bfrom (?:the|that|"
                        r"this|its|a) runs?\b|\bset from\b", re.I)
-DIFFERS_KEYS = {"expect", "why", "source"}
+DIFFERS_KEYS = {"expect", "why", "source", "when"}
+WHEN_KEYS = {"check", "expect"}
 
 
 def _fitted(where: str, text: str) -> None:
@@ -87,15 +96,44 @@ def check_source(c: dict, where: str) -> dict:
     need(not shown(c), f"{where}.differs", "a shown check (expect: any) cannot differ")
     need(isinstance(d.get("why"), str) and d["why"].strip() != "", f"{where}.differs.why",
          "why emu differs from the book (what the book simplifies)")
-    need("expect" in d, f"{where}.differs.expect", "emu's own bound where the book simplifies")
+    when = _when(d.get("when"), f"{where}.differs.when")
+    need("expect" in d or when is not None, f"{where}.differs.expect",
+         "emu's own bound where the book simplifies (or `when`: the premise that fails here)")
     try:
-        parse_expect(d["expect"])
+        parse_expect(d.get("expect", "any"))
     except ValueError as exc:
         raise ValueError(f"{where}.differs.expect: {exc}") from None
     dsrc = source_of(d.get("source"), f"{where}.differs.source", name)
     need(dsrc is not None, f"{where}.differs.source", "where emu's bound comes from")
-    return {"source": src, "differs": {"expect": d["expect"], "why": d["why"].strip(),
-                                       "source": dsrc}}
+    return {"source": src, "differs": {"expect": d.get("expect", "any"), "why": d["why"].strip(),
+                                       "source": dsrc, **({"when": when} if when else {})}}
+
+
+def _when(w: Any, where: str) -> dict | None:
+    """`differs.when` -> {"check": "variant.check", "expect"} (shape checked; that the
+    check exists is emu.lab.schema's to say)."""
+    if w is None:
+        return None
+    need(isinstance(w, dict) and set(w) == WHEN_KEYS, where,
+         f"{{check: VARIANT.CHECK, expect: BOUND}} - the premise check, got {w!r}")
+    need(isinstance(w["check"], str) and "." in w["check"], f"{where}.check",
+         f"'variant.check name' of a per-variant check, got {w['check']!r}")
+    try:
+        parse_expect(w["expect"])
+    except ValueError as exc:
+        raise ValueError(f"{where}.expect: {exc}") from None
+    return {"check": w["check"], "expect": w["expect"]}
+
+
+_UNKNOWN = object()
+
+
+def premise_absent(when: dict, values: dict | None) -> tuple[bool, str]:
+    """Whether the premise check's measured value (in `values`, "variant.check" ->
+    measured) meets `when.expect` - the book's premise does not hold here; the text."""
+    pred, text = parse_expect(when["expect"])
+    got = (values or {}).get(when["check"], _UNKNOWN)
+    return (got is not _UNKNOWN and pred(got)), f"not asked: {when['check']} {text}"
 
 
 def cite_text(src: dict | None) -> str:
@@ -103,9 +141,11 @@ def cite_text(src: dict | None) -> str:
     return f"{src['kind']}: {src['cite']}" if src else ""
 
 
-def outcome(ok: bool, measured: Any, check: dict) -> tuple[str, str]:
+def outcome(ok: bool, measured: Any, check: dict,
+            values: dict | None = None) -> tuple[str, str]:
     """The outcome of a judged value - pass, differs, fail or shown - and emu's bound's
-    text when it differs (else "")."""
+    text when it differs (else ""). `values` ("variant.check" -> measured) settles a
+    `differs.when` premise; without them such a check that misses the book fails."""
     if shown(check):  # judged True unless it could not be measured at all
         return ("shown" if ok else "fail"), ""
     if ok:
@@ -113,9 +153,30 @@ def outcome(ok: bool, measured: Any, check: dict) -> tuple[str, str]:
     d = check.get("differs")
     if d:
         pred, text = parse_expect(d["expect"])
+        if d.get("when"):
+            if _not_measured(measured):
+                return "fail", ""
+            absent, _ = premise_absent(d["when"], values)
+            if not absent:
+                return "fail", ""
+            text = differs_text(d)
         if pred(measured):
             return "differs", text
     return "fail", ""
+
+
+def differs_text(d: dict) -> str:
+    """emu's bound of a `differs`, as printed: its expect, and its premise if it has one."""
+    if not d.get("when"):
+        return str(d["expect"])
+    text = parse_expect(d["expect"])[1]
+    wtext = premise_absent(d["when"], None)[1]
+    return wtext if text == "(shown)" else f"{text}, {wtext}"
+
+
+def _not_measured(m: Any) -> bool:
+    """A check that could not measure at all (runner: 'error: ...', 'not measured: ...')."""
+    return isinstance(m, str) and m.startswith(("error:", "not measured:"))
 
 
 def lab_verdict(outcomes: list[str], kept_up: bool | None) -> str:

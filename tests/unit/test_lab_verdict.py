@@ -121,3 +121,69 @@ def test_every_catalogue_check_is_shown_or_names_a_source():
             if c["source"]:
                 kinds.add(c["source"]["kind"])
     assert kinds == set(V.SOURCE_KINDS)
+
+
+#: a differs that rests on a premise measured by another check (L12.2: no flowlet moved)
+PREMISE = {"when": {"check": "a.moved", "expect": "== 0"},
+           "why": "nothing moved, so the book's premise does not hold here",
+           "source": "theory: the comparison asks what the move changed"}
+
+
+def premise_lab(differs: dict, on: str = "ratio") -> S.Lab:
+    d = copy.deepcopy(BASE)
+    d["variants"] = {"a": {}, "b": {}}
+    judged = {"source": "catalogue: X (P) <= 0.5 x b", "expect": "<= 0.5", "differs": differs}
+    d["checks"] = [{"name": "moved", "counter": {"node": "*", "name": "drops"}, "variant": "a",
+                    "expect": "any"},
+                   {"name": "q", "counter": {"node": "*", "name": "drops"}, "expect": "any"},
+                   {"name": "per variant", "counter": {"node": "*", "name": "drops"},
+                    "variant": "a", **judged}]
+    if on == "ratio":
+        d["checks"].append({"name": "q a / b", "ratio": {"num": "a.q", "den": "b.q"}, **judged})
+    return S.parse(d)
+
+
+def test_a_premise_names_a_per_variant_check_of_its_variant_and_may_stand_for_the_bound():
+    c = premise_lab(PREMISE).checks[3]
+    assert c["differs"]["when"] == PREMISE["when"] and c["differs"]["expect"] == "any"
+    assert V.differs_text(c["differs"]) == "not asked: a.moved == 0"
+    assert V.differs_text({**c["differs"], "expect": "> 0"}) == "> 0, not asked: a.moved == 0"
+    for when, match in [({"check": "b.moved", "expect": "== 0"}, r"no per-variant check 'moved'"
+                                                                 r" in variant 'b'"),
+                        ({"check": "a.q a / b", "expect": "== 0"}, r"no per-variant check"),
+                        ({"check": "moved", "expect": "== 0"}, r"when\.check: 'variant\.check"),
+                        ({"check": "a.moved"}, r"differs\.when: \{check: VARIANT\.CHECK"),
+                        ({"check": "a.moved", "expect": ">> 0"}, r"when\.expect: not an exp")]:
+        with pytest.raises(ValueError, match=match):
+            premise_lab({**PREMISE, "when": when})
+    with pytest.raises(ValueError, match=r"differs\.expect: emu's own bound .*\(or `when`"):
+        premise_lab({k: v for k, v in PREMISE.items() if k != "when"})
+
+
+def test_a_miss_differs_only_while_the_premise_check_shows_the_premise_absent():
+    c = premise_lab(PREMISE).checks[3]
+    assert V.outcome(True, 0.3, c, {"a.moved": 0}) == ("pass", "")
+    assert V.outcome(False, 0.9, c, {"a.moved": 0}) == ("differs", "not asked: a.moved == 0")
+    assert V.outcome(False, 0.9, c, {"a.moved": 2}) == ("fail", "")  # premise held: judged
+    assert V.outcome(False, 0.9, c, {}) == ("fail", "")               # premise not measured
+    assert V.outcome(False, 0.9, c) == ("fail", "")
+    assert V.outcome(False, "not measured: no b.q", c, {"a.moved": 0}) == ("fail", "")
+    bounded = {**c, "differs": {**c["differs"], "expect": ">= 0.8"}}
+    assert V.outcome(False, 0.9, bounded, {"a.moved": 0})[0] == "differs"
+    assert V.outcome(False, 0.7, bounded, {"a.moved": 0})[0] == "fail"
+
+
+@pytest.mark.parametrize("moved,want", [(0, "differs"), (3, "fail")])
+def test_premises_are_settled_once_every_variant_ran(moved, want):
+    from emu.lab.runner import judge_ratios
+    lab = premise_lab(PREMISE)
+    by = {c["name"]: c for c in lab.checks}
+    results = [entry(by["moved"], "moved [a]", "a", moved, True, "any"),
+               entry(by["q"], "q [a]", "a", 90.0, True, "any"),
+               entry(by["per variant"], "per variant [a]", "a", 0.9, False, "<= 0.5"),
+               entry(by["q"], "q [b]", "b", 100.0, True, "any")]
+    assert results[2]["outcome"] == "fail"  # before every variant ran
+    ratios = judge_ratios(lab, results)
+    assert [r["outcome"] for r in (results[2], *ratios)] == [want, want]
+    assert ratios[0]["measured"] == 0.9
+    assert ratios[0]["differs"]["expected"] == "not asked: a.moved == 0"
