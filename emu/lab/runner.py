@@ -267,13 +267,13 @@ def entry(c: dict, name: str, variant: str, measured, ok: bool, expected: str,
 
 def settle_premises(lab: Lab, results: list[dict], values: dict) -> None:
     """Per-variant checks whose `differs` rests on a premise (`when`) measured in some
-    variant: a miss of the book's bound is judged again now that every variant ran."""
+    variant: judged again now that every variant ran."""
     by_name = {c["name"]: c for c in lab.checks}
     for i, r in enumerate(results):
         c = by_name.get(r["check"], {})
-        if r["outcome"] == "fail" and (c.get("differs") or {}).get("when"):
-            results[i] = entry(c, r["name"], r["variant"], r["measured"], False,
-                               r["expected"], values)
+        if (c.get("differs") or {}).get("when"):
+            results[i] = entry(c, r["name"], r["variant"], r["measured"],
+                               r["outcome"] == "pass", r["expected"], values)
 
 
 def judge_ratios(lab: Lab, results: list[dict]) -> list[dict]:

@@ -17,10 +17,11 @@ printed with its reason and both bounds. Outcomes: pass, differs, fail, shown.
 A `differs` may instead (or as well) name the book's premise it rests on: `when: {check:
 "variant.check", expect: BOUND}` - another per-variant check whose measured value shows the
 premise does not hold here (L12.2: no flowlet moved, so the book's "after adaptive routing
-engages" has nothing to compare). The book's bound is still judged first: a value that
-meets it passes; one that misses it differs only while the premise check meets `when`,
-and fails otherwise (the premise held and the book's claim did not). `expect` may then be
-left out (any measured value). Premises are settled once every variant has run.
+engages" has nothing to compare). While the premise check meets `when` the book's
+question is not asked: the outcome is `differs` whatever the value (a value that happens
+to meet the book's bound proves nothing), or fail if it misses `expect` (then optional:
+any measured value). When the premise holds, the book's bound alone judges it: pass or
+fail. Premises are settled once every variant has run.
 """
 
 from __future__ import annotations
@@ -144,22 +145,18 @@ def cite_text(src: dict | None) -> str:
 def outcome(ok: bool, measured: Any, check: dict,
             values: dict | None = None) -> tuple[str, str]:
     """The outcome of a judged value - pass, differs, fail or shown - and emu's bound's
-    text when it differs (else ""). `values` ("variant.check" -> measured) settles a
-    `differs.when` premise; without them such a check that misses the book fails."""
+    text when it differs (else ""). `values` ("variant.check" -> measured) settle a
+    `differs.when` premise; without them such a check is judged by the book's bound."""
     if shown(check):  # judged True unless it could not be measured at all
         return ("shown" if ok else "fail"), ""
+    d = check.get("differs") or {}
+    if d.get("when") and not _not_measured(measured) and premise_absent(d["when"], values)[0]:
+        pred, _ = parse_expect(d["expect"])  # the book's question is not asked here
+        return ("differs", differs_text(d)) if pred(measured) else ("fail", "")
     if ok:
         return "pass", ""
-    d = check.get("differs")
-    if d:
+    if d and not d.get("when"):
         pred, text = parse_expect(d["expect"])
-        if d.get("when"):
-            if _not_measured(measured):
-                return "fail", ""
-            absent, _ = premise_absent(d["when"], values)
-            if not absent:
-                return "fail", ""
-            text = differs_text(d)
         if pred(measured):
             return "differs", text
     return "fail", ""
