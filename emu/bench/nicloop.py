@@ -3,7 +3,8 @@
 Issue 30 (compiled data path; /work/shared/design is not referenced: the budget is in
 docs/PERFORMANCE.md "The NIC's loop"): two `traffic.nic.datapath.Nic`s of rail2x4 (h1g1
 and h4g2, the topology's link rate and TDF) joined by an AF_UNIX datagram socketpair in
-place of their raw sockets, each running its own `Nic.run` loop in a thread; h1g1 WRITEs
+place of their raw sockets, each running its own `Nic.run` loop in its own process (as
+in a run: no GIL shared; h4g2's is forked once both are set up); h1g1 WRITEs
 `frames` MTU-sized packets of one QP to h4g2, paced by its pacer at the link's lab rate,
 h4g2 places them and ACKs (book ch.9 Figures 9-5/9-6). Per data frame: each loop's
 thread CPU (`time.thread_time`, the kernel's per-thread account - not wall clock, so a
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import multiprocessing
 import pstats
 import socket
 import statistics
@@ -61,6 +63,18 @@ def _loop(nic: Nic, out: dict, prof: cProfile.Profile | None) -> None:
     out["cpu_s"] = time.thread_time() - t0
 
 
+def _serve(nic: Nic, conn) -> None:
+    """The forked receiver: its loop in a thread until told to stop; reports its CPU."""
+    out: dict = {}
+    t = threading.Thread(target=_loop, args=(nic, out, None))
+    t.start()
+    conn.recv()
+    nic.running = False
+    nic.wake()
+    t.join()
+    conn.send({"cpu_s": out["cpu_s"], "wakeups": nic.wakeups})
+
+
 def once(frames: int, tdf: float, profile: bool = False) -> dict:
     """One WRITE of `frames` MTU packets from h1g1 to h4g2; per-frame CPU and wake-ups."""
     fab = load(PRESET, tdf=tdf)
@@ -73,11 +87,12 @@ def once(frames: int, tdf: float, profile: bool = False) -> dict:
     b.to_rtr(qb, qa.qpn, qa.start_psn, a.cfg.ip, MTU)
     b.to_rts(qb)
     prof = cProfile.Profile() if profile else None
-    outs: dict[str, dict] = {"a": {}, "b": {}}
-    threads = [threading.Thread(target=_loop, args=(a, outs["a"], prof)),
-               threading.Thread(target=_loop, args=(b, outs["b"], None))]
-    for t in threads:
-        t.start()
+    out: dict = {}
+    conn, child_conn = multiprocessing.Pipe()
+    child = multiprocessing.get_context("fork").Process(target=_serve, args=(b, child_conn))
+    child.start()
+    thread = threading.Thread(target=_loop, args=(a, out, prof))
+    thread.start()
     t0 = time.monotonic()
     with a.lock:
         a.post_send(qa.qpn, [{"wr_id": 1, "local_addr": ma["addr"], "length": size,
@@ -89,17 +104,18 @@ def once(frames: int, tdf: float, profile: bool = False) -> dict:
         with a.lock:
             wcs = a.cqs[ca].poll(1)
     wall = time.monotonic() - t0
-    for n in (a, b):
-        n.running = False
-        n.wake()
-    for t in threads:
-        t.join()
+    a.running = False
+    a.wake()
+    thread.join()
+    conn.send("stop")
+    rx = conn.recv()
+    child.join()
     fid = a.meter.snapshot()
     res = {"frames": frames, "tdf": tdf, "done": bool(wcs), "wall_s": wall,
            "frame_lab_us": MTU * 8 / a.link_lab_bps * 1e6,
-           "tx_cpu_us_per_frame": outs["a"]["cpu_s"] / frames * 1e6,
-           "rx_cpu_us_per_frame": outs["b"]["cpu_s"] / frames * 1e6,
-           "tx_wakeups_per_frame": a.wakeups / frames, "rx_wakeups_per_frame": b.wakeups / frames,
+           "tx_cpu_us_per_frame": out["cpu_s"] / frames * 1e6,
+           "rx_cpu_us_per_frame": rx["cpu_s"] / frames * 1e6,
+           "tx_wakeups_per_frame": a.wakeups / frames, "rx_wakeups_per_frame": rx["wakeups"] / frames,
            "pacer_p99_model_s": fid["p99_lag_model_s"], "pacer_max_model_s": fid["max_lag_model_s"],
            "tx_frames": a.c["tx_frames"], "rx_acks": a.c["rx_frames"]}
     for n, mr, shm in ((a, ma, sha), (b, mb, shb)):

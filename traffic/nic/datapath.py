@@ -32,17 +32,24 @@ DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
   retransmission timeout against its deadline ("rto"), each CNP against the receipt of
   the CE-marked frame ("cnp"). DCQCN's rate-increase and alpha timers need none: they
   are caught up in model time (ReactionPoint.tick) before the rate is next used.
-  The loop sleeps in select (microsecond timeouts) with a 1 us timer slack.
+  The loop sleeps in select (microsecond timeouts) with a 1 us timer slack, until its next
+  deadline rounded up to a grid (`grid_step`: GRID_FRACTION of the guard's bound), so a
+  QP's paced frames due close together leave on one wake-up: each is still recorded
+  against its own pacer time, the grid's delay included (issue 30: a wake-up, not the
+  Python, was most of a NIC's CPU per frame; emu.bench.nicloop measures it). It reads
+  the raw socket only when select said it was readable.
 * One lock guards all NIC state; the loop holds it for one iteration at a time.
 """
 
 from __future__ import annotations
 
+import math
 import select
 import socket
 import threading
 import time
 
+from emucore.fidelity import lag_bound_model_s
 from emucore.qos.pfc import EgressPause
 from emucore.rawsock import open_port, tighten_timer_slack
 from emucore.wire.ib import AckKind, Op, RocePkt
@@ -56,9 +63,17 @@ from traffic.nic.nicconfig import NicConfig
 from traffic.nic.uetrx import UetRx, is_uet
 from traffic.nic.nicverbs import NicVerbs
 
-__all__ = ["Nic", "frame_of", "pkt_of", "pace"]
+__all__ = ["Nic", "frame_of", "pkt_of", "pace", "grid_step", "on_grid", "GRID_FRACTION"]
 
 _NAK = AckKind.NAK.value  #: bits 6:5 of a NAK's AETH syndrome (emucore.wire.ib)
+#: the loop rounds its next wake-up up to a grid of this fraction of the fidelity guard's
+#: bound (`grid_step`; switch_agent.fastagent's C loop does the same with 0.1). A grid
+#: shorter than one frame's serialisation shares no wake-up between a QP's own frames
+#: (rail2x4: 4 KB at 200 Gb/s is 0.17 us of the 1 us bound), so the NIC's is 0.5: a
+#: line-rate QP sends ~3 frames a wake-up, each at most half the bound later by the
+#: grid, which leaves half the bound for the wake-up's own lateness (the guard measured
+#: a p99 of 0.13 us at TDF 20000 on rail2x4: emu.observe.guard.bound_model_s)
+GRID_FRACTION = 0.5
 
 
 def frame_of(t: FrameTemplate, p: RocePkt) -> bytes:
@@ -72,6 +87,20 @@ def pkt_of(f: RoceFields) -> RocePkt:
     """The transport descriptor of a parsed frame (the payload stays a view of it)."""
     return RocePkt(f.opcode, f.dqpn, f.psn, f.ackreq, f.becn, f.fecn, f.pkey, f.va, f.rkey,
                    f.dlen, f.syndrome, f.msn, f.imm, f.payload, f.src_ip, f.dst_ip)
+
+
+def grid_step(cfg: NicConfig, slack: float) -> float:
+    """The wake-up grid of the loop, lab seconds: GRID_FRACTION of the fidelity guard's
+    bound as this NIC sees it - its link's cable delay, or one path-MTU frame at its
+    link's model rate if longer - and at most half the pacer's `slack`, so a frame that
+    waits for a grid point keeps its pacer schedule (`pace`) instead of restarting."""
+    bound = max(lag_bound_model_s(cfg.mtu, cfg.model_bps), cfg.cable_s)
+    return min(GRID_FRACTION * bound * cfg.tdf, slack / 2)
+
+
+def on_grid(t: float, grid: float) -> float:
+    """`t` rounded up to a multiple of `grid` (unchanged without a grid)."""
+    return math.ceil(t / grid) * grid if grid > 0 else t
 
 
 def pace(next_t: float, now: float, nbytes: int, rate_bps: float, slack: float) -> float:
@@ -93,6 +122,7 @@ class Nic(NicVerbs, UetRx):
         self.pause.expired = []  # pauses that ran out: pause_end at their expiry time
         self.link_lab_bps = self.td.lab_rate(cfg.model_bps)
         self.slack = max(0.001, 2 * 9216 * 8 / self.link_lab_bps)
+        self.grid = grid_step(cfg, self.slack)
         self.port_next = 0.0
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
@@ -260,9 +290,9 @@ class Nic(NicVerbs, UetRx):
             else:
                 return
 
-    def step(self, now: float) -> float:
-        """One loop iteration: receive, timers, transmit; returns seconds to sleep."""
-        if self.raw is not None:
+    def step(self, now: float, rx: bool = True) -> float:
+        """One loop iteration: receive (if `rx`), timers, transmit; returns seconds to sleep."""
+        if rx and self.raw is not None:
             buf = self._buf
             for _ in range(256):
                 try:
@@ -301,12 +331,17 @@ class Nic(NicVerbs, UetRx):
         """The data-path loop, until stopped."""
         tighten_timer_slack()
         rl = [self.raw, self.wake_r]
+        rx, grid = True, self.grid
         while self.running:
             with self.lock:
-                timeout = self.step(time.monotonic())
+                now = time.monotonic()
+                timeout = self.step(now, rx)
+            rx = True
             if timeout > 0:
                 self.wakeups += 1
-                r, _, _ = select.select(rl, [], [], timeout)
+                timeout = on_grid(now + timeout, grid) - time.monotonic()
+                r, _, _ = select.select(rl, [], [], max(0.0, timeout))
+                rx = self.raw in r
                 if self.wake_r in r:
                     try:
                         self.wake_r.recv(4096)

@@ -68,6 +68,8 @@ class NicConfig:
     trimmed_dscps: tuple = (-1, -1)           #: UET: the trimmed and trimmed-at-last-hop
     #: DSCPs a switch rewrites a trimmed packet to (-1: no trimming)
     job_id: int = 0                           #: UET: the SES job ID of this NIC's traffic
+    cable_s: float = 0.0                      #: the NIC link's cable delay, model s (the
+    #: fidelity guard's bound, for the data-path loop's wake-up grid: traffic.nic.datapath)
 
     def __post_init__(self) -> None:
         """Validate, naming the bad field."""
@@ -109,6 +111,8 @@ class NicConfig:
         if len(self.trimmed_dscps) != 2 or not all(isinstance(d, int) and -1 <= d <= 63
                                                    for d in self.trimmed_dscps):
             raise ValueError(f"trimmed_dscps: two DSCPs 0..63 or -1, got {self.trimmed_dscps!r}")
+        if not (isinstance(self.cable_s, (int, float)) and 0 <= self.cable_s < math.inf):
+            raise ValueError(f"cable_s: model seconds >= 0, got {self.cable_s!r}")
         if not 0 <= self.job_id <= 0xFFFFFF:
             raise ValueError(f"job_id: must be 0..2^24-1, got {self.job_id!r}")
 
@@ -152,9 +156,10 @@ class NicConfig:
         """The configuration of one GPU's NIC in a topologies.Fabric."""
         g = fabric.gpus[gpu]
         port = fabric.ports[(g.host, g.nic)]
+        link = fabric.link_of(g.host, g.nic)
         nbrs = {p.ip: p.mac for p in fabric.gpus.values() if p.rail == g.rail and p.name != gpu}
         return cls(gpu=gpu, ifname=g.nic, ip=g.ip, mac=g.mac, gateway_mac=g.gateway_mac,
-                   control=control, model_bps=fabric.link_of(g.host, g.nic).model_bps,
+                   control=control, model_bps=link.model_bps, cable_s=link.delay_s,
                    tdf=fabric.tdf, neighbours=nbrs, prefix_len=int(port.ip.split("/")[1]), **kw)
 
     def next_hop_mac(self, ip: str) -> str:
