@@ -44,7 +44,7 @@ from emucore.qos.pfc import Admission
 from emucore.qos.wred import WredVerdict
 from emucore.timedil import TimeDilation
 from emucore.wire.ether import mac_bytes
-from emucore.wire.roce import is_cnp
+from emucore.wire.roce_codes import is_cnp
 from emucore.wire.uet_codec import trim_frame
 from switch_agent.admin import AgentAdmin
 from switch_agent.agentconfig import AgentConfig

@@ -20,7 +20,7 @@ import socket
 import struct
 
 from emucore.lbconfig import LoadBalance
-from emucore.wire.roce import ROCE_UDP_PORT, udp_sport
+from emucore.wire.roce_codes import ROCE_UDP_PORT, udp_sport
 from switch_agent.forward import Fib, FibRoute, ecmp_index, flow_key
 from topologies.model import Fabric
 

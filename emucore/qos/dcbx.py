@@ -20,7 +20,7 @@ from emucore.qos.llr import Llr
 from emucore.qos.qosconfig import QosConfig
 from emucore.wire.lldp import (APP_SEL_DSCP, APP_SEL_UDP, UE_CBFC, UE_LLR, Neighbor,
                                dcbx_layers, lldp_frame, org_value, ue_link_tlv)
-from emucore.wire.roce import ROCE_UDP_PORT
+from emucore.wire.roce_codes import ROCE_UDP_PORT
 
 __all__ = ["app_priorities", "build_lldp_frame", "cbfc_active", "dcbx_tlvs", "ets_tables",
            "llr_active", "pfc_active", "ue_link_ids"]

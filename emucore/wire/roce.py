@@ -30,7 +30,6 @@ Choices, fixed here so that templates and Scapy agree byte for byte:
 
 from __future__ import annotations
 
-import struct
 import zlib
 
 from scapy.contrib.roce import AETH, BTH, CNPPadding
@@ -39,21 +38,16 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_bottom_up, bind_layers
 
-from emucore.wire.dscp import DSCP_CNP, DSCP_ROCEV2, ECN_ECT0
+from emucore.wire.dscp import DSCP_CNP, DSCP_ROCEV2
 from emucore.wire.ib import IMM_OPS, RETH_OPS, Op
+from emucore.wire.roce_codes import (CNP_ECN, DATA_ECN, DEFAULT_TTL, IP_FLAGS_DF, IP_ID,  # noqa: F401
+                                     ROCE_UDP_PORT, icrc_of, is_cnp, pad_count, udp_sport)
 
 __all__ = ["RETH", "ImmDt", "AETH", "BTH", "CNPPadding", "ROCE_UDP_PORT",
            "DATA_ECN", "CNP_ECN", "IP_ID", "IP_FLAGS_DF", "DEFAULT_TTL",
            "pad_count", "udp_sport", "scapy_frame", "scapy_cnp", "icrc_reference", "icrc_of",
            "is_cnp"]
 
-ROCE_UDP_PORT = 4791  #: RoCEv2 UDP destination port (IANA, annex A17)
-
-DATA_ECN = ECN_ECT0  #: data frames leave ECN-capable
-CNP_ECN = ECN_ECT0  #: as ConnectX NICs send CNPs (see module docstring)
-IP_ID = 0  #: IPv4 identification of every RoCE frame
-IP_FLAGS_DF = 0x4000  #: flags/fragment word: DF set, offset 0
-DEFAULT_TTL = 64
 
 
 class RETH(Packet):
@@ -95,21 +89,6 @@ for _op in sorted(IMM_OPS - RETH_OPS - {Op.WRITE_LAST_IMM}):
 bind_layers(BTH, ImmDt, opcode=int(Op.WRITE_LAST_IMM))
 # AETH on ACK 0x11 and CNPPadding on 0x81 are bound by scapy.contrib.roce already.
 del _op
-
-
-def pad_count(payload_len: int) -> int:
-    """Pad bytes that align a payload to 4 bytes (BTH padcount, IBA 9.2)."""
-    return -payload_len & 3
-
-
-def udp_sport(src_qpn: int, dst_qpn: int) -> int:
-    """UDP source port of a QP pair, in 0xC000-0xFFFF (Linux rdma_get_udp_sport:
-    flow label from lqpn x rqpn folded to 14 bits)."""
-    v = (src_qpn & 0xFFFFFF) * (dst_qpn & 0xFFFFFF)
-    v ^= v >> 20
-    v ^= v >> 40
-    fl = v & 0xFFFFF
-    return ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14)) | 0xC000
 
 
 def scapy_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, opcode: int,
@@ -167,18 +146,3 @@ def icrc_reference(frame: bytes) -> int:
     ps[8 + 26:8 + 28] = b"\xff\xff"  # UDP checksum
     ps[8 + 28 + 4] = 0xFF       # BTH FECN/BECN/resv6
     return zlib.crc32(ps) & 0xFFFFFFFF
-
-
-def icrc_of(frame: bytes) -> int:
-    """The ICRC stored in a frame's last 4 bytes (little-endian on the wire, as Scapy and rxe)."""
-    return struct.unpack_from("<I", frame, len(frame) - 4)[0]
-
-
-_ROCE_DPORT = ROCE_UDP_PORT.to_bytes(2, "big")
-
-
-def is_cnp(frame: bytes) -> bool:
-    """True for a RoCEv2 CNP frame: IPv4 without options, UDP 4791, BTH opcode 0x81
-    (annex A17.9.2; ch.11 Figure 11-3). Cheap enough for a switch's data path."""
-    return (72 <= len(frame) < 100 and frame[42] == Op.CNP and frame[12:14] == b"\x08\x00"
-            and frame[14] == 0x45 and frame[23] == 17 and frame[36:38] == _ROCE_DPORT)

@@ -31,8 +31,8 @@ from emucore.wire.ether import mac_bytes, mac_str
 from emucore.wire.ib import AETH_OPS, IMM_OPS, RETH_OPS, Op
 from emucore.wire.dscp import DSCP_CNP, DSCP_ROCEV2
 from emucore.wire.inet import ipv4_header_sum0, ones_sum, set_ipv4_tos_len, udp4_ok
-from emucore.wire.roce import (CNP_ECN, DATA_ECN, DEFAULT_TTL, IP_FLAGS_DF, IP_ID, ROCE_UDP_PORT,
-                              scapy_frame)
+from emucore.wire.roce_codes import (CNP_ECN, DATA_ECN, DEFAULT_TTL, IP_FLAGS_DF, IP_ID,
+                                    ROCE_UDP_PORT)
 
 __all__ = ["HDR_LEN", "FrameTemplate", "RoceFields", "parse", "malformed", "bench_build"]
 
@@ -132,6 +132,8 @@ class FrameTemplate:
 
     def scapy(self, opcode: int, psn: int, **kw):
         """The same frame built by Scapy (`emucore.wire.roce.scapy_frame`), for tests and pcaps."""
+        from emucore.wire.roce import scapy_frame  # Scapy only where a test or pcap asks
+
         kw.setdefault("dscp", self.dscp)
         kw.setdefault("ecn", self.ecn)
         return scapy_frame(mac_str(self.src_mac), mac_str(self.dst_mac), self.src_ip,

@@ -69,6 +69,8 @@ DEFERRED = {
     ("emu.cli", "emu.lab.command"): "Scapy, matplotlib, rich, only for `emu lab` (its parser is "
                                     "emu.commands.lab_args; issue 30)",
     ("emu.cli", "emu.observe.summary"): "rich, only for `emu report` (issue 30)",
+    ("emucore.wire.templates", "emucore.wire.roce"): "Scapy (~0.5 s of CPU per process) only for "
+                                                    "tests and pcaps: a NIC builds frames without it",
     ("emucore.framing", "emucore.wire.fast"): "the C framing is imported only when chosen: "
                                               "EMU_DATAPATH=python runs where it is not built",
     ("traffic.fast.dcqcn", "traffic.fast"): "the C DCQCN is imported only when chosen: "

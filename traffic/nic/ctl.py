@@ -27,7 +27,7 @@ from typing import Any
 
 from emucore.ctlsock import LineServer
 from emucore.wire.ib import pkey_match
-from emucore.wire.roce import udp_sport
+from emucore.wire.roce_codes import udp_sport
 from traffic.nic.cm import CmError, CmListener, CmRej, CmRep, CmReq, CmRtu, recv_msg, send_msg
 from traffic.nic.client import wc_to_json
 

@@ -41,7 +41,7 @@ from emucore.qos.classify import ROCE_PRIORITY, Classifier
 from emucore.timedil import TimeDilation
 from emucore.wire.dscp import DSCP_ROCEV2
 from emucore.wire.ib import Op
-from emucore.wire.roce import CNP_ECN, DATA_ECN, udp_sport
+from emucore.wire.roce_codes import CNP_ECN, DATA_ECN, udp_sport
 from emucore.framing import FrameTemplate
 from emucore.wire.uet_codec import UetTemplate
 from traffic.dcqcn import DcqcnProfile

@@ -17,7 +17,7 @@ A mixin of `traffic.nic.datapath.Nic` (its counters, QPs, `send` and event log).
 from __future__ import annotations
 
 from emucore.wire.dscp import ECN_CE
-from emucore.wire.uet import F_SYN, NackCode, PdsType
+from emucore.wire.uet_codes import F_SYN, NackCode, PdsType
 from emucore.wire.uet_codec import parse as uet_parse
 from traffic.uet.endpoint import REQUESTS, UetEndpoint, endpoint_of
 from traffic.uet.target import TxNack

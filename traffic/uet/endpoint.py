@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from emucore.wire.uet import F_M, F_SYN, PdsType
+from emucore.wire.uet_codes import F_M, F_SYN, PdsType
 from emucore.wire.uet_codec import UetFields
 from traffic.uet.uetconfig import UetConfig
 from traffic.uet.initiator import Initiator, TxReq

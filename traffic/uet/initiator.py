@@ -44,7 +44,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable
 
-from emucore.wire.uet import F_AR, F_RETX, NackCode, RetCode
+from emucore.wire.uet_codes import F_AR, F_RETX, NackCode, RetCode
 from emucore.wire.uet_codec import SesReq
 from traffic.counters import SenderCounters
 from traffic.uet.uetconfig import UetConfig

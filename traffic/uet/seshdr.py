@@ -12,7 +12,7 @@ needs both, so the standard one.
 
 from __future__ import annotations
 
-from emucore.wire.uet import S_EOM, S_HD, S_SOM, NextHdr, SesOpcode
+from emucore.wire.uet_codes import S_EOM, S_HD, S_SOM, NextHdr, SesOpcode
 from emucore.wire.uet_codec import SesReq
 from traffic.workreq import IMM_WR_OPS, SEND_WR_OPS, WR
 

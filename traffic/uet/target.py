@@ -40,8 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emucore.wire.dscp import ECN_CE
-from emucore.wire.uet import (F_AR, F_SYN, S_EOM, S_HD, S_SOM, NackCode, RetCode, RspOpcode,
-                             SesOpcode)
+from emucore.wire.uet_codes import (F_AR, F_SYN, S_EOM, S_HD, S_SOM, NackCode, RetCode, RspOpcode,
+                                   SesOpcode)
 from emucore.wire.uet_codec import UetFields
 from traffic.counters import ReceiverCounters
 from traffic.uet.uetconfig import UetConfig
