@@ -107,14 +107,21 @@ class Run:
 def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: str = "paper",
              link_bps: float = 200e9, duration: float = 0.05, hop: float = 1e-6,
              cnp_delay: float = 2e-6, frame: int = FRAME, sample: float = 1e-3,
-             stagger: float = 0.0, seed: int = 1) -> Run:
+             stagger: float = 0.0, seed: int = 1, starts: list[float] | None = None,
+             wred_seed: str | None = None) -> Run:
     """`senders` long flows into one port for `duration` model seconds; flow i starts at
-    line rate at i x `stagger` (plus a random fraction of a frame time)."""
+    line rate at i x `stagger` (plus a random fraction of a frame time), or at `starts[i]`.
+    The port's WRED dice are random.Random(seed + 1), or random.Random(`wred_seed`): a
+    fabric switch port's are random.Random(f"1:{ifname}") (switch_agent.port), the same in
+    every run."""
     if senders < 1 or duration <= 0 or sample <= 0 or min(hop, cnp_delay, stagger) < 0:
         raise ValueError("need senders >= 1, duration and sample > 0, delays >= 0")
+    if starts is not None and (len(starts) != senders or min(starts) < 0):
+        raise ValueError(f"starts: need {senders} start times >= 0, got {starts!r}")
     prof = profile if isinstance(profile, DcqcnProfile) else DcqcnProfile.by_name(profile)
     rng = random.Random(seed)
-    port = PortQueues(load_qos(qos).queuing, rng=random.Random(seed + 1).random)
+    dice = random.Random(seed + 1 if wred_seed is None else wred_seed)
+    port = PortQueues(load_qos(qos).queuing, rng=dice.random)
     rps = [ReactionPoint(link_bps, prof) for _ in range(senders)]
     notify = NotificationPoint(prof)
     data = roce_frame(frame)
@@ -126,7 +133,7 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
     nxt = [0.0] * senders
     events: list[tuple[float, int, int]] = []
     for i in range(senders):
-        nxt[i] = i * stagger + rng.random() * ser
+        nxt[i] = i * stagger + rng.random() * ser if starts is None else starts[i]
         heapq.heappush(events, (nxt[i], SEND, i))
     free_at = 0.0                   # when the port's wire is free
 
@@ -277,6 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every-ms", type=float, default=1.0)
     ap.add_argument("--stagger-ms", type=float, default=0.0, help="flow i starts at i x this")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--start-us", help="comma-separated start of each flow, model us "
+                    "(instead of --stagger-ms)")
+    ap.add_argument("--wred-seed", help="seed of the port's WRED dice, e.g. 1:eth4 (a "
+                    "fabric port's; default: --seed + 1)")
+    ap.add_argument("--frame", type=int, default=FRAME, help="frame bytes")
     ap.add_argument("--matrix", metavar="PNG", help="run 2:1 and 3:1 x both profiles x both "
                     "ECN presets, print the table, draw the rates into PNG")
     a = ap.parse_args(argv)
@@ -285,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     run = simulate(a.senders, profile=a.profile, qos=a.qos, link_bps=a.gbps * 1e9,
                    duration=a.ms / 1e3, sample=a.every_ms / 1e3, stagger=a.stagger_ms / 1e3,
-                   seed=a.seed)
+                   seed=a.seed, frame=a.frame, wred_seed=a.wred_seed,
+                   starts=None if a.start_us is None else
+                   [float(x) * 1e-6 for x in a.start_us.split(",")])
     print(f"{a.senders}:1 incast, DCQCN {a.profile}, ECN {a.qos}, {a.gbps:g}G; shares of C/N")
     for k in range(len(run.delivered)):
         print(f"  {k * a.every_ms:7.1f} ms " + " ".join(f"{s:5.2f}" for s in run.shares(k))

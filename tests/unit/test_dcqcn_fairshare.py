@@ -106,6 +106,21 @@ def test_a_duration_of_no_whole_number_of_samples_runs():
     assert sum(map(sum, run.cnps)) > 0
 
 
+def test_start_times_and_the_ports_dice_can_be_given():
+    # a fabric run's flows start when their writes were posted, and its port's WRED dice
+    # are random.Random("1:<ifname>") in every run (switch_agent.port)
+    run = simulate(2, duration=0.002, starts=[0.0, 1e-3], wred_seed="1:eth4")
+    assert run.delivered[0][1] == 0 and run.delivered[1][1] > 0   # flow 1 from 1 ms on
+    assert run.delivered[0][0] > 0 and sum(run.marks[:1]) == 0    # flow 0 alone: no queue
+    same = simulate(2, duration=0.002, starts=[0.0, 1e-3], wred_seed="1:eth4", seed=7)
+    assert same.delivered == run.delivered and same.marks == run.marks  # seed: not used
+    a = simulate(2, duration=0.003, starts=[0.0, 0.24e-6], wred_seed="1:eth4")
+    b = simulate(2, duration=0.003, starts=[0.0, 0.24e-6], wred_seed="2:eth4")
+    assert a.marks != b.marks
+    with pytest.raises(ValueError, match="starts"):
+        simulate(2, starts=[0.0])
+
+
 @pytest.fixture(scope="module", params=[(2, 0.04), (3, 0.16)], ids=["2to1", "3to1"])
 def incast(request):
     """Paper DCQCN, paper ECN; sender i joins at i x 5 ms (the DCQCN paper's fairness
