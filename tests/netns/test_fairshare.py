@@ -20,6 +20,12 @@ Size: 96 MB each is ~8.5 ms model at the model's 0.97 of C/2 on the wire, a judg
 window of ~5.6 ms (one 5 ms block, 100 CNP intervals of the paper profile); at TDF
 8000 that is ~70 s lab. TDF 8000: the 3:1 incast kept up there on the compiled path
 (docs/PERFORMANCE.md, `emu bench fidelity`); a 2:1 offers two thirds of its load.
+
+Every run replays one outcome: the switch port's WRED dice are the same in every run
+(random.Random("1:eth4") on rail1), so h1g1, posted first, leads each time (0.992 / 0.943
+and 1.007 / 0.929 of C/2); the model with those dice and the posting offset gives
+1.003 / 0.923, with 24 other dice every sender 0.916 or more (docs/DCQCN_PARAMS.md "Why
+the first-posted sender leads").
 """
 
 import pytest
