@@ -9,8 +9,9 @@ in a run: no GIL shared; h4g2's is forked once both are set up); h1g1 WRITEs
 h4g2 places them and ACKs (book ch.9 Figures 9-5/9-6). Per data frame: each loop's
 thread CPU (`time.thread_time`, the kernel's per-thread account - not wall clock, so a
 loaded machine inflates it less) and its wake-ups (select calls, `Nic.wakeups`); and the
-sender's fidelity meter (pacer lag p99 and max, model s), so a change that saves CPU by
-sending late shows it. `--profile` adds a cProfile of the sender's loop.
+NICs' fidelity meters (lag p99 and max, model s: the sender's pacer and the ACKs' and the
+receiver's data frames' waits from their arrival, `traffic.nic.wakeup`), so a change that
+saves CPU by acting late shows it. `--profile` adds a cProfile of the sender's loop.
 """
 
 from __future__ import annotations
@@ -29,17 +30,20 @@ from multiprocessing import resource_tracker, shared_memory
 from topologies import load
 from traffic.nic.datapath import Nic
 from traffic.nic.nicconfig import NicConfig
+from traffic.nic.wakeup import enable_rx_stamps
 
 PRESET, SENDER, RECEIVER = "rail2x4", "h1g1", "h4g2"
 MTU = 4096
 
 
-def _nic(fab, gpu: str, sock: socket.socket) -> Nic:
+def _nic(fab, gpu: str, sock: socket.socket, grid: bool) -> Nic:
     n = Nic(NicConfig.for_gpu(fab, gpu, "/nonexistent", seed=1, dcqcn="paper"), open_sockets=False)
     sock.setblocking(False)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     n.raw = sock
+    n.rx_stamps = enable_rx_stamps(sock)  # AF_UNIX stamps a datagram when it is sent
+    n.grid = n.grid if grid else 0.0
     return n
 
 
@@ -72,14 +76,17 @@ def _serve(nic: Nic, conn) -> None:
     nic.running = False
     nic.wake()
     t.join()
-    conn.send({"cpu_s": out["cpu_s"], "wakeups": nic.wakeups})
+    conn.send({"cpu_s": out["cpu_s"], "wakeups": nic.wakeups, "fidelity": nic.meter.snapshot()})
 
 
-def once(frames: int, tdf: float, profile: bool = False) -> dict:
-    """One WRITE of `frames` MTU packets from h1g1 to h4g2; per-frame CPU and wake-ups."""
+def once(frames: int, tdf: float, profile: bool = False, tx_grid: bool = True,
+         rx_grid: bool = True) -> dict:
+    """One WRITE of `frames` MTU packets from h1g1 to h4g2; per-frame CPU and wake-ups.
+    Without `tx_grid` the sender wakes for each frame's pacer time (as a switch port
+    re-spaces a burst); without `rx_grid` the receiver wakes for each arrival (no grid: `traffic.nic.wakeup`)."""
     fab = load(PRESET, tdf=tdf)
     sa, sb = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    a, b = _nic(fab, SENDER, sa), _nic(fab, RECEIVER, sb)
+    a, b = _nic(fab, SENDER, sa, tx_grid), _nic(fab, RECEIVER, sb, rx_grid)
     size = frames * MTU
     (sha, ma, ca, qa), (shb, mb, _, qb) = _mr(a, size), _mr(b, size)
     a.to_rtr(qa, qb.qpn, qb.start_psn, b.cfg.ip, MTU)
@@ -116,7 +123,9 @@ def once(frames: int, tdf: float, profile: bool = False) -> dict:
            "tx_cpu_us_per_frame": out["cpu_s"] / frames * 1e6,
            "rx_cpu_us_per_frame": rx["cpu_s"] / frames * 1e6,
            "tx_wakeups_per_frame": a.wakeups / frames, "rx_wakeups_per_frame": rx["wakeups"] / frames,
-           "pacer_p99_model_s": fid["p99_lag_model_s"], "pacer_max_model_s": fid["max_lag_model_s"],
+           "tx_lag_p99_model_s": fid["p99_lag_model_s"], "tx_lag_max_model_s": fid["max_lag_model_s"],
+           "rx_lag_p99_model_s": rx["fidelity"]["p99_lag_model_s"],
+           "rx_lag_max_model_s": rx["fidelity"]["max_lag_model_s"], "rx_lag_count": rx["fidelity"]["count"],
            "tx_frames": a.c["tx_frames"], "rx_acks": a.c["rx_frames"]}
     for n, mr, shm in ((a, ma, sha), (b, mb, shb)):
         n.dereg_mr(mr["lkey"])
@@ -138,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tdf", type=float, default=2000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="cProfile the sender's loop")
+    ap.add_argument("--no-tx-grid", action="store_true", help="the sender wakes per frame")
+    ap.add_argument("--no-rx-grid", action="store_true", help="the receiver wakes per arrival")
     a = ap.parse_args(argv)
     runs = []
     for _ in range(a.reps):
-        runs.append(once(a.frames, a.tdf, a.profile))
+        runs.append(once(a.frames, a.tdf, a.profile, not a.no_tx_grid, not a.no_rx_grid))
         print(json.dumps(runs[-1]), flush=True)
     keys = [k for k, v in runs[0].items() if isinstance(v, float)]
     print(json.dumps({"median": {k: statistics.median(r[k] for r in runs) for k in keys}}))

@@ -1,15 +1,19 @@
 """The NIC loop's wake-up grid (traffic.nic.datapath.grid_step, on_grid; issue 30): its
 step from the fidelity guard's bound as the NIC's config gives it, deadlines rounded up
 to it, and the frames a late wake-up finds due sent together - each recorded against its
-own pacer time, the pacer's schedule kept. Fake clock, no sockets (TDF 1000)."""
+own pacer time, the pacer's schedule kept; received frames' waits since their arrival
+(kernel stamps) recorded. Fake clocks, no sockets (TDF 1000)."""
 
 import dataclasses
+import socket
+import struct
 
 import pytest
 
 from emucore.fidelity import lag_bound_model_s
 from topologies import load
-from traffic.nic.datapath import GRID_FRACTION, grid_step, on_grid
+from traffic.nic.wakeup import (GRID_FRACTION, RX_ANC, SO_TIMESTAMPNS, arrival, grid_step, next_wake,
+                                on_grid)
 from traffic.nic.nicconfig import NicConfig
 
 from .test_nic_fidelity import T0, at, sender, snap  # noqa: F401  (sender: a fixture)
@@ -76,3 +80,53 @@ def test_step_reads_the_wire_only_when_told(sender):
     with pytest.raises(AssertionError, match="read although"):
         a.step(at(a, T0), rx=True)
 
+
+
+def test_next_wake_is_the_deadline_on_the_grid_or_the_next_grid_point_while_polling():
+    assert next_wake(1.1, 0.5, 0.25, polling=False) == 1.75
+    assert next_wake(1.1, 0.5, 0.25, polling=True) == 1.25
+    assert next_wake(1.1, 0.1, 0.25, polling=True) == 1.25  # never before its grid point
+    assert next_wake(1.1, 0.5, 0.0, polling=True) == 1.6  # no grid: no polling
+
+
+def stamp(t_real):
+    sec = int(t_real)
+    return [(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("qq", sec, round((t_real - sec) * 1e9)))]
+
+
+def test_arrival_reads_the_kernel_stamp_on_the_monotonic_clock():
+    assert arrival(stamp(1000.5), -990.0) == pytest.approx(10.5, abs=1e-9)
+    assert arrival([(socket.SOL_SOCKET, SO_TIMESTAMPNS + 1, bytes(16))], 0.0) is None
+    assert arrival([], 0.0) is None
+
+
+class StampedWire:
+    """A raw socket whose frames carry the kernel's arrival stamps (CLOCK_REALTIME)."""
+
+    def __init__(self, frames):
+        self.frames, self.sent = list(frames), []
+
+    def recvmsg_into(self, bufs, ancsize):
+        assert ancsize >= RX_ANC
+        if not self.frames:
+            raise BlockingIOError
+        data, anc = self.frames.pop(0)
+        bufs[0][:len(data)] = data
+        return len(data), anc, 0, None
+
+    def send(self, f):
+        self.sent.append(bytes(f))
+
+
+def test_received_frames_record_their_wait_since_arrival(sender):
+    a, _, _ = sender
+    junk = bytes(60)  # not a frame for a QP: counted, dropped
+    real = 1000.0  # CLOCK_REALTIME when the monotonic clock reads T0
+    a.raw = StampedWire([(junk, stamp(real - 0.002)), (junk, stamp(real - 0.0005)), (junk, [])])
+    a.rx_stamps, a.realtime = True, lambda: real
+    a.step(at(a, T0))
+    s = snap(a)
+    assert a.rx_read == 3 and a.c["rx_frames"] == 3
+    assert s["count"] == 3 and s["worst"] == "rx"  # two stamped frames and the pacer's first
+    assert s["max_lag_model_s"] == pytest.approx(a.td.model_time(0.002), rel=1e-6)
+    assert sum(s["hist"][1:]) == 2

@@ -32,24 +32,22 @@ DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
   retransmission timeout against its deadline ("rto"), each CNP against the receipt of
   the CE-marked frame ("cnp"). DCQCN's rate-increase and alpha timers need none: they
   are caught up in model time (ReactionPoint.tick) before the rate is next used.
+  With the kernel's receive stamps (a raw socket), each received frame's wait from its
+  arrival to its handling ("rx").
   The loop sleeps in select (microsecond timeouts) with a 1 us timer slack, until its next
-  deadline rounded up to a grid (`grid_step`: GRID_FRACTION of the guard's bound), so a
-  QP's paced frames due close together leave on one wake-up: each is still recorded
-  against its own pacer time, the grid's delay included (issue 30: a wake-up, not the
-  Python, was most of a NIC's CPU per frame; emu.bench.nicloop measures it). It reads
-  the raw socket only when select said it was readable.
+  deadline on a grid, and after a wake-up that read stamped frames until the next grid
+  point (traffic.nic.wakeup: the grid and why); it reads the raw socket only when select
+  said it was readable or while receiving on the grid.
 * One lock guards all NIC state; the loop holds it for one iteration at a time.
 """
 
 from __future__ import annotations
 
-import math
 import select
 import socket
 import threading
 import time
 
-from emucore.fidelity import lag_bound_model_s
 from emucore.qos.pfc import EgressPause
 from emucore.rawsock import open_port, tighten_timer_slack
 from emucore.wire.ib import AckKind, Op, RocePkt
@@ -62,18 +60,11 @@ from emucore.wire.uet import UET_UDP_PORT
 from traffic.nic.nicconfig import NicConfig
 from traffic.nic.uetrx import UetRx, is_uet
 from traffic.nic.nicverbs import NicVerbs
+from traffic.nic.wakeup import RX_ANC, arrival, enable_rx_stamps, grid_step, next_wake
 
-__all__ = ["Nic", "frame_of", "pkt_of", "pace", "grid_step", "on_grid", "GRID_FRACTION"]
+__all__ = ["Nic", "frame_of", "pkt_of", "pace"]
 
 _NAK = AckKind.NAK.value  #: bits 6:5 of a NAK's AETH syndrome (emucore.wire.ib)
-#: the loop rounds its next wake-up up to a grid of this fraction of the fidelity guard's
-#: bound (`grid_step`; switch_agent.fastagent's C loop does the same with 0.1). A grid
-#: shorter than one frame's serialisation shares no wake-up between a QP's own frames
-#: (rail2x4: 4 KB at 200 Gb/s is 0.17 us of the 1 us bound), so the NIC's is 0.5: a
-#: line-rate QP sends ~3 frames a wake-up, each at most half the bound later by the
-#: grid, which leaves half the bound for the wake-up's own lateness (the guard measured
-#: a p99 of 0.13 us at TDF 20000 on rail2x4: emu.observe.guard.bound_model_s)
-GRID_FRACTION = 0.5
 
 
 def frame_of(t: FrameTemplate, p: RocePkt) -> bytes:
@@ -87,20 +78,6 @@ def pkt_of(f: RoceFields) -> RocePkt:
     """The transport descriptor of a parsed frame (the payload stays a view of it)."""
     return RocePkt(f.opcode, f.dqpn, f.psn, f.ackreq, f.becn, f.fecn, f.pkey, f.va, f.rkey,
                    f.dlen, f.syndrome, f.msn, f.imm, f.payload, f.src_ip, f.dst_ip)
-
-
-def grid_step(cfg: NicConfig, slack: float) -> float:
-    """The wake-up grid of the loop, lab seconds: GRID_FRACTION of the fidelity guard's
-    bound as this NIC sees it - its link's cable delay, or one path-MTU frame at its
-    link's model rate if longer - and at most half the pacer's `slack`, so a frame that
-    waits for a grid point keeps its pacer schedule (`pace`) instead of restarting."""
-    bound = max(lag_bound_model_s(cfg.mtu, cfg.model_bps), cfg.cable_s)
-    return min(GRID_FRACTION * bound * cfg.tdf, slack / 2)
-
-
-def on_grid(t: float, grid: float) -> float:
-    """`t` rounded up to a multiple of `grid` (unchanged without a grid)."""
-    return math.ceil(t / grid) * grid if grid > 0 else t
 
 
 def pace(next_t: float, now: float, nbytes: int, rate_bps: float, slack: float) -> float:
@@ -129,6 +106,9 @@ class Nic(NicVerbs, UetRx):
         self.waiters = 0
         self.running = True
         self.wakeups = 0  # select calls of `run` (emu.bench.nicloop)
+        self.rx_stamps = False  # the raw socket's frames carry arrival stamps (wakeup)
+        self.rx_read = 0  # frames the last step read
+        self.realtime = time.time  # CLOCK_REALTIME, the stamps' clock (a fake in tests)
         self.c.update({"rx_frames": 0, "rx_bytes": 0, "tx_frames": 0, "tx_bytes": 0,
                        "tx_errors": 0, "rx_other": 0, "rx_unknown_qp": 0, "pfc_rx": 0,
                        "rx_malformed": 0, "rx_bad_checksum": 0, "rx_unknown_pdc": 0})
@@ -143,6 +123,7 @@ class Nic(NicVerbs, UetRx):
     def _open(self) -> None:
         # through the qdisc: PACKET_QDISC_BYPASS would hide our frames from captures
         self.raw = open_port(self.cfg.ifname, bypass_qdisc=False, drain_first=False)
+        self.rx_stamps = enable_rx_stamps(self.raw)
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # kernel minimum: copies dropped
         u.bind((self.cfg.ip, ROCE_UDP_PORT))
@@ -290,19 +271,34 @@ class Nic(NicVerbs, UetRx):
             else:
                 return
 
+    def receive(self, now: float) -> int:
+        """Handle what the raw socket holds (at most 256 frames) at `now`; with arrival
+        stamps, each frame's wait since its arrival goes to the meter ("rx"). Returns
+        the number of frames read."""
+        raw, buf, stamped, k = self.raw, self._buf, self.rx_stamps, 0
+        offset = now - self.realtime() if stamped else 0.0  # the stamps' clock
+        while k < 256:
+            try:
+                if stamped:
+                    n, anc, _, _ = raw.recvmsg_into([buf], RX_ANC)
+                else:
+                    n = raw.recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # ENETDOWN once after the port lost carrier (a fault):
+                self.c["rx_errors"] = self.c.get("rx_errors", 0) + 1  # keep serving
+                break
+            k += 1
+            if stamped:
+                t = arrival(anc, offset)
+                if t is not None:
+                    self.meter.record(t, now, "rx")
+            self.on_frame(memoryview(buf)[:n], now)
+        return k
+
     def step(self, now: float, rx: bool = True) -> float:
         """One loop iteration: receive (if `rx`), timers, transmit; returns seconds to sleep."""
-        if rx and self.raw is not None:
-            buf = self._buf
-            for _ in range(256):
-                try:
-                    n = self.raw.recv_into(buf)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:  # ENETDOWN once after the port lost carrier (a fault):
-                    self.c["rx_errors"] = self.c.get("rx_errors", 0) + 1  # keep serving
-                    break
-                self.on_frame(memoryview(buf)[:n], now)
+        self.rx_read = self.receive(now) if rx and self.raw is not None else 0
         for q in self.order:
             d = q.ep.deadline
             if d is not None and now >= d:
@@ -330,7 +326,7 @@ class Nic(NicVerbs, UetRx):
     def run(self) -> None:
         """The data-path loop, until stopped."""
         tighten_timer_slack()
-        rl = [self.raw, self.wake_r]
+        rl, quiet = [self.raw, self.wake_r], [self.wake_r]
         rx, grid = True, self.grid
         while self.running:
             with self.lock:
@@ -339,9 +335,11 @@ class Nic(NicVerbs, UetRx):
             rx = True
             if timeout > 0:
                 self.wakeups += 1
-                timeout = on_grid(now + timeout, grid) - time.monotonic()
-                r, _, _ = select.select(rl, [], [], max(0.0, timeout))
-                rx = self.raw in r
+                polling = self.rx_read > 0 and self.rx_stamps and grid > 0
+                wake = next_wake(now, timeout, grid, polling)
+                r, _, _ = select.select(quiet if polling else rl, [], [],
+                                        max(0.0, wake - time.monotonic()))
+                rx = polling or self.raw in r
                 if self.wake_r in r:
                     try:
                         self.wake_r.recv(4096)

@@ -1,0 +1,85 @@
+"""When the NIC's data-path loop wakes up (traffic.nic.datapath.Nic.run; issue 30): a
+wake-up, not the Python, was most of a NIC's CPU per frame (emu.bench.nicloop), so
+
+* deadlines on a grid: the next wake-up is rounded up to a multiple of `grid_step` of
+  the monotonic clock, so a QP's paced frames due close together leave on one wake-up,
+  each still recorded against its own pacer time by the fidelity guard
+  (emucore.fidelity.LagMeter; switch_agent.fastagent's C loop does the same);
+* receiving on the grid: after a wake-up that read frames, the loop does not wait for
+  the next frame but for the next grid point (`next_wake`), and reads all that came
+  meanwhile - only where the kernel stamps each frame's arrival (SO_TIMESTAMPNS,
+  socket(7); `enable_rx_stamps`, `arrival`), so each frame's wait from its arrival is
+  recorded ("rx") against the guard's bound, not hidden. Otherwise it wakes per frame.
+
+The bound is the guard's (emu.observe.guard.bound_model_s) as the NIC sees it: its link's
+cable delay, or one path-MTU frame at its link's model rate if longer.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import struct
+
+from emucore.fidelity import lag_bound_model_s
+from traffic.nic.nicconfig import NicConfig
+
+__all__ = ["GRID_FRACTION", "grid_step", "on_grid", "next_wake", "enable_rx_stamps",
+           "arrival", "RX_ANC"]
+
+#: the loop rounds its next wake-up up to a grid of this fraction of the fidelity guard's
+#: bound (`grid_step`; switch_agent.fastagent's C loop does the same with 0.1). A grid
+#: shorter than one frame's serialisation shares no wake-up between a QP's own frames
+#: (rail2x4: 4 KB at 200 Gb/s is 0.17 us of the 1 us bound), so the NIC's is 0.5: a
+#: line-rate QP sends ~3 frames a wake-up, each at most half the bound later by the
+#: grid, which leaves half the bound for the wake-up's own lateness (the guard measured
+#: a p99 of 0.13 us at TDF 20000 on rail2x4: emu.observe.guard.bound_model_s)
+GRID_FRACTION = 0.5
+#: SO_TIMESTAMPNS (asm-generic/socket.h, x86-64 and arm64: 35; Python's socket module
+#: has no name for it): a struct timespec of CLOCK_REALTIME per received frame
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("qq")
+RX_ANC = socket.CMSG_SPACE(_TIMESPEC.size)  #: recvmsg's ancillary buffer for one stamp
+
+
+def grid_step(cfg: NicConfig, slack: float) -> float:
+    """The wake-up grid of the loop, lab seconds: GRID_FRACTION of the fidelity guard's
+    bound as this NIC sees it - its link's cable delay, or one path-MTU frame at its
+    link's model rate if longer - and at most half the pacer's `slack`, so a frame that
+    waits for a grid point keeps its pacer schedule (`pace`) instead of restarting."""
+    bound = max(lag_bound_model_s(cfg.mtu, cfg.model_bps), cfg.cable_s)
+    return min(GRID_FRACTION * bound * cfg.tdf, slack / 2)
+
+
+def on_grid(t: float, grid: float) -> float:
+    """`t` rounded up to a multiple of `grid` (unchanged without a grid)."""
+    return math.ceil(t / grid) * grid if grid > 0 else t
+
+
+def next_wake(now: float, timeout: float, grid: float, polling: bool) -> float:
+    """When the loop wakes next, lab seconds: its next deadline (`now` + `timeout`) on
+    the grid; while `polling` (frames came this wake-up, their arrivals stamped), no later
+    than the next grid point after `now`."""
+    wake = on_grid(now + timeout, grid)
+    if polling and grid > 0:
+        wake = min(wake, (math.floor(now / grid) + 1) * grid)
+    return wake
+
+
+def enable_rx_stamps(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp each frame `sock` receives; whether it agreed."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def arrival(anc: list, mono_minus_real: float) -> float | None:
+    """A frame's arrival on the monotonic clock from recvmsg's ancillary data (None
+    without a stamp); `mono_minus_real`: time.monotonic() - time.time() now."""
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return sec + nsec * 1e-9 + mono_minus_real
+    return None
