@@ -75,12 +75,10 @@ def test_lab_html_renders_with_its_images_in_a_headless_browser(l114):
 CI_WALL_S = 60
 RECORDED = results.recorded(publish.RESULTS.read_text())
 #: labs whose verdict does not hold from run to run, so CI cannot hold them to the file (a
-#: finding, said in the lab file; not a reason to move a bound)
-NOT_REPEATABLE = {
-    "L12.2": "its completion check (flowlet / ECMP, 1 +- 10 %) compares two runs of the same "
-             "3:1 incast on one path, and DCQCN does not finish it alike from run to run: "
-             "1.79, 1.0 (the --all run of 2026-11-27: differs) and 1.398 (a rerun: fail)",
-}
+#: finding, said in the lab file; not a reason to move a bound). None now: L12.2's two
+#: same-path comparisons (completion 1.79 / 1.06 / 1.40 in three runs) rest on a flowlet
+#: moving, and differ when none did (differs.when); two runs since: differs both times
+NOT_REPEATABLE: dict[str, str] = {}
 #: L11.4 runs in the fixture above; L11.3 and L11.7 run whatever their time
 CI_LABS = sorted(({lab for lab, r in RECORDED.items() if r["wall_s"] <= CI_WALL_S
                    and r["verdict"] != "fell behind"} | {"L11.3", "L11.7"})
