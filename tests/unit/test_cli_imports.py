@@ -47,8 +47,20 @@ def test_parser_and_every_help_import_no_heavy_library():
 
 
 def test_the_lab_commands_draw_no_plot_on_import():
-    """`emu lab list|show` import emu.lab.command (Scapy, through the lab schema) but not
-    matplotlib: the page imports it when it draws (emu.observe.plots.pyplot)."""
+    """`emu lab list|show` import emu.lab.command (rich, for its tables) but not matplotlib:
+    the page imports it when it draws (emu.observe.plots.pyplot); nor Scapy since the lab
+    schema's flow keys take RoCEv2's port and `udp_sport` from emucore.wire.roce_codes."""
     _, loaded = _probe(PROBE.replace("from emu.cli import build_parser",
                                      "from emu.cli import build_parser\nimport emu.lab.command"))
-    assert "scapy" in loaded and "matplotlib" not in loaded and "numpy" not in loaded
+    assert loaded == {"rich"}
+
+
+def test_a_nic_process_starts_without_scapy():
+    """Every NIC of a fabric is a `python -m traffic.nic` process: it builds and parses
+    frames with emucore.wire.templates / the C framing and takes RoCEv2's and UET's
+    constants from emucore.wire.roce_codes / uet_codes, so it does not pay Scapy's
+    import (~0.5 s of CPU a process, python -X importtime)."""
+    _, loaded = _probe("import sys\nimport traffic.nic.main\nprint(0)\n"
+                       "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} "
+                       "& set(sys.argv[1:]))))")
+    assert loaded == set(), f"a NIC process imported {sorted(loaded)}"

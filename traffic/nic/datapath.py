@@ -53,10 +53,10 @@ from emucore.rawsock import open_port, tighten_timer_slack
 from emucore.wire.ib import AckKind, Op, RocePkt
 from emucore.wire.dscp import ECN_CE
 from emucore.wire.pause import OPCODE_PFC, parse_pfc
-from emucore.wire.roce import ROCE_UDP_PORT
+from emucore.wire.roce_codes import ROCE_UDP_PORT
 from emucore.framing import FrameTemplate, malformed, parse
 from emucore.wire.templates import RoceFields
-from emucore.wire.uet import UET_UDP_PORT
+from emucore.wire.uet_codes import UET_UDP_PORT
 from traffic.nic.nicconfig import NicConfig
 from traffic.nic.uetrx import UetRx, is_uet
 from traffic.nic.nicverbs import NicVerbs
