@@ -21,11 +21,12 @@ window of ~5.6 ms (one 5 ms block, 100 CNP intervals of the paper profile); at T
 8000 that is ~70 s lab. TDF 8000: the 3:1 incast kept up there on the compiled path
 (docs/PERFORMANCE.md, `emu bench fidelity`); a 2:1 offers two thirds of its load.
 
-Every run replays one outcome: the switch port's WRED dice are the same in every run
-(random.Random("1:eth4") on rail1), so h1g1, posted first, leads each time (0.992 / 0.943
-and 1.007 / 0.929 of C/2); the model with those dice and the posting offset gives
-1.003 / 0.923, with 24 other dice every sender 0.916 or more (docs/DCQCN_PARAMS.md "Why
-the first-posted sender leads").
+The split is set by the 3-5 cuts of the first ~2.5 ms and then frozen (the two add up to
+less than C for ~5 ms), so a run judges one draw of them, and the fabric's draws spread
+wider than the model's: five runs (docs/DCQCN_PARAMS.md "Why one sender leads") gave the
+first-posted sender 0.992, 1.007, 1.028, 0.981 and 0.788 of C/2 (the other 0.943, 0.929,
+0.902, 0.950, 1.074); the model, every sender 0.916 or more in 64 draws. So this test can
+fail on a good lab (the 0.788), and why the fabric spreads wider is not isolated.
 """
 
 import pytest
