@@ -25,8 +25,9 @@ The split is set by the 3-5 cuts of the first ~2.5 ms and then frozen (the two a
 less than C for ~5 ms), so a run judges one draw of them, and the fabric's draws spread
 wider than the model's: five runs (docs/DCQCN_PARAMS.md "Why one sender leads") gave the
 first-posted sender 0.992, 1.007, 1.028, 0.981 and 0.788 of C/2 (the other 0.943, 0.929,
-0.902, 0.950, 1.074); the model, every sender 0.916 or more in 64 draws. So this test can
-fail on a good lab (the 0.788), and why the fabric spreads wider is not isolated.
+0.902, 0.950, 1.074; the last three with the NIC's wake-up grid of 624e8ed); the model,
+every sender 0.916 or more in 64 draws. So this test can fail on a good lab (the 0.788),
+and why the fabric spreads wider is not isolated.
 """
 
 import pytest
