@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import math
 import random
 import sys
 from dataclasses import dataclass, field
@@ -108,14 +109,19 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
              link_bps: float = 200e9, duration: float = 0.05, hop: float = 1e-6,
              cnp_delay: float = 2e-6, frame: int = FRAME, sample: float = 1e-3,
              stagger: float = 0.0, seed: int = 1, starts: list[float] | None = None,
-             wred_seed: str | None = None) -> Run:
+             wred_seed: str | None = None, grid: float = 0.0, slack: float = 0.0) -> Run:
     """`senders` long flows into one port for `duration` model seconds; flow i starts at
     line rate at i x `stagger` (plus a random fraction of a frame time), or at `starts[i]`.
     The port's WRED dice are random.Random(seed + 1), or random.Random(`wred_seed`): a
     fabric switch port's are random.Random(f"1:{ifname}") (switch_agent.port), the same in
-    every run."""
+    every run. With `grid` > 0 a frame due at t leaves at the next multiple of `grid`, the
+    same points for every sender (the NICs' wake-up grid on the one monotonic clock,
+    traffic.nic.wakeup), frames of one instant reaching the port in sender order; `slack`
+    is the pacer's (traffic.nic.datapath.pace)."""
     if senders < 1 or duration <= 0 or sample <= 0 or min(hop, cnp_delay, stagger) < 0:
         raise ValueError("need senders >= 1, duration and sample > 0, delays >= 0")
+    if grid < 0 or slack < 0:
+        raise ValueError("grid and slack: must be >= 0")
     if starts is not None and (len(starts) != senders or min(starts) < 0):
         raise ValueError(f"starts: need {senders} start times >= 0, got {starts!r}")
     prof = profile if isinstance(profile, DcqcnProfile) else DcqcnProfile.by_name(profile)
@@ -131,10 +137,15 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
               [[0] * senders for _ in range(slots)], [[0] * senders for _ in range(slots)],
               [0] * slots, [0] * slots, [0.0] * slots)
     nxt = [0.0] * senders
+
+    def on_grid(t: float) -> float:
+        """The grid point a frame due at `t` leaves at."""
+        return t if grid == 0 else math.ceil(t / grid - 1e-9) * grid
+
     events: list[tuple[float, int, int]] = []
     for i in range(senders):
         nxt[i] = i * stagger + rng.random() * ser if starts is None else starts[i]
-        heapq.heappush(events, (nxt[i], SEND, i))
+        heapq.heappush(events, (on_grid(nxt[i]), SEND, i))
     free_at = 0.0                   # when the port's wire is free
 
     def deliver(entry: tuple, done: float) -> None:
@@ -165,8 +176,8 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
         if kind == SEND:
             rp = rps[i]
             rp.on_bytes_sent(frame, t)
-            nxt[i] = pace(nxt[i], t, frame, min(rp.rc, link_bps), 0.0)
-            heapq.heappush(events, (nxt[i], SEND, i))
+            nxt[i] = pace(nxt[i], t, frame, min(rp.rc, link_bps), slack)
+            heapq.heappush(events, (on_grid(nxt[i]), SEND, i))
             arrive = t + ser + hop      # arrivals are in send order: all delays are equal
             drain(arrive)
             ka = int(arrive / sample)
@@ -289,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wred-seed", help="seed of the port's WRED dice, e.g. 1:eth4 (a "
                     "fabric port's; default: --seed + 1)")
     ap.add_argument("--frame", type=int, default=FRAME, help="frame bytes")
+    ap.add_argument("--grid-us", type=float, default=0.0, help="senders' shared wake-up grid")
+    ap.add_argument("--slack-us", type=float, default=0.0, help="pacer slack")
     ap.add_argument("--matrix", metavar="PNG", help="run 2:1 and 3:1 x both profiles x both "
                     "ECN presets, print the table, draw the rates into PNG")
     a = ap.parse_args(argv)
@@ -297,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     run = simulate(a.senders, profile=a.profile, qos=a.qos, link_bps=a.gbps * 1e9,
                    duration=a.ms / 1e3, sample=a.every_ms / 1e3, stagger=a.stagger_ms / 1e3,
-                   seed=a.seed, frame=a.frame, wred_seed=a.wred_seed,
+                   seed=a.seed, frame=a.frame, wred_seed=a.wred_seed, grid=a.grid_us / 1e6,
+                   slack=a.slack_us / 1e6,
                    starts=None if a.start_us is None else
                    [float(x) * 1e-6 for x in a.start_us.split(",")])
     print(f"{a.senders}:1 incast, DCQCN {a.profile}, ECN {a.qos}, {a.gbps:g}G; shares of C/N")

@@ -121,6 +121,23 @@ def test_start_times_and_the_ports_dice_can_be_given():
         simulate(2, starts=[0.0])
 
 
+def test_a_shared_send_grid_keeps_the_rate_with_the_pacers_slack():
+    # one sender alone at line rate (no queue, no CNP): frames due between two grid points
+    # leave together at the second; with the NIC's slack (traffic.nic.datapath.pace) the
+    # pacer keeps its schedule, so the rate is the line rate still (within the 3 frames of
+    # a grid step per sample: a step's frames queue at the port); without slack each frame
+    # restarts the schedule at the grid point and the sender runs at one frame per step
+    ser = FRAME * 8 / 200e9
+    kw = dict(duration=0.001, sample=0.0005, starts=[0.0], wred_seed="1:eth4")
+    free = simulate(1, **kw)
+    grid = simulate(1, grid=2.5 * ser, slack=0.74e-6, **kw)
+    assert all(abs(a[0] - b[0]) <= 3 * FRAME for a, b in zip(free.delivered, grid.delivered))
+    stuck = simulate(1, grid=2.5 * ser, **kw)
+    assert stuck.delivered[1][0] == pytest.approx(free.delivered[1][0] / 2.5, abs=FRAME)
+    with pytest.raises(ValueError, match="grid"):
+        simulate(1, grid=-1.0)
+
+
 @pytest.fixture(scope="module", params=[(2, 0.04), (3, 0.16)], ids=["2to1", "3to1"])
 def incast(request):
     """Paper DCQCN, paper ECN; sender i joins at i x 5 ms (the DCQCN paper's fairness
