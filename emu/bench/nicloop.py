@@ -79,14 +79,13 @@ def _serve(nic: Nic, conn) -> None:
     conn.send({"cpu_s": out["cpu_s"], "wakeups": nic.wakeups, "fidelity": nic.meter.snapshot()})
 
 
-def once(frames: int, tdf: float, profile: bool = False, tx_grid: bool = True,
-         rx_grid: bool = True) -> dict:
+def once(frames: int, tdf: float, profile: bool = False, rx_grid: bool = True) -> dict:
     """One WRITE of `frames` MTU packets from h1g1 to h4g2; per-frame CPU and wake-ups.
-    Without `tx_grid` the sender wakes for each frame's pacer time (as a switch port
-    re-spaces a burst); without `rx_grid` the receiver wakes for each arrival (no grid: `traffic.nic.wakeup`)."""
+    The sender wakes for each frame's pacer time (`traffic.nic.wakeup`: deadlines are not
+    on the grid); without `rx_grid` the receiver wakes for each arrival (no grid: `traffic.nic.wakeup`)."""
     fab = load(PRESET, tdf=tdf)
     sa, sb = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    a, b = _nic(fab, SENDER, sa, tx_grid), _nic(fab, RECEIVER, sb, rx_grid)
+    a, b = _nic(fab, SENDER, sa, True), _nic(fab, RECEIVER, sb, rx_grid)
     size = frames * MTU
     (sha, ma, ca, qa), (shb, mb, _, qb) = _mr(a, size), _mr(b, size)
     a.to_rtr(qa, qb.qpn, qb.start_psn, b.cfg.ip, MTU)
@@ -147,12 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tdf", type=float, default=2000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="cProfile the sender's loop")
-    ap.add_argument("--no-tx-grid", action="store_true", help="the sender wakes per frame")
     ap.add_argument("--no-rx-grid", action="store_true", help="the receiver wakes per arrival")
     a = ap.parse_args(argv)
     runs = []
     for _ in range(a.reps):
-        runs.append(once(a.frames, a.tdf, a.profile, not a.no_tx_grid, not a.no_rx_grid))
+        runs.append(once(a.frames, a.tdf, a.profile, not a.no_rx_grid))
         print(json.dumps(runs[-1]), flush=True)
     keys = [k for k, v in runs[0].items() if isinstance(v, float)]
     print(json.dumps({"median": {k: statistics.median(r[k] for r in runs) for k in keys}}))

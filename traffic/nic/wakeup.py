@@ -1,10 +1,14 @@
 """When the NIC's data-path loop wakes up (traffic.nic.datapath.Nic.run; issue 30): a
 wake-up, not the Python, was most of a NIC's CPU per frame (emu.bench.nicloop), so
 
-* deadlines on a grid: the next wake-up is rounded up to a multiple of `grid_step` of
-  the monotonic clock, so a QP's paced frames due close together leave on one wake-up,
-  each still recorded against its own pacer time by the fidelity guard
-  (emucore.fidelity.LagMeter; switch_agent.fastagent's C loop does the same);
+* deadlines are NOT on the grid: a paced frame leaves at its pacer time. Rounding the
+  senders' deadlines up to one grid (624e8ed did, halving a sender's wake-ups) made every
+  NIC's frames reach a switch port at the same instants, and the frame enqueued second
+  at an instant finds the first in the queue and is marked more often: a DCQCN incast
+  then splits by that order (emu.bench.dcqcnsim with the 0.37 us grid: the sender
+  enqueued first leads in 25 of 32 WRED draws, 14 of 32 without; the fabric's 2:1 under
+  the grid 0.788 / 1.074 of C/2; docs/DCQCN_PARAMS.md). Issue 31's fair share outranks
+  the CPU;
 * receiving on the grid: after a wake-up that read frames, the loop does not wait for
   the next frame but for the next grid point (`next_wake`), and reads all that came
   meanwhile - only where the kernel stamps each frame's arrival (SO_TIMESTAMPNS,
@@ -27,13 +31,12 @@ from traffic.nic.nicconfig import NicConfig
 __all__ = ["GRID_FRACTION", "grid_step", "on_grid", "next_wake", "enable_rx_stamps",
            "arrival", "RX_ANC"]
 
-#: the loop rounds its next wake-up up to a grid of this fraction of the fidelity guard's
-#: bound (`grid_step`; switch_agent.fastagent's C loop does the same with 0.1). A grid
-#: shorter than one frame's serialisation shares no wake-up between a QP's own frames
-#: (rail2x4: 4 KB at 200 Gb/s is 0.17 us of the 1 us bound), so the NIC's is 0.5: a
-#: line-rate QP sends ~3 frames a wake-up, each at most half the bound later by the
-#: grid, which leaves half the bound for the wake-up's own lateness (the guard measured
-#: a p99 of 0.13 us at TDF 20000 on rail2x4: emu.observe.guard.bound_model_s)
+#: while receiving, the loop polls on a grid of this fraction of the fidelity guard's
+#: bound (`grid_step`; switch_agent.fastagent's C loop rounds its deadlines to 0.1). A
+#: grid shorter than one frame's serialisation shares no wake-up between frames
+#: (rail2x4: 4 KB at 200 Gb/s is 0.17 us of the 1 us bound), so the NIC's is 0.5: each
+#: frame waits at most half the bound, which leaves half the bound for the wake-up's own
+#: lateness (the guard measured a p99 of 0.13 us at TDF 20000 on rail2x4)
 GRID_FRACTION = 0.5
 #: SO_TIMESTAMPNS (asm-generic/socket.h, x86-64 and arm64: 35; Python's socket module
 #: has no name for it): a struct timespec of CLOCK_REALTIME per received frame
@@ -57,10 +60,11 @@ def on_grid(t: float, grid: float) -> float:
 
 
 def next_wake(now: float, timeout: float, grid: float, polling: bool) -> float:
-    """When the loop wakes next, lab seconds: its next deadline (`now` + `timeout`) on
-    the grid; while `polling` (frames came this wake-up, their arrivals stamped), no later
-    than the next grid point after `now`."""
-    wake = on_grid(now + timeout, grid)
+    """When the loop wakes next, lab seconds: its next deadline (`now` + `timeout`), not
+    rounded (a frame leaves at its pacer time: see the module docstring); while `polling`
+    (frames came this wake-up, their arrivals stamped), no later than the next grid point
+    after `now`."""
+    wake = now + timeout
     if polling and grid > 0:
         wake = min(wake, (math.floor(now / grid) + 1) * grid)
     return wake
