@@ -11,6 +11,7 @@ shortest switch path, so partially connected leaf-spines (longer paths) are judg
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import subprocess
@@ -83,10 +84,12 @@ def as_expected(fabric: Fabric, r: PairResult) -> bool:
     return (not r.ok) if exp is None else (r.ok and r.hops == exp)
 
 
-def check_all(fnet, count: int = 3, timeout_s: float = 20.0, pairs=None) -> list[PairResult]:
+def check_all(fnet, count: int = 3, timeout_s: float = 20.0, pairs=None,
+              wait_s: float = 2.0) -> list[PairResult]:
     """Ping every ordered GPU pair (in parallel) and return the results: one shell per
     source host runs its pings side by side, each line tagged with its pair's number
-    (one process per host, also where the host is on another server, emu.cluster.net)."""
+    (one process per host, also where the host is on another server, emu.cluster.net).
+    Each ping waits `wait_s` for its last reply (ping -W), all of them `timeout_s`."""
     fab = fnet.fabric
     if pairs is None:
         gpus = fab.gpu_list()
@@ -99,7 +102,8 @@ def check_all(fnet, count: int = 3, timeout_s: float = 20.0, pairs=None) -> list
         jobs = []
         for i in idx:
             g, d = fab.gpus[pairs[i][0]], fab.gpus[pairs[i][1]]
-            argv = ["ping", "-n", "-c", str(count), "-i", "0.2", "-W", "2", "-I", g.ip, d.ip]
+            argv = ["ping", "-n", "-c", str(count), "-i", "0.2", "-W", str(math.ceil(wait_s)),
+                    "-I", g.ip, d.ip]
             jobs.append(f"{shlex.join(argv)} 2>&1 | sed 's/^/{i} /' &")
         procs.append(fnet.host(host).popen(["sh", "-c", " ".join(jobs) + " wait"],
                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT))

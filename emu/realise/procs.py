@@ -48,6 +48,15 @@ def start_timeout() -> float:
     return value
 
 
+def slowness() -> float:
+    """How much slower than a plain machine this one is taken to be: EMU_START_TIMEOUT over
+    its default, at least 1. A machine that needs longer to start its processes also
+    forwards frames slower in lab time (the VM under software emulation of docs/VM.md:
+    EMU_START_TIMEOUT=300, a ping's reply through three agents took over the 2 s a ping
+    waits), so lab-time waits that are not part of the model stretch by this factor."""
+    return max(1.0, start_timeout() / START_TIMEOUT_S)
+
+
 def run_module(node, module: str, args: list[str | Path], **popen_kw):
     """Start `python -m module ARGS` inside a Mininet node's namespace; paths in `args`
     are given as `Path`s and must be absolute (ValueError otherwise)."""

@@ -16,6 +16,7 @@ from collectives.jobresult import run_torch_workload
 from emu.observe import reach
 from emu.faults.inject import FaultRunner
 from emu.observe.reach import Verdicts
+from emu.realise.procs import slowness
 from emu.run.build import Live
 from emu.run.options import TORCH_WORKLOADS, RunOptions
 from emu.run.plan import RunPlan
@@ -76,7 +77,8 @@ def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
     n = len(fab.gpus)
     term.say(f"Checking reachability of all {n * (n - 1)} ordered GPU NIC pairs...", flush=True)
     with term.phase("pinging every GPU pair through the fabric"):
-        results = reach.check_all(live.fnet)
+        slow = slowness()  # a slow machine (EMU_START_TIMEOUT) waits longer for replies
+        results = reach.check_all(live.fnet, timeout_s=20.0 * slow, wait_s=2.0 * slow)
     wl = None
     t_work = time.monotonic()
     faults = FaultRunner(live.fnet, plan.faults) if plan.faults else None

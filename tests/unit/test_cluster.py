@@ -278,6 +278,7 @@ def test_reachability_runs_one_shell_per_host_and_sorts_the_lines(tmp_path, monk
 
         def popen(self, argv, **kw):
             started.append(self.name)
+            scripts.append(argv[-1])
             return subprocess.Popen(argv, **kw)
 
     class Net:
@@ -286,8 +287,13 @@ def test_reachability_runs_one_shell_per_host_and_sorts_the_lines(tmp_path, monk
         def host(self, name):
             return Host(name)
 
+    scripts = []
     out = reach.check_all(Net())
     assert sorted(started) == ["h1", "h2", "h3", "h4"]
+    assert all(" -W 2 " in s for s in scripts)  # each ping waits 2 s for its last reply
+    scripts.clear()
+    reach.check_all(Net(), wait_s=29.5)  # a slow machine's wait (emu.realise.procs.slowness)
+    assert len(scripts) == 4 and all(" -W 30 " in s and " -W 2 " not in s for s in scripts)
     fab = Net.fabric
     assert [(r.src, r.dst) for r in out] == [(a.name, b.name) for a in fab.gpu_list()
                                              for b in fab.gpu_list() if a is not b]

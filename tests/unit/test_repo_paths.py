@@ -37,6 +37,15 @@ def test_start_timeout_comes_from_the_environment(monkeypatch):
             procs.start_timeout()
 
 
+@pytest.mark.parametrize("raw, factor", [(None, 1.0), ("20", 1.0), ("10", 1.0), ("300", 15.0)])
+def test_slowness_is_the_start_timeout_over_its_default_at_least_one(monkeypatch, raw, factor):
+    from emu.realise import procs
+    monkeypatch.delenv(procs.START_TIMEOUT_ENV, raising=False)
+    if raw is not None:
+        monkeypatch.setenv(procs.START_TIMEOUT_ENV, raw)
+    assert procs.slowness() == factor
+
+
 def test_a_process_not_ready_names_the_knob():
     from emu.realise import procs
 
