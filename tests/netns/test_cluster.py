@@ -279,10 +279,14 @@ def test_a_worker_that_fails_on_the_other_server_fails_the_job(tmp_path):
     with servers.second_server(tmp_path, mtu=9300) as (b, _tmp):
         f = servers_file(tmp_path, b)
         out = tmp_path / "run"
-        assert main(["run", "rail2x4", "--servers", str(f), "--out", str(out), "--tdf", "10000",
-                     "--script", str(script), "--backend", "gloo", "--pcap", "none"]) == 1
+        rc = main(["run", "rail2x4", "--servers", str(f), "--out", str(out), "--tdf", "10000",
+                   "--script", str(script), "--backend", "gloo", "--pcap", "none"])
         s = json.loads((out / "summary.json").read_text())
-        assert s["verdict"] == "fail" and s["workload"]["failed"] == [5]
+        # a busy machine may lose fidelity (exit 3: the fresh-clone suite of 2026-11-27, p99
+        # lag 1.3 us > 1 us at rail1's LLDP while a VM ran beside it); the failed job is then
+        # still the checks' verdict - the lag is not what this test is about
+        assert (rc, s["verdict"]) in ((1, "fail"), (3, "fidelity_lost"))
+        assert s["checks_passed"] is False and s["workload"]["failed"] == [5]
         assert s["workload"]["returncodes"]["5"] == 3
         assert (out / "workers" / "rank5.log").read_text().strip() == "rank 5 on h3"
         tag = s["servers"]["part_tags"]["b"]
