@@ -1,7 +1,6 @@
 """The NIC's data-path loop per data frame, without root: `python -m emu.bench.nicloop`.
 
-Issue 30 (compiled data path; /work/shared/design is not referenced: the budget is in
-docs/PERFORMANCE.md "The NIC's loop"): two `traffic.nic.datapath.Nic`s of rail2x4 (h1g1
+Issue 30 (compiled data path; the budget is in docs/PERFORMANCE.md "The NIC's loop"): two `traffic.nic.datapath.Nic`s of rail2x4 (h1g1
 and h4g2, the topology's link rate and TDF) joined by an AF_UNIX datagram socketpair in
 place of their raw sockets, each running its own `Nic.run` loop in its own process (as
 in a run: no GIL shared; h4g2's is forked once both are set up); h1g1 WRITEs
