@@ -5,12 +5,15 @@
 Builds the local box when it is missing (vagrant/build-box.sh), then `vagrant up
 --provider=libvirt` from vagrant/ (provisioned by `setup.sh provision`), runs `emu run
 rail2x4` and `emu lab run L11.3` inside, and always destroys the VM. Prints each step's
-time. Needs root, /dev/kvm (or EMU_VM_DRIVER=qemu), libvirtd running, vagrant-libvirt,
+time. A lab that did not keep up with the model at its file's TDF (software emulation is
+~10x slower than the host) is run again at the TDF its fidelity guard names, as the lab
+tells a user to ("Rerun with --tdf N"), at most twice; the last run must pass. Needs root, /dev/kvm (or EMU_VM_DRIVER=qemu), libvirtd running, vagrant-libvirt,
 about 10 GB of disk. EMU_BOX picks the box (default here: local); the VM's Vagrant state
 lives in a temporary folder, so a VM of the user's own in vagrant/.vagrant is left alone.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -35,6 +38,16 @@ def _run(cmd, env, timeout, timings, step):
 
 def _tail(r, lines=40):
     return "\n".join((r.stdout + r.stderr).splitlines()[-lines:])
+
+
+RERUN = re.compile(r"Rerun with --tdf (\d+(?:\.\d+)?(?:e[+-]?\d+)?)")
+LAB_RERUNS = 2
+
+
+def lab_rerun_tdf(output):
+    """The TDF a lab that fell behind asks to be rerun at, or None when it kept up."""
+    m = RERUN.search(output)
+    return float(m.group(1)) if m else None
 
 
 def _preflight():
@@ -64,8 +77,17 @@ def test_vm_boots_provisions_and_runs_emu(tmp_path):
         emu = "cd /vagrant && sudo .venv/bin/emu "
         r = _run(["vagrant", "ssh", "-c", emu + "run rail2x4"], env, 1800, timings, "emu run rail2x4")
         assert r.returncode == 0, _tail(r)
-        r = _run(["vagrant", "ssh", "-c", emu + "lab run L11.3"], env, 1800, timings, "emu lab run L11.3")
+        step, tdf = "emu lab run L11.3", None
+        for attempt in range(1 + LAB_RERUNS):
+            r = _run(["vagrant", "ssh", "-c", emu + "lab run L11.3" + (f" --tdf {tdf:g}" if tdf else "")],
+                     env, 1800, timings, step)
+            print(_tail(r, 25), flush=True)
+            tdf = lab_rerun_tdf(r.stdout + r.stderr)
+            if tdf is None or attempt == LAB_RERUNS:
+                break
+            step = f"emu lab run L11.3 --tdf {tdf:g}"
         assert r.returncode == 0, _tail(r)
+        assert tdf is None, f"L11.3 did not keep up even at the guard's TDF:\n{_tail(r)}"
     finally:
         r = _run(["vagrant", "destroy", "-f"], env, 600, timings, "vagrant destroy")
         print("[vm] timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()), flush=True)
