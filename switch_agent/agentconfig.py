@@ -2,7 +2,7 @@
 
 The orchestrator (emu.realise.net) knows the fabric description; the agent only needs its own
 ports (with model and lab rates from emucore.timedil), its SVI/VLAN layer-2 table, its ECMP
-seed and where to listen for control requests. Routes and neighbours are NOT here: the
+seed, the seed of its random draws and where to listen for control requests. Routes and neighbours are NOT here: the
 agent reads them from its namespace's kernel, the control plane.
 """
 
@@ -42,6 +42,11 @@ class AgentConfig:
     queue_limit_bytes: int = QUEUE_LIMIT_BYTES  # per queue with QoS off (model = lab bytes)
     mtu: int = 9216
     test_drop_rate: float = 0.0  # test hook: drop this fraction of forwarded frames
+    #: the seed of every random draw the agent makes (`emu run --seed`, default 1): each
+    #: port's WRED dice `Random(f"{seed}:{ifname}")`, the test-drop die `Random(seed)`,
+    #: the balancer's groups (spray, flowlet: seed + group index), a degraded link's
+    #: losses `Random(f"{seed}:{ifname}:impair")`. Named for its first use (the test
+    #: hook, the control requests and the C pipeline's hand-over read it by this name)
     test_drop_seed: int = 1
     qos: dict | None = None  # QosConfig.to_dict(); None = plain forwarding (one FIFO)
     lldp_interval_lab_s: float = 1.0  # LLDP/DCBX advertisement period (lab seconds)
@@ -65,6 +70,9 @@ class AgentConfig:
                 raise ValueError(f"ports[{p.ifname}].lab_bps: must be > 0, got {p.lab_bps!r}")
             if p.delay_lab_s < 0:
                 raise ValueError(f"ports[{p.ifname}].delay_lab_s: must be >= 0")
+        if isinstance(self.test_drop_seed, bool) or not isinstance(self.test_drop_seed, int) \
+                or self.test_drop_seed < 0:
+            raise ValueError(f"test_drop_seed: an integer >= 0, got {self.test_drop_seed!r}")
         if not 0.0 <= self.test_drop_rate < 1.0:
             raise ValueError(f"test_drop_rate: must be in [0, 1), got {self.test_drop_rate!r}")
         if not self.lldp_interval_lab_s > 0:

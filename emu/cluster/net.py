@@ -115,7 +115,7 @@ class ClusterNet(FabricNet):
         self.part = self.plan[self.here.name]
         self.local = set(self.part.nodes)
         options = {"shaping": self.shaping, "test_drop_rate": self.test_drop_rate,
-                   "switch_kind": self.switch_kind, "qos": self.qos,
+                   "seed": self.seed, "switch_kind": self.switch_kind, "qos": self.qos,
                    "lldp_off": {k: list(v) for k, v in self.lldp_off.items()}, "lb": self.lb}
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for s in others:

@@ -6,6 +6,7 @@ docs/PERFORMANCE.md "CLI start").
 
 from __future__ import annotations
 
+from emu.run.options import seed_arg
 from emucore import datapath
 
 
@@ -30,6 +31,9 @@ def add_parser(sub) -> None:
                                                    "need the others are then not measured)")
     r.add_argument("--tdf", type=float, default=None, help="time-dilation factor for every "
                                                            "variant (default: the lab file's)")
+    r.add_argument("--seed", type=seed_arg, default=1, metavar="N",
+                   help="seed of every switch's random draws (as `emu run --seed`; default "
+                        "1); lab.json records it")
     r.add_argument("--datapath", choices=datapath.MODES, default=datapath.DEFAULT,
                    help="the per-frame code (as `emu run --datapath`): auto (default), "
                         "python or fast; lab.json records it per variant")

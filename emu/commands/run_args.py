@@ -12,7 +12,7 @@ from dataclasses import fields
 from collectives.launch import MASTER_PORT
 from collectives.ring import RING_KINDS
 from emu.commands.topology import topo_args
-from emu.run.options import RunOptions
+from emu.run.options import RunOptions, seed_arg
 from emucore import datapath
 
 
@@ -27,6 +27,12 @@ def add_parser(sub) -> None:
                                    "failed, 2 bad options, 3 fidelity lost (the lab fell "
                                    "behind the model; rerun with the TDF the summary names).")
     topo_args(p, auto=True)
+    p.add_argument("--seed", type=seed_arg, default=D.seed, metavar="N",
+                   help="seed of every switch's random draws: the WRED dice of each port "
+                        "(Random('N:ifname')), the spray/flowlet balancer's, degraded links' "
+                        "losses (default 1, the same draws in every run; another N samples "
+                        "another draw of DCQCN's randomness). The NICs' QPNs and PSNs are "
+                        "random per run whatever N; summary.json records it")
     p.add_argument("--cli", action="store_true",
                    help="open the Mininet CLI before tearing down (try: h1g1 ping h4g2)")
     p.add_argument("--servers", default=D.servers, metavar="FILE",

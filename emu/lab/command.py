@@ -125,9 +125,10 @@ def curves(lab: S.Lab, v: Variant, ev) -> list:
 
 
 def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
-            rejudge: bool = False) -> tuple[int, dict]:
+            rejudge: bool = False, seed: int = 1) -> tuple[int, dict]:
     """Run a lab (all variants or one) into `out` - or, with `rejudge`, judge the runs
-    already there again (after editing the lab's checks); exit status and lab.json."""
+    already there again (after editing the lab's checks); exit status and lab.json.
+    `seed`: the switches' random draws (`--seed`; a rejudged run keeps its own)."""
     term = Terminal(quiet)
     start = time.monotonic()
     todo = [v for v in lab.variants if variant is None or v.name == variant]
@@ -136,7 +137,7 @@ def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
     for v in todo:
         term.say(f"\n{lab.id} variant {v.name}: {v.title}" if many else f"\n{lab.id}: {lab.title}")
         rd = out / v.name if many else out
-        run = runner.load_run(rd) if rejudge else runner.run_variant(lab, v, rd, term)
+        run = runner.load_run(rd) if rejudge else runner.run_variant(lab, v, rd, term, seed=seed)
         run["tdf"] = v.fabric.tdf
         runs[v.name] = run
         ev = runner.evidence(v, run)
@@ -211,7 +212,7 @@ def cmd_run(args) -> int:
         out = Path(args.out) if args.out else Path("runs") / \
             f"lab-{labs[0].id}-{time.strftime('%Y%m%d-%H%M%S')}"
         print(f"Run directory: {out}", flush=True)
-        return run_one(labs[0], out, args.variant, args.quiet)[0]
+        return run_one(labs[0], out, args.variant, args.quiet, seed=args.seed)[0]
     return run_all(labs, args)
 
 
@@ -226,7 +227,7 @@ def run_all(labs: list, args) -> int:
         print(f"Run directory: {out}", flush=True)
         t = time.monotonic()
         try:
-            code, doc = run_one(lab, out, args.variant, args.quiet)
+            code, doc = run_one(lab, out, args.variant, args.quiet, seed=args.seed)
         except KeyboardInterrupt:
             print(f"\nemu lab: interrupted at {lab.id}; its fabric has been removed, the "
                   "labs not reached are named in the results", file=sys.stderr)

@@ -55,11 +55,12 @@ def links_of(fab) -> tuple[dict, dict]:
     return names, bps
 
 
-def plan_of(v: Variant, run_dir: Path, pcap_limit_mb: float) -> RunPlan:
-    """The RunPlan `emu run` would make for this variant (no workload: the flows)."""
+def plan_of(v: Variant, run_dir: Path, pcap_limit_mb: float, seed: int = 1) -> RunPlan:
+    """The RunPlan `emu run` would make for this variant (no workload: the flows);
+    `seed`: the switches' random draws (`emu lab run --seed`)."""
     names, _ = links_of(v.fabric)
     targets = [tuple(c.split(":", 1)) if c not in names else names[c] for c in v.captures]
-    opts = RunOptions(v.fabric.name, pcap_limit=pcap_limit_mb, quiet=True)
+    opts = RunOptions(v.fabric.name, pcap_limit=pcap_limit_mb, quiet=True, seed=seed)
     plan = RunPlan(opts, v.fabric, v.qos, targets, None, INTERVAL_MODEL_S, run_dir,
                    run_dir.resolve(), {"mode": "given", "tdf": v.fabric.tdf}, lb=v.lb)
     if v.lldp_off:
@@ -93,14 +94,14 @@ def tshark_rows(pcap_dir: Path, names: dict):
 
 
 def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
-                pcap_limit_mb: float = 20.0) -> dict:
+                pcap_limit_mb: float = 20.0, seed: int = 1) -> dict:
     """Build, run the flows, tear down; the evidence and the guard's judgement."""
     fab = v.fabric
     run_dir.mkdir(parents=True, exist_ok=True)
     for old in (run_dir / "events").glob("*.jsonl"):  # a rerun into the same directory
         old.unlink()
     (run_dir / "topology.json").write_text(json.dumps(fab.to_dict(), indent=1))
-    plan = plan_of(v, run_dir, pcap_limit_mb)
+    plan = plan_of(v, run_dir, pcap_limit_mb, seed)
     gpus = (sorted(fab.gpus) if v.workload
             else sorted({g for f in v.flows for g in (f.src, f.dst)}))
     with build.build(plan, term) as live:
@@ -156,7 +157,8 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
     (run_dir / "flows.json").write_text(json.dumps(result, indent=1))
     meta = {"lab_s": wall, "t0_sampler": t0_sampler, "fidelity": judged["fidelity"],
             "suggested_tdf": judged["suggested_tdf"], "pcaps": pcaps, "tdf": fab.tdf,
-            "data_path": datapath.mode()}  # before issue 30 every run was "python"
+            "data_path": datapath.mode(),  # before issue 30 every run was "python"
+            "seed": seed}
     (run_dir / "variant.json").write_text(json.dumps(meta, indent=1))
     return {**meta, "result": result, "counters": counters, "run_dir": run_dir}
 
@@ -332,8 +334,10 @@ def write_json(path: Path, lab: Lab, results: list[dict], runs: dict,
     doc = {"id": lab.id, "title": lab.title, "verdict": V.lab_verdict(outcomes, kept_up),
            "checks_passed": passed, "kept_up": kept_up, "outcomes": V.tally(outcomes),
            "checks": [{k: r[k] for k in keys if k in r} for r in results],
+           "seed": next((r.get("seed", 1) for r in runs.values()), None),
            "variants": {n: {"tdf": r["tdf"], "lab_s": round(r["lab_s"], 1),
                             "data_path": r.get("data_path", "python"),
+                            "seed": r.get("seed", 1),  # (before --seed: always 1)
                             "kept_up": r["fidelity"].get("kept_up"),
                             "p99_lag_us": r["fidelity"].get("p99_lag_model_us"),
                             "suggested_tdf": r.get("suggested_tdf"),

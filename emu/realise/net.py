@@ -52,9 +52,13 @@ class FabricNet:
                  shaping: bool = True, test_drop_rate: float = 0.0,
                  switch_kind: str = "agent", qos=None,
                  lldp_off: dict[str, list[str]] | None = None,
-                 lb: dict | None = None, part=None) -> None:
+                 lb: dict | None = None, part=None, seed: int = 1) -> None:
         if switch_kind not in ("agent", "bridge"):
             raise ValueError(f"switch_kind: 'agent' or 'bridge', got {switch_kind!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed: an integer >= 0, got {seed!r}")
+        #: every agent's random draws (AgentConfig.test_drop_seed; `emu run --seed`)
+        self.seed = seed
         self.switch_kind = switch_kind
         self.fabric = fabric
         self.tag = tag or nsutil.new_tag()
@@ -193,7 +197,7 @@ class FabricNet:
         svi = fab.l2_tables(node)
         return AgentConfig(name=node, tdf=fab.tdf, control=str(self.control_path(node)),
                            ports=tuple(ports), svi=svi, ecmp_seed=n.ecmp_seed, mtu=fab.mtu,
-                           test_drop_rate=self.test_drop_rate,
+                           test_drop_rate=self.test_drop_rate, test_drop_seed=self.seed,
                            qos=self.qos.to_dict() if self.qos is not None else None,
                            lldp_off=self.lldp_off.get(node, ()),
                            lb=self.lb[node].to_dict() if node in self.lb else None,

@@ -79,7 +79,9 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
         for w in qos.validate([p.ifname for sw in fab.switches() for p in fab.node_ports(sw.name)]):
             print(f"emu: QoS warning: {w}", file=sys.stderr)
     term.say(f"Switch QoS: {'off (plain forwarding)' if qos is None else qos.name}")
+    term.say(f"Seed {opts.seed}: the switches' random draws (WRED dice, spray, test drops)")
     extra = {"lldp_off": plan.lldp_off} if plan.lldp_off else {}
+    extra["seed"] = opts.seed
     if plan.lb:
         extra["lb"] = plan.lb
         (plan.run_dir / "lb.json").write_text(json.dumps(

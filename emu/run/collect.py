@@ -80,7 +80,7 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "verdict": "fidelity_lost" if lost else "pass" if checks else "fail",
         "checks_passed": checks,
         "fidelity": judged["fidelity"], "suggested_tdf": judged["suggested_tdf"],
-        "tdf_choice": plan.tdf_choice, "cpu": cpu,
+        "tdf_choice": plan.tdf_choice, "cpu": cpu, "seed": plan.options.seed,
         "data_path": {**datapath.describe(plan.options.datapath),  # and what each agent ran
                       "agents": {n: c.get("datapath", "python") for n, c in counters.items()}},
         "version": SCHEMA_VERSION, "qos": plan.qos.name if plan.qos is not None else "off",

@@ -9,6 +9,7 @@ argparse namespace. The defaults here are the command line's defaults.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -66,6 +67,19 @@ class RunOptions:
     trim: str | None = None  # "on" or K=V,... (emucore.qos.trim)
     llr: str | None = None
     cbfc: str | None = None
+    seed: int = 1  # every switch's random draws (switch_agent.agentconfig: test_drop_seed)
+
+
+def seed_arg(text: str) -> int:
+    """`--seed`'s value (emu run, emu lab run): an integer >= 0; argparse's error names
+    the option (`argument --seed: an integer >= 0, got '-1'`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"an integer >= 0, got {text!r}")
+    return value
 
 
 def resolve(opts: RunOptions) -> RunOptions:

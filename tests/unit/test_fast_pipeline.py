@@ -442,11 +442,13 @@ def test_trace_reaches_every_stage() -> None:
             ("wd_storm", None), ("wd_restore", None), ("path", None)} <= logged
 
 
-def test_wred_draws_are_pythons() -> None:
+@pytest.mark.parametrize("seed", [1, 7])  # the default and an `emu run --seed 7`
+def test_wred_draws_are_pythons(seed: int) -> None:
     """The C generator, handed each port's `random.Random` state, draws what it draws."""
-    cfg = config(small_qos())
+    cfg = replace(config(small_qos()), test_drop_seed=seed)
     fast, ref = FastPipeline(cfg), Agent(cfg, open_sockets=False)
     for i, p in enumerate(ref.ports.values()):
+        assert fast.c.rng_state(i) == random.Random(f"{seed}:{p.name}").getstate()[1]
         draws = [p.queues.rng() for _ in range(2000)]
         assert [fast.c.draw(i) for _ in range(2000)] == draws
     assert len(set(draws)) == len(draws)
@@ -506,7 +508,8 @@ assert wrapper._pipeline is mod, "the sanitized build is not the one in use"
 for case in sorted(t.CASES):
     t.test_differential(case, 1)
 t.test_trace_reaches_every_stage()
-t.test_wred_draws_are_pythons()
+t.test_wred_draws_are_pythons(1)
+t.test_wred_draws_are_pythons(7)
 t.test_run_frames_is_the_pipeline()
 t.test_flow_cache_overflow()
 t.test_fib_change_mid_trace()
