@@ -10,7 +10,9 @@ thread CPU (`time.thread_time`, the kernel's per-thread account - not wall clock
 loaded machine inflates it less) and its wake-ups (select calls, `Nic.wakeups`); and the
 NICs' fidelity meters (lag p99 and max, model s: the sender's pacer and the ACKs' and the
 receiver's data frames' waits from their arrival, `traffic.nic.wakeup`), so a change that
-saves CPU by acting late shows it. `--profile` adds a cProfile of the sender's loop.
+saves CPU by acting late shows it. `--profile` adds a cProfile of the sender's loop;
+`--both` makes h4g2 WRITE as much to h1g1 at the same time (each NIC sends and receives,
+as in an AllReduce ring); each loop runs until both WRITEs are done.
 """
 
 from __future__ import annotations
@@ -66,27 +68,51 @@ def _loop(nic: Nic, out: dict, prof: cProfile.Profile | None) -> None:
     out["cpu_s"] = time.thread_time() - t0
 
 
-def _serve(nic: Nic, conn) -> None:
-    """The forked receiver: its loop in a thread until told to stop; reports its CPU."""
+def _serve(nic: Nic, conn, cq: int | None, until: float) -> None:
+    """The forked receiver: its loop in a thread until told to stop (and, with its own
+    WRITE's completion queue `cq`, that WRITE done or `until` passed); reports its CPU."""
     out: dict = {}
     t = threading.Thread(target=_loop, args=(nic, out, None))
     t.start()
     conn.recv()
+    done = _complete(nic, cq, until)
     nic.running = False
     nic.wake()
     t.join()
-    conn.send({"cpu_s": out["cpu_s"], "wakeups": nic.wakeups, "fidelity": nic.meter.snapshot()})
+    conn.send({"cpu_s": out["cpu_s"], "wakeups": nic.wakeups, "fidelity": nic.meter.snapshot(),
+               "done": done})
 
 
-def once(frames: int, tdf: float, profile: bool = False, rx_grid: bool = True) -> dict:
+def _complete(nic: Nic, cq: int | None, until: float) -> bool:
+    """Wait for one completion on `cq` (none to wait for: True) until `until`."""
+    while cq is not None and time.monotonic() < until:
+        with nic.lock:
+            if nic.cqs[cq].poll(1):
+                return True
+        time.sleep(0.005)
+    return cq is None
+
+
+def _write(nic: Nic, qp, local: dict, remote: dict, size: int) -> None:
+    with nic.lock:
+        nic.post_send(qp.qpn, [{"wr_id": 1, "local_addr": local["addr"], "length": size,
+                                "lkey": local["lkey"], "remote_addr": remote["addr"],
+                                "rkey": remote["rkey"]}])
+
+
+def once(frames: int, tdf: float, profile: bool = False, rx_grid: bool = True,
+         both: bool = False) -> dict:
     """One WRITE of `frames` MTU packets from h1g1 to h4g2; per-frame CPU and wake-ups.
     The sender wakes for each frame's pacer time (`traffic.nic.wakeup`: deadlines are not
-    on the grid); without `rx_grid` the receiver wakes for each arrival (no grid: `traffic.nic.wakeup`)."""
+    on the grid); without `rx_grid` the receiver wakes for each arrival (no grid:
+    `traffic.nic.wakeup`). With `both`, h4g2 also WRITEs as much to h1g1 at the same
+    time, as each NIC of an AllReduce ring sends and receives ("tx" is then h1g1, "rx"
+    h4g2; per frame each way)."""
     fab = load(PRESET, tdf=tdf)
     sa, sb = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     a, b = _nic(fab, SENDER, sa, True), _nic(fab, RECEIVER, sb, rx_grid)
     size = frames * MTU
-    (sha, ma, ca, qa), (shb, mb, _, qb) = _mr(a, size), _mr(b, size)
+    (sha, ma, ca, qa), (shb, mb, cb, qb) = _mr(a, size), _mr(b, size)
     a.to_rtr(qa, qb.qpn, qb.start_psn, b.cfg.ip, MTU)
     a.to_rts(qa)
     b.to_rtr(qb, qa.qpn, qa.start_psn, a.cfg.ip, MTU)
@@ -94,29 +120,26 @@ def once(frames: int, tdf: float, profile: bool = False, rx_grid: bool = True) -
     prof = cProfile.Profile() if profile else None
     out: dict = {}
     conn, child_conn = multiprocessing.Pipe()
-    child = multiprocessing.get_context("fork").Process(target=_serve, args=(b, child_conn))
+    t0 = time.monotonic()
+    deadline = t0 + 10 + 3 * frames * a.slack
+    if both:
+        _write(b, qb, mb, ma, size)  # before the fork: the child's loop starts with it
+    child = multiprocessing.get_context("fork").Process(
+        target=_serve, args=(b, child_conn, cb if both else None, deadline))
     child.start()
     thread = threading.Thread(target=_loop, args=(a, out, prof))
     thread.start()
-    t0 = time.monotonic()
-    with a.lock:
-        a.post_send(qa.qpn, [{"wr_id": 1, "local_addr": ma["addr"], "length": size,
-                              "lkey": ma["lkey"], "remote_addr": mb["addr"], "rkey": mb["rkey"]}])
-    wcs: list = []
-    deadline = t0 + 10 + 3 * frames * a.slack
-    while not wcs and time.monotonic() < deadline:
-        time.sleep(0.005)
-        with a.lock:
-            wcs = a.cqs[ca].poll(1)
+    _write(a, qa, ma, mb, size)
+    done = _complete(a, ca, deadline)
     wall = time.monotonic() - t0
+    conn.send("stop")  # h4g2 stops once its own WRITE is done; h1g1 ACKs it until then
+    rx = conn.recv()
+    child.join()
     a.running = False
     a.wake()
     thread.join()
-    conn.send("stop")
-    rx = conn.recv()
-    child.join()
     fid = a.meter.snapshot()
-    res = {"frames": frames, "tdf": tdf, "done": bool(wcs), "wall_s": wall,
+    res = {"frames": frames, "tdf": tdf, "both": both, "done": done and rx["done"], "wall_s": wall,
            "frame_lab_us": MTU * 8 / a.link_lab_bps * 1e6,
            "tx_cpu_us_per_frame": out["cpu_s"] / frames * 1e6,
            "rx_cpu_us_per_frame": rx["cpu_s"] / frames * 1e6,
@@ -146,10 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="cProfile the sender's loop")
     ap.add_argument("--no-rx-grid", action="store_true", help="the receiver wakes per arrival")
+    ap.add_argument("--both", action="store_true",
+                    help="both NICs WRITE at once (each sends and receives)")
     a = ap.parse_args(argv)
     runs = []
     for _ in range(a.reps):
-        runs.append(once(a.frames, a.tdf, a.profile, not a.no_rx_grid))
+        runs.append(once(a.frames, a.tdf, a.profile, not a.no_rx_grid, a.both))
         print(json.dumps(runs[-1]), flush=True)
     keys = [k for k, v in runs[0].items() if isinstance(v, float)]
     print(json.dumps({"median": {k: statistics.median(r[k] for r in runs) for k in keys}}))

@@ -10,3 +10,9 @@ def test_one_write_is_delivered_and_counted():
     assert r["frame_lab_us"] == 4096 * 8 / 1e9 * 1e6
     assert r["tx_cpu_us_per_frame"] > 0 and r["rx_cpu_us_per_frame"] > 0
     assert 0 < r["tx_wakeups_per_frame"] and 0 < r["rx_wakeups_per_frame"]
+
+
+def test_both_ways_each_nic_sends_and_receives_its_write():
+    r = nicloop.once(frames=40, tdf=200, both=True)
+    assert r["done"] and r["both"]
+    assert r["tx_frames"] >= 40 and r["rx_acks"] >= 40  # its data out, the other's data in
