@@ -89,6 +89,10 @@ def test_next_wake_is_the_deadline_itself_or_the_next_grid_point_while_polling()
     assert next_wake(1.1, 0.5, 0.25, polling=True) == 1.25
     assert next_wake(1.1, 0.1, 0.25, polling=True) == pytest.approx(1.2)  # a deadline first
     assert next_wake(1.1, 0.5, 0.0, polling=True) == 1.6  # no grid: no polling
+    # a deadline within one grid step serves the polling: no wake-up at the grid point
+    # between (1.25); the frames that come meanwhile wait less than a step for it
+    assert next_wake(1.2, 0.2, 0.25, polling=True) == pytest.approx(1.4)
+    assert next_wake(1.2, 0.26, 0.25, polling=True) == 1.25
 
 
 def stamp(t_real):

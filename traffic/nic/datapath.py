@@ -36,9 +36,9 @@ DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
   arrival to its handling ("rx").
   The loop sleeps in select (microsecond timeouts) with a 1 us timer slack, until its next
   deadline (a frame's pacer time, not rounded), and after a wake-up that read stamped
-  frames no later than the next grid point (traffic.nic.wakeup: the grid and why); it
-  reads the raw socket only when select said it was readable or while receiving on the
-  grid.
+  frames no later than the next grid point unless that deadline is at most one grid step
+  away (traffic.nic.wakeup: the grid and why); it reads the raw socket only when select
+  said it was readable or while receiving on the grid.
 * One lock guards all NIC state; the loop holds it for one iteration at a time.
 """
 

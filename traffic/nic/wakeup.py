@@ -13,7 +13,14 @@ wake-up, not the Python, was most of a NIC's CPU per frame (emu.bench.nicloop), 
   the next frame but for the next grid point (`next_wake`), and reads all that came
   meanwhile - only where the kernel stamps each frame's arrival (SO_TIMESTAMPNS,
   socket(7); `enable_rx_stamps`, `arrival`), so each frame's wait from its arrival is
-  recorded ("rx") against the guard's bound, not hidden. Otherwise it wakes per frame.
+  recorded ("rx") against the guard's bound, not hidden. Otherwise it wakes per frame;
+* a deadline serves the polling: after a wake-up that read frames, a deadline at most
+  one grid step away is the next wake-up, not the grid point before it; the frames that
+  come meanwhile wait less than one step, as for a grid point. Where a NIC sends and
+  receives (an AllReduce ring), this merges its receive polls into its pacer wake-ups
+  (emu.bench.nicloop --both, docs/PERFORMANCE.md). Not watching the wire before every
+  near deadline (also after wake-ups that read nothing) merged a little more, but then
+  each wake-up of a pure sender paid a read that found nothing, and measured worse there.
 
 The bound is the guard's (emu.observe.guard.bound_model_s) as the NIC sees it: its link's
 cable delay, or one path-MTU frame at its link's model rate if longer.
@@ -62,10 +69,10 @@ def on_grid(t: float, grid: float) -> float:
 def next_wake(now: float, timeout: float, grid: float, polling: bool) -> float:
     """When the loop wakes next, lab seconds: its next deadline (`now` + `timeout`), not
     rounded (a frame leaves at its pacer time: see the module docstring); while `polling`
-    (frames came this wake-up, their arrivals stamped), no later than the next grid point
-    after `now`."""
+    (frames came this wake-up, their arrivals stamped) and the deadline more than one
+    grid step away, no later than the next grid point after `now`."""
     wake = now + timeout
-    if polling and grid > 0:
+    if polling and grid > 0 and timeout > grid:  # a deadline within a step serves
         wake = min(wake, (math.floor(now / grid) + 1) * grid)
     return wake
 
