@@ -12,6 +12,7 @@ about 10 GB of disk. EMU_BOX picks the box (default here: local); the VM's Vagra
 lives in a temporary folder, so a VM of the user's own in vagrant/.vagrant is left alone.
 """
 
+import json
 import os
 import re
 import shutil
@@ -50,6 +51,25 @@ def lab_rerun_tdf(output):
     return float(m.group(1)) if m else None
 
 
+def _print_fidelity(out, env, timings):
+    """Each variant's guard line, and lab.json's per-variant figures (TDF, kept up, p99 lag,
+    suggested TDF) read from inside the VM before it is destroyed."""
+    for line in out.splitlines():
+        if "fidelity guard:" in line:
+            print("[vm]  " + line.strip(), flush=True)
+    m = re.search(r"Run directory: (\S+)", out)
+    if m:
+        r = _run(["vagrant", "ssh", "-c", f"cat /vagrant/{m.group(1)}/lab.json"], env, 120, timings,
+                 "read lab.json")
+        try:
+            doc = json.loads(r.stdout)
+        except ValueError:
+            return
+        for name, v in doc.get("variants", {}).items():
+            print(f"[vm]  {name}: " + ", ".join(f"{k} {x}" for k, x in v.items() if k != "flows"),
+                  flush=True)
+
+
 def _preflight():
     if os.geteuid() != 0:
         pytest.fail("needs root (libvirt's system instance, build-box.sh)")
@@ -82,6 +102,7 @@ def test_vm_boots_provisions_and_runs_emu(tmp_path):
             r = _run(["vagrant", "ssh", "-c", emu + "lab run L11.3" + (f" --tdf {tdf:g}" if tdf else "")],
                      env, 1800, timings, step)
             print(_tail(r, 25), flush=True)
+            _print_fidelity(r.stdout, env, timings)
             tdf = lab_rerun_tdf(r.stdout + r.stderr)
             if tdf is None or attempt == LAB_RERUNS:
                 break
