@@ -2,8 +2,8 @@
 
 The orchestrator (emu.realise.net) knows the fabric description; the agent only needs its own
 ports (with model and lab rates from emucore.timedil), its SVI/VLAN layer-2 table, its ECMP
-seed, the seed of its random draws and where to listen for control requests. Routes and neighbours are NOT here: the
-agent reads them from its namespace's kernel, the control plane.
+seed, the seed of its random draws and where to listen for control requests. Routes and
+neighbours are NOT here: the agent reads them from its namespace's kernel, the control plane.
 """
 
 from __future__ import annotations
