@@ -40,8 +40,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
     term = Terminal(opts.quiet)
     if auto:  # the topology's TDF is the floor (emu.run.autotdf)
-        choice = autotdf.auto(fab, plan.options.workload, plan.workload,
-                              agents=autotdf.agents_path(opts.datapath, plan.qos, plan.lb))
+        with plan.phases.timed("calibrate"):
+            choice = autotdf.auto(fab, plan.options.workload, plan.workload,
+                                  agents=autotdf.agents_path(opts.datapath, plan.qos, plan.lb))
         term.say(choice.reason)
         plan.tdf_choice = choice.to_dict()
         plan.fabric = topologies.load(opts.topology, spines=opts.spines, tdf=choice.tdf)
@@ -52,7 +53,8 @@ def main(args: argparse.Namespace) -> int:
             all_counters = collect.stop_sampling(plan, live)
             if opts.cli:
                 open_cli(live.fnet, term.say)
-            pcaps = live.captures.stop()
+            with plan.phases.timed("collect"):
+                pcaps = live.captures.stop()
     except START_ERRORS as exc:  # torn down already; e.g. an agent refused --datapath fast
         print(f"emu: {exc}", file=sys.stderr)
         return 2

@@ -57,7 +57,8 @@ class FabricNet:
             raise ValueError(f"switch_kind: 'agent' or 'bridge', got {switch_kind!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed: an integer >= 0, got {seed!r}")
-        #: every agent's random draws (AgentConfig.test_drop_seed; `emu run --seed`)
+        #: every agent's and NIC's random draws (AgentConfig.test_drop_seed, NicConfig.seed;
+        #: `emu run --seed`)
         self.seed = seed
         self.switch_kind = switch_kind
         self.fabric = fabric
@@ -95,6 +96,15 @@ class FabricNet:
         #: (emu.cluster.part sends its logs and event files then)
         self.before_clean = None
         self._ops: NodeOps | None = None
+        #: lab seconds of each step of start() and stop() ("namespaces", "configure",
+        #: "agents", "lldp_speakers"; "stop_nics", "stop_agents", "mininet_stop", "clean")
+        self.steps_s: dict[str, float] = {}
+
+    def _step(self, name: str, t0: float) -> float:
+        """Record step `name` as lasting from `t0` until now; returns now."""
+        now = time.monotonic()
+        self.steps_s[name] = self.steps_s.get(name, 0.0) + now - t0
+        return now
 
     # -- lifecycle -----------------------------------------------------------
     def __enter__(self) -> "FabricNet":
@@ -119,15 +129,18 @@ class FabricNet:
                                                      for n in self.fabric.nodes
                                                      if n in self.local],
                                       **self.state_extra})
+        t = time.monotonic()
         self.net = build_mininet(self.fabric, mininet_classes(self.tag, self.switch_kind),
                                  nodes=self.local)
         self.nics = NicProcesses(self.net, self.fabric, self.state_dir, self.run_dir,
                                  run=self.tag)
         if self.part is not None:
             self.open_tunnels()
+        t = self._step("namespaces", t)
         for n in self.fabric.nodes.values():
             if n.name in self.local:
                 self.configure(n.name)
+        t = self._step("configure", t)
         for sw in self.local_switches() if self.switch_kind == "agent" else ():
             node = self.net[sw.name]
             node.agent_config = self.agent_config(sw.name)
@@ -136,9 +149,11 @@ class FabricNet:
         self.net.start()
         if self.switch_kind == "agent":
             self.wait_agents()
+        t = self._step("agents", t)
         if self.qos is not None:
             self.host_procs += start_host_lldp(self.net, self.fabric, self.qos.to_dict(),
                                                self.state_dir, hosts=self.local)
+            self._step("lldp_speakers", t)
 
     def local_switches(self) -> list:
         """The switches this machine runs (all of them unless the fabric is spread)."""
@@ -153,27 +168,32 @@ class FabricNet:
 
     def stop(self) -> None:
         """Tear everything down: agents, shells, namespaces, state. Idempotent."""
+        t = time.monotonic()
         stop_procs(self.host_procs)
         self.host_procs.clear()
         if self._ops is not None:
             self._ops.close()
         if self.nics is not None:
             self.nics.stop()
+        t = self._step("stop_nics", t)  # (and the LLDP speakers)
         if self.net is not None:
             for sw in self.net.switches:  # agents first, before their interfaces vanish
                 if isinstance(sw, AgentSwitch):
                     sw.stop(deleteIntfs=False)
+            t = self._step("stop_agents", t)
             try:
                 self.net.stop()
             except Exception as exc:  # keep tearing down
                 log.warning("mininet stop: %s", exc)
             self.net = None
+            t = self._step("mininet_stop", t)
         if self.before_clean is not None:
             try:
                 self.before_clean()
             except Exception as exc:  # keep tearing down
                 log.warning("before clean: %s", exc)
         nsutil.clean(self.tag, include_live=True)
+        self._step("clean", t)
 
     # -- configuration (control plane) --------------------------------------
     def configure(self, node: str) -> None:
@@ -221,9 +241,11 @@ class FabricNet:
                                **self.nic_defaults(options))
 
     def nic_defaults(self, options: dict) -> dict:
-        """NicConfig fields every NIC of this fabric gets unless `options` say: with QoS,
-        the NIC pauses the priority its RoCE DSCP maps to."""
+        """NicConfig fields every NIC of this fabric gets unless `options` say: the run's
+        seed (each NIC's draws, NicConfig.rng); with QoS, the NIC pauses the priority its
+        RoCE DSCP maps to."""
         out = dict(options)
+        out.setdefault("seed", self.seed)
         if self.qos is not None:
             out.setdefault("pfc_priority", Classifier(
                 self.qos.classification).priority_of_dscp(DSCP_ROCEV2))

@@ -22,6 +22,7 @@ from emu.cluster.net import ClusterNet
 from emu.observe.metrics import Sampler
 from emu.realise.net import FabricNet
 from emu.observe.procstat import CpuTracker
+from emu.run.phases import Phases
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
 from emucore import datapath
@@ -39,6 +40,7 @@ class Live:
     sampler: Sampler
     build_s: float  # lab seconds from "Building" to agents up
     procs: CpuTracker  # CPU seconds and peak RSS per process kind
+    phases: Phases  # wall time per phase (the plan's; teardown added when `build` ends)
 
 
 def known_pids(fnet: FabricNet) -> dict[int, str]:
@@ -69,8 +71,9 @@ def announce(plan: RunPlan, term: Terminal) -> None:
 
 @contextlib.contextmanager
 def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
-    """Build the fabric, start captures and sampling; tear all down on exit."""
-    fab, qos, opts = plan.fabric, plan.qos, plan.options
+    """Build the fabric, start captures and sampling; tear all down on exit (timed as
+    plan.phases' "build", "lldp_dcbx", "observe" and "teardown")."""
+    fab, qos, opts, phases = plan.fabric, plan.qos, plan.options, plan.phases
     t0 = time.monotonic()
     term.say(f"\nBuilding {fab.name} ({len(fab.nodes)} namespaces, {len(fab.links)} links)...",
              flush=True)
@@ -79,7 +82,8 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
         for w in qos.validate([p.ifname for sw in fab.switches() for p in fab.node_ports(sw.name)]):
             print(f"emu: QoS warning: {w}", file=sys.stderr)
     term.say(f"Switch QoS: {'off (plain forwarding)' if qos is None else qos.name}")
-    term.say(f"Seed {opts.seed}: the switches' random draws (WRED dice, spray, test drops)")
+    term.say(f"Seed {opts.seed}: the switches' random draws (WRED dice, spray, test drops) "
+             "and the NICs' (QPNs, PSNs, UET entropy)")
     extra = {"lldp_off": plan.lldp_off} if plan.lldp_off else {}
     extra["seed"] = opts.seed
     if plan.lb:
@@ -96,23 +100,47 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
     else:
         fnet_cm = FabricNet(fab, run_dir=plan.run_dir, shaping=not opts.no_shaping, qos=qos,
                             **extra)
-    with fnet_cm as fnet:
-        build_s = time.monotonic() - t0
-        term.say(f"  up in {build_s:.1f} s, run tag {fnet.tag} (namespaces emu-{fnet.tag}-*)",
-                 flush=True)
-        if qos is not None:
+    t_down = None
+    try:
+        with fnet_cm as fnet:
+            try:
+                yield from _up(plan, term, fnet, time.monotonic() - t0)
+            finally:
+                t_down = time.monotonic()
+    finally:
+        if t_down is not None:
+            phases.add("teardown", time.monotonic() - t_down)
+        steps = getattr(fnet_cm, "steps_s", {})
+        phases.detail["build"] = {k: s for k, s in steps.items() if k in BUILD_STEPS}
+        phases.detail["teardown"] = {k: s for k, s in steps.items() if k not in BUILD_STEPS}
+
+
+#: FabricNet.steps_s of its start (the others are of its stop)
+BUILD_STEPS = ("namespaces", "configure", "agents", "lldp_speakers")
+
+
+def _up(plan: RunPlan, term: Terminal, fnet, build_s: float) -> Iterator[Live]:
+    """The built fabric's checks and observers started; yields the Live run."""
+    fab, qos, opts, phases = plan.fabric, plan.qos, plan.options, plan.phases
+    phases.add("build", build_s)
+    term.say(f"  up in {build_s:.1f} s, run tag {fnet.tag} (namespaces emu-{fnet.tag}-*)",
+             flush=True)
+    if qos is not None:
+        with phases.timed("lldp_dcbx"):
             missing = fnet.wait_pfc()
-            term.say("  LLDP/DCBX: PFC " + ("active on every fabric port" if not missing else
-                                            f"NOT negotiated on {missing}"), flush=True)
-        caps = Captures(plan.run_dir / "pcaps", bound_kb=int(opts.pcap_limit * 1000))
-        caps.start(fnet, plan.targets)
-        sampler = Sampler(plan.run_dir / "metrics.csv", plan.td, plan.interval,
-                          {s.name: (lambda n=s.name: fnet.counters(n)) for s in fab.switches()},
-                          {s.name: "switch" for s in fab.switches()})
-        procs = CpuTracker(os.getpid(), lambda: known_pids(fnet))
-        for s in fab.switches():  # the guard judges the run, not the build (start-up, LLDP)
-            fnet.agent_request(s.name, {"cmd": "fidelity_reset"})
-        procs.start()
-        sampler.hooks.append(procs.sample)
-        sampler.start()
-        yield Live(fnet, caps, sampler, build_s, procs)
+        term.say("  LLDP/DCBX: PFC " + ("active on every fabric port" if not missing else
+                                        f"NOT negotiated on {missing}"), flush=True)
+    t_obs = time.monotonic()
+    caps = Captures(plan.run_dir / "pcaps", bound_kb=int(opts.pcap_limit * 1000))
+    caps.start(fnet, plan.targets)
+    sampler = Sampler(plan.run_dir / "metrics.csv", plan.td, plan.interval,
+                      {s.name: (lambda n=s.name: fnet.counters(n)) for s in fab.switches()},
+                      {s.name: "switch" for s in fab.switches()})
+    procs = CpuTracker(os.getpid(), lambda: known_pids(fnet))
+    for s in fab.switches():  # the guard judges the run, not the build (start-up, LLDP)
+        fnet.agent_request(s.name, {"cmd": "fidelity_reset"})
+    procs.start()
+    sampler.hooks.append(procs.sample)
+    sampler.start()
+    phases.add("observe", time.monotonic() - t_obs)
+    yield Live(fnet, caps, sampler, build_s, procs, phases)

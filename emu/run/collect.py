@@ -28,9 +28,11 @@ from emucore.fidelity import suggest_tdf
 
 
 def stop_sampling(plan: RunPlan, live: Live) -> dict:
-    """Stop the sampler; write and return the last counters of every agent and NIC."""
-    all_counters = live.sampler.stop()
-    (plan.run_dir / "last_counters.json").write_text(json.dumps(all_counters))
+    """Stop the sampler; write and return the last counters of every agent and NIC
+    (timed as plan.phases' "collect")."""
+    with plan.phases.timed("collect"):
+        all_counters = live.sampler.stop()
+        (plan.run_dir / "last_counters.json").write_text(json.dumps(all_counters))
     return all_counters
 
 
@@ -92,6 +94,7 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "classes": class_totals(counters),
         "nics": nic_totals(all_counters),
         "paths": paths.summarise(counters, fab.to_dict()),
+        "phases": plan.phases.to_dict(), "phases_detail": plan.phases.detail_dict(),
     }
     if plan.servers is not None:
         summary["servers"] = live.fnet.describe_servers()

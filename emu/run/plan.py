@@ -9,7 +9,7 @@ it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from emu.observe import capture
@@ -19,6 +19,7 @@ from emu.cluster import placer as placement, servers
 from emu.realise.nics import uet_nic_options
 from emu.run import options
 from emu.run.options import RunOptions
+from emu.run.phases import Phases
 from emu.faults.schedule import parse_schedule
 from emucore.qos.qosconfig import QosConfig
 from emucore.qos.load import load_qos
@@ -53,6 +54,8 @@ class RunPlan:
     faults: tuple = ()
     #: `--servers`: the servers the fabric is spread over (emu.cluster.servers, emu.cluster.net)
     servers: object = None
+    #: wall time per phase of the run (emu.run.phases; summary.json "phases")
+    phases: Phases = field(default_factory=Phases)
 
     @property
     def td(self) -> TimeDilation:

@@ -46,6 +46,7 @@ def print_report(plan: RunPlan, summary: dict, out: Outcome, pcaps: dict) -> int
               + (f"; truncated at the size bound: {', '.join(truncated)}" if truncated else ""))
     if summary["verdict"] == "fidelity_lost" and not summary.get("checks_passed", True):
         print("  the checks failed too (see above); with the lab behind, that may be why")
+    print(plan.phases.line())
     print(f"Verdict: {verdict_text(summary)}.  Run directory: {shown}")
     return {"pass": EXIT_PASS, "fidelity_lost": EXIT_FIDELITY_LOST}.get(summary["verdict"],
                                                                         EXIT_FAIL)

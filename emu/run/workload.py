@@ -7,6 +7,7 @@ workload module owns its check. The options were checked by emu.run.options.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -26,14 +27,16 @@ from traffic.dcqcn import DcqcnProfile
 from traffic.workloads import bookexample, rdma
 
 
-def run(fnet, opts: RunOptions, w: dict, sampler=None, faults=None) -> dict:
+def run(fnet, opts: RunOptions, w: dict, sampler=None, faults=None, phases=None) -> dict:
     """Start the NICs of the GPUs involved and run the workload; result and verdict.
     A fault schedule (emu.faults.inject.FaultRunner) starts its clock at the first data frame
-    any of these NICs sends."""
+    any of these NICs sends. The NICs' start is timed as `phases`' "nics" (emu.run.phases)."""
     if opts.workload == "bookexample":
         r = bookexample.run()
         return {"result": r, "ok": bookexample.check(r), "text": bookexample.describe(r)}
-    socks = fnet.start_nics(dcqcn=opts.dcqcn, gpus=sorted(set(w["gpus"])), **w.get("nic", {}))
+    with phases.timed("nics") if phases is not None else contextlib.nullcontext():
+        socks = fnet.start_nics(dcqcn=opts.dcqcn, gpus=sorted(set(w["gpus"])),
+                                **w.get("nic", {}))
     if faults is not None:
         faults.start(trigger=lambda: any(
             nic_client.request(p, {"cmd": "counters"}).get("tx_frames", 0)
@@ -72,15 +75,16 @@ class Outcome:
 
 
 def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
-    """Ping every GPU NIC pair, then run the workload (if any) over the fabric."""
-    opts, fab = plan.options, plan.fabric
+    """Ping every GPU NIC pair, then run the workload (if any) over the fabric (timed as
+    plan.phases' "reach", "nics" and "workload")."""
+    opts, fab, phases = plan.options, plan.fabric, plan.phases
     n = len(fab.gpus)
     term.say(f"Checking reachability of all {n * (n - 1)} ordered GPU NIC pairs...", flush=True)
-    with term.phase("pinging every GPU pair through the fabric"):
+    with term.phase("pinging every GPU pair through the fabric"), phases.timed("reach"):
         slow = slowness()  # a slow machine (EMU_START_TIMEOUT) waits longer for replies
         results = reach.check_all(live.fnet, timeout_s=20.0 * slow, wait_s=2.0 * slow)
     wl = None
-    t_work = time.monotonic()
+    t_work, nics_s = time.monotonic(), phases.seconds.get("nics", 0.0)
     faults = FaultRunner(live.fnet, plan.faults) if plan.faults else None
     if plan.workload is not None:
         term.say(f"Running workload {opts.workload} ...", flush=True)
@@ -89,7 +93,7 @@ def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
                      f"data frame (x TDF {fab.tdf:g} in the lab)", flush=True)
         try:
             with term.phase(f"{opts.workload}: running over the fabric (TDF {fab.tdf:g})"):
-                wl = run(live.fnet, opts, plan.workload, live.sampler, faults)
+                wl = run(live.fnet, opts, plan.workload, live.sampler, faults, phases)
         except Exception as exc:  # the job failed: a verdict, and the fabric torn down
             wl = {"result": {"error": f"{type(exc).__name__}: {exc}"}, "ok": False,
                   "text": f"{opts.workload} FAILED: {exc}"}
@@ -106,5 +110,7 @@ def run_all(plan: RunPlan, live: Live, term: Terminal) -> Outcome:
                  f"ordered GPU pairs; the fabric without the failed links predicts "
                  f"{after['predicted']}" + (f"; {after['unexpected']} differ" if after["unexpected"]
                                            else ""), flush=True)
+    # the workload's phase: since t_work, less its NICs' start (the faults' pings in it)
+    phases.add("workload", time.monotonic() - t_work - (phases.seconds.get("nics", 0.0) - nics_s))
     return Outcome(reach.judge(fab, results), wl, work_s,
                    faults.applied if faults is not None else None, after)
