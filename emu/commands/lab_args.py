@@ -32,8 +32,9 @@ def add_parser(sub) -> None:
     r.add_argument("--tdf", type=float, default=None, help="time-dilation factor for every "
                                                            "variant (default: the lab file's)")
     r.add_argument("--seed", type=seed_arg, default=1, metavar="N",
-                   help="seed of every switch's random draws (as `emu run --seed`; default "
-                        "1); lab.json records it")
+                   help="seed of every switch's and NIC's random draws (as `emu run "
+                        "--seed`: WRED dice, spray, QPNs, PSNs, UET entropy; default 1); "
+                        "lab.json records it")
     r.add_argument("--datapath", choices=datapath.MODES, default=datapath.DEFAULT,
                    help="the per-frame code (as `emu run --datapath`): auto (default), "
                         "python or fast; lab.json records it per variant")

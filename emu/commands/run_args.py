@@ -28,11 +28,12 @@ def add_parser(sub) -> None:
                                    "behind the model; rerun with the TDF the summary names).")
     topo_args(p, auto=True)
     p.add_argument("--seed", type=seed_arg, default=D.seed, metavar="N",
-                   help="seed of every switch's random draws: the WRED dice of each port "
-                        "(Random('N:ifname')), the spray/flowlet balancer's, degraded links' "
-                        "losses (default 1, the same draws in every run; another N samples "
-                        "another draw of DCQCN's randomness). The NICs' QPNs and PSNs are "
-                        "random per run whatever N; summary.json records it")
+                   help="seed of every switch's and NIC's random draws: the WRED dice of "
+                        "each port (Random('N:ifname')), the spray/flowlet balancer's, degraded "
+                        "links' losses, each NIC's QPNs, start PSNs (hence RoCE's UDP source "
+                        "ports and ECMP paths), keys and UET entropy values (Random('N:gpu')) "
+                        "(default 1, the same draws in every run; another N samples another "
+                        "draw of DCQCN's randomness and of the paths); summary.json records it")
     p.add_argument("--cli", action="store_true",
                    help="open the Mininet CLI before tearing down (try: h1g1 ping h4g2)")
     p.add_argument("--servers", default=D.servers, metavar="FILE",

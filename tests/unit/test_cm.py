@@ -104,6 +104,7 @@ def test_a_nics_cm_port_outlives_a_peer_that_reset_and_an_exchange_that_failed(t
             self.cfg = SimpleNamespace(ip="127.0.0.1", control=str(tmp_path / "n.sock"))
             self.lock = threading.Lock()
             self.rng = random.Random(7)
+            self.cm_rng = random.Random(8)  # the CM's ids (NicVerbs.cm_rng)
             self.qps = {}
             self.fail_rtr = {2}
 

@@ -161,7 +161,7 @@ class NicControl(LineServer):
                     self.pending[port].popleft()
                     got.append(q)  # (before to_rtr: a failure there is the QP's error)
                     nic.to_rtr(q, req.local_qpn, req.start_psn, req.fabric_ip, req.path_mtu)
-                    return CmRep(nic.rng.getrandbits(32), req.comm_id, q.qpn, q.start_psn,
+                    return CmRep(nic.cm_rng.getrandbits(32), req.comm_id, q.qpn, q.start_psn,
                                  q.ep.qp.pkey, q.ep.qp.path_mtu, nic.cfg.ip,
                                  udp_sport(q.qpn, req.local_qpn), **{
                                      k: v for k, v in q.expose.items()})
@@ -197,7 +197,7 @@ class NicControl(LineServer):
         nic = self.nic
         with nic.lock:
             q = nic._qp(qpn)
-            req = CmReq(nic.rng.getrandbits(32), qpn, q.start_psn, q.ep.qp.pkey, nic.cfg.mtu,
+            req = CmReq(nic.cm_rng.getrandbits(32), qpn, q.start_psn, q.ep.qp.pkey, nic.cfg.mtu,
                         nic.cfg.ip, udp_sport(qpn, qpn), **self._exposed(lkey))
         deadline = time.monotonic() + timeout
         last = ""

@@ -7,8 +7,9 @@ time-dilation factor (docs/ARCHITECTURE.md "Time: model world and lab world"), t
 path MTU and RC knobs (book ch.9), the DCQCN profile and the PFC priority of RoCE data
 (book ch.11: RoCE data in qos-group 3, paused by `pause pfc-cos 3`, Example 11-4), the
 DSCP of the CNPs it sends (48, Example 11-1), where its event log goes
-(docs/EVENTS.md) and the run it belongs to (its tag names the shared memory registered
-with it, emucore.runmark).
+(docs/EVENTS.md), the run it belongs to (its tag names the shared memory registered
+with it, emucore.runmark) and the run's seed (`emu run --seed`), from which `rng` makes
+this NIC's own generators (docs/RUNNING.md "--seed").
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dataclasses
 import ipaddress
 import json
 import math
+import random
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +58,8 @@ class NicConfig:
     window: int = DEFAULT_WINDOW              #: packets in flight per QP (rc_config)
     ackreq_every: int = 16
     cm_port: int = CM_PORT
-    seed: int | None = None
+    seed: int | None = None                   #: the run's seed (`emu run --seed`): the
+    #: NIC's draws come from `rng(...)`, Random(f"{seed}:{gpu}..."); None: the OS's entropy
     pfc_priority: int = ROCE_PRIORITY         #: the priority PFC pauses stop data on
     cnp_dscp: int = DSCP_CNP                  #: DSCP of the CNPs this NIC sends
     events_path: str | None = None            #: event log file (RUNDIR/events/<gpu>.jsonl)
@@ -115,6 +118,21 @@ class NicConfig:
             raise ValueError(f"cable_s: model seconds >= 0, got {self.cable_s!r}")
         if not 0 <= self.job_id <= 0xFFFFFF:
             raise ValueError(f"job_id: must be 0..2^24-1, got {self.job_id!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or self.seed < 0):
+            raise ValueError(f"seed: an integer >= 0 or None, got {self.seed!r}")
+
+    def rng(self, stream: str = "") -> random.Random:
+        """A generator of this NIC's for one `stream` of draws (e.g. "cm"), seeded by the
+        run's seed, the GPU and the stream: `Random(f"{seed}:{gpu}")`, as a switch port's
+        dice are `Random(f"{seed}:{ifname}")` (switch_agent/port.py), so two NICs of one run
+        draw different QPNs and PSNs (hence UDP source ports and ECMP paths). A str seed is
+        hashed with SHA-512 in CPython's `random.Random.seed` (version 2, Lib/random.py),
+        not with `hash()`: the same in every process whatever PYTHONHASHSEED. Without a
+        seed, the OS's entropy (a new draw every run)."""
+        if self.seed is None:
+            return random.Random()
+        return random.Random(f"{self.seed}:{self.gpu}" + (f":{stream}" if stream else ""))
 
     def uet_config(self) -> UetConfig:
         """The UET transport's config: the NIC's MTU, RTO and retries, the knobs of `uet`."""

@@ -16,6 +16,14 @@ run's classification maps RoCE data to), the book's classes (emucore.qos.classif
 otherwise. Its CNPs carry `NicConfig.cnp_dscp`. Start PSN and QPN are random unless the
 worker pins them (the book's QPN 0x123456 and PSN 0x000abc, Figure 9-5).
 
+The draws (issue 31), each from a generator seeded by the run's seed (`NicConfig.rng`):
+QPNs, keys, MR addresses, start PSNs and the first UET PDC id from `rng`, in the order
+the worker asks; the CM's communication ids from `cm_rng` (the passive side answers on
+its own thread, so sharing `rng` would make the next QPN depend on when a peer called);
+each UET QP's PSN, message id and entropy values (drawn per packet when spraying) from
+its own generator, seeded from `rng` when the QP is made, so one QP's packets do not
+move another's draws.
+
 The NIC's events (docs/EVENTS.md, emucore.eventlog) go to `ev`: wr_post here, wr_done /
 nak_rx / retransmit from the requester's `on_event`, rate from the reaction point's
 `on_rate`, the rest from the data path.
@@ -152,7 +160,8 @@ class NicVerbs:
         """Create the device (keys, QPNs and start PSNs from a generator seeded by cfg.seed)."""
         self.cfg = cfg
         self.td = TimeDilation(cfg.tdf)
-        self.rng = random.Random(cfg.seed)
+        self.rng = cfg.rng()
+        self.cm_rng = cfg.rng("cm")  #: the CM's communication ids (traffic.nic.ctl)
         self.ctx = Context(self.rng)
         self.pds: dict[int, Any] = {}
         self.cqs: dict[int, Any] = {}
@@ -238,7 +247,8 @@ class NicVerbs:
         prio = (c.pfc_priority if dscp == DSCP_ROCEV2
                 else Classifier.book().priority_of_dscp(dscp))
         if self.uet_cfg is not None:  # issue 16: the QP's writes over UET (RUD / ROD)
-            ep = UetEndpoint(qp, self.uet_cfg, self.alloc_pdc, self.td.lab_rate(c.model_bps), self.rng,
+            own = random.Random(self.rng.getrandbits(64))  # this QP's draws, per packet too
+            ep = UetEndpoint(qp, self.uet_cfg, self.alloc_pdc, self.td.lab_rate(c.model_bps), own,
                              c.job_id, c.trimmed_dscps)
         else:
             ep = RcEndpoint(qp, RcConfig(mtu=c.mtu, write_only=write_only, window=c.window,
