@@ -128,7 +128,7 @@ def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
             rejudge: bool = False, seed: int = 1) -> tuple[int, dict]:
     """Run a lab (all variants or one) into `out` - or, with `rejudge`, judge the runs
     already there again (after editing the lab's checks); exit status and lab.json.
-    `seed`: the switches' random draws (`--seed`; a rejudged run keeps its own)."""
+    `seed`: the switches' and the NICs' random draws (`--seed`; a rejudged run keeps its own)."""
     term = Terminal(quiet)
     start = time.monotonic()
     todo = [v for v in lab.variants if variant is None or v.name == variant]

@@ -57,7 +57,7 @@ def links_of(fab) -> tuple[dict, dict]:
 
 def plan_of(v: Variant, run_dir: Path, pcap_limit_mb: float, seed: int = 1) -> RunPlan:
     """The RunPlan `emu run` would make for this variant (no workload: the flows);
-    `seed`: the switches' random draws (`emu lab run --seed`)."""
+    `seed`: the switches' and the NICs' random draws (`emu lab run --seed`)."""
     names, _ = links_of(v.fabric)
     targets = [tuple(c.split(":", 1)) if c not in names else names[c] for c in v.captures]
     opts = RunOptions(v.fabric.name, pcap_limit=pcap_limit_mb, quiet=True, seed=seed)

@@ -67,7 +67,7 @@ class RunOptions:
     trim: str | None = None  # "on" or K=V,... (emucore.qos.trim)
     llr: str | None = None
     cbfc: str | None = None
-    seed: int = 1  # every switch's random draws (switch_agent.agentconfig: test_drop_seed)
+    seed: int = 1  # the switches' and NICs' draws (AgentConfig.test_drop_seed, NicConfig.seed)
 
 
 def seed_arg(text: str) -> int:
