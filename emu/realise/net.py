@@ -16,13 +16,14 @@ import os
 import time
 from pathlib import Path
 
-from emu.realise import lbplan, netlink, nsutil
+from emu.realise import lbplan, netlink, nsutil, spawner
 from emu.realise.netplan import FRONTEND_MTU, plan_node
 from emu.realise.nics import NicProcesses, start_host_lldp
 from emu.realise.nodeops import NodeOps
 from emu.realise.nodes import AgentSwitch, build_mininet, mininet_classes
-from emu.realise.procs import StartFailed, start_timeout, stop_procs, wait_ready
+from emu.realise.procs import REPO, StartFailed, start_timeout, stop_procs, wait_ready
 from emucore.qos.classify import Classifier
+from emucore.runmark import marked_env
 from emucore.timedil import TimeDilation
 from emucore.wire.dscp import DSCP_ROCEV2
 from switch_agent import control
@@ -96,6 +97,9 @@ class FabricNet:
         #: (emu.cluster.part sends its logs and event files then)
         self.before_clean = None
         self._ops: NodeOps | None = None
+        #: the fork server of this fabric's agents, LLDP speakers and NICs (None: each its
+        #: own `python -m`, EMU_FORKSERVER=0)
+        self.spawner: spawner.Spawner | None = None
         #: lab seconds of each step of start() and stop() ("namespaces", "configure",
         #: "agents", "lldp_speakers"; "stop_nics", "stop_agents", "mininet_stop", "clean")
         self.steps_s: dict[str, float] = {}
@@ -130,8 +134,13 @@ class FabricNet:
                                                      if n in self.local],
                                       **self.state_extra})
         t = time.monotonic()
+        if spawner.enabled():  # it imports the children's code while the namespaces are built
+            self.spawner = spawner.Spawner(REPO, env=marked_env(self.tag, os.environ),
+                                           timeout=start_timeout())
         self.net = build_mininet(self.fabric, mininet_classes(self.tag, self.switch_kind),
                                  nodes=self.local)
+        for node in self.net.hosts + self.net.switches:
+            node.spawner = self.spawner
         self.nics = NicProcesses(self.net, self.fabric, self.state_dir, self.run_dir,
                                  run=self.tag)
         if self.part is not None:
@@ -169,7 +178,8 @@ class FabricNet:
     def stop(self) -> None:
         """Tear everything down: agents, shells, namespaces, state. Idempotent."""
         t = time.monotonic()
-        stop_procs(self.host_procs)
+        # the LLDP speakers and the NICs end side by side (emu.realise.procs.stop_procs)
+        stop_procs(self.host_procs + (self.nics.procs if self.nics is not None else []))
         self.host_procs.clear()
         if self._ops is not None:
             self._ops.close()
@@ -177,9 +187,11 @@ class FabricNet:
             self.nics.stop()
         t = self._step("stop_nics", t)  # (and the LLDP speakers)
         if self.net is not None:
-            for sw in self.net.switches:  # agents first, before their interfaces vanish
-                if isinstance(sw, AgentSwitch):
-                    sw.stop(deleteIntfs=False)
+            agents = [sw for sw in self.net.switches if isinstance(sw, AgentSwitch)]
+            for sw in agents:  # all signalled, then each awaited: they end side by side
+                sw.terminate_agent()
+            for sw in agents:  # agents first, before their interfaces vanish
+                sw.stop(deleteIntfs=False)
             t = self._step("stop_agents", t)
             try:
                 self.net.stop()
@@ -187,6 +199,9 @@ class FabricNet:
                 log.warning("mininet stop: %s", exc)
             self.net = None
             t = self._step("mininet_stop", t)
+        if self.spawner is not None:  # its children are stopped
+            self.spawner.close()
+            self.spawner = None
         if self.before_clean is not None:
             try:
                 self.before_clean()

@@ -39,6 +39,9 @@ class EmuNode:
     finds them even where the namespace has no name yet or any more."""
 
     tag = ""
+    #: the fabric's fork server (emu.realise.spawner), which emu.realise.procs.run_module
+    #: forks this node's product processes from; None: each its own `python -m`
+    spawner = None
 
     def _popen(self, cmd, **params):
         """Mininet's one Popen of a node's processes, with the run's mark."""
@@ -71,6 +74,7 @@ class AgentSwitch(EmuNode):
 
     def __init__(self, name, **params):
         self.agent = None
+        self.terminated = False  # SIGTERM sent (one only: a second would cut its close short)
         super().__init__(name, **params)
 
     def start(self, controllers):
@@ -81,10 +85,16 @@ class AgentSwitch(EmuNode):
         self.agent = run_module(self, "switch_agent", [cfg_path, "--log", Path(self.agent_log)],
                                 stdin=None, stdout=None, stderr=None)
 
-    def stop(self, deleteIntfs=True):  # noqa: N803 (Mininet API)
-        """Stop the agent (SIGTERM, then SIGKILL)."""
-        if self.agent and self.agent.poll() is None:
+    def terminate_agent(self) -> None:
+        """SIGTERM the agent, not waiting (FabricNet.stop ends all agents side by side)."""
+        if self.agent and not self.terminated and self.agent.poll() is None:
             self.agent.terminate()
+            self.terminated = True
+
+    def stop(self, deleteIntfs=True):  # noqa: N803 (Mininet API)
+        """Stop the agent (SIGTERM unless sent, then SIGKILL after 3 s)."""
+        if self.agent and self.agent.poll() is None:
+            self.terminate_agent()
             try:
                 self.agent.wait(3)
             except Exception:

@@ -14,6 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+from emu.realise import spawner
+from emucore.runmark import marked_env
+
 #: the checkout: every product process runs with it as cwd
 REPO = Path(__file__).resolve().parents[2]
 #: seconds the agents (or the NICs) of a fabric get to answer after they start
@@ -59,21 +62,29 @@ def slowness() -> float:
 
 def run_module(node, module: str, args: list[str | Path], **popen_kw):
     """Start `python -m module ARGS` inside a Mininet node's namespace; paths in `args`
-    are given as `Path`s and must be absolute (ValueError otherwise)."""
+    are given as `Path`s and must be absolute (ValueError otherwise). Forked from the
+    node's fork server (its `spawner`, emu.realise.spawner) where it has one and the child
+    inherits its standard streams, else a `python -m` of its own (Mininet's popen)."""
     for a in args:
         if isinstance(a, Path) and not a.is_absolute():
             raise ValueError(f"{module}: relative path {str(a)!r} handed to a child process "
                              f"(its cwd is {REPO})")
+    server = getattr(node, "spawner", None)
+    if (server is not None and module in spawner.MODULES
+            and all(v is None for v in popen_kw.values())):
+        return server.spawn(module, list(map(str, args)), marked_env(node.tag, os.environ),
+                            netns_pid=node.pid, cwd=REPO)
     return node.popen([sys.executable, "-m", module, *map(str, args)], cwd=str(REPO),
                       **popen_kw)
 
 
 def stop_procs(procs: list) -> None:
-    """SIGTERM each process still running and wait for it."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-            p.wait()
+    """SIGTERM every process still running, then wait for each (they end side by side)."""
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        p.terminate()
+    for p in running:
+        p.wait()
 
 
 def wait_ready(what: str, proc, ping, deadline: float, timeout: float, errors=(),
