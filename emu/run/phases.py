@@ -2,8 +2,9 @@
 fabric tests build rail2x4 ~45 times a suite): summary.json's "phases" {name: lab seconds}
 in the order they ran, which sum to the run's wall time from the TDF choice to the end of
 teardown, and the closing line "Wall time: start-up X s, workload Y s, collect Z s,
-teardown T s". `FabricNet`'s own steps (namespaces, configure, agents ...) are kept apart
-in "phases_detail" (emu.realise.net.FabricNet.steps_s).
+teardown T s, plots P s" (the plots are drawn after summary.json is written: the line
+only has them). `FabricNet`'s own steps (namespaces, configure, agents ...) are kept
+apart in "phases_detail" (emu.realise.net.FabricNet.steps_s).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ GROUP = {"calibrate": "start-up",     # --tdf auto's calibration (emu.run.autotd
          "nics": "start-up",          # the workload's NIC processes up
          "workload": "workload",
          "collect": "collect",        # sampler stopped, last counters, captures closed
-         "teardown": "teardown"}      # processes stopped, namespaces removed
-GROUPS = ("start-up", "workload", "collect", "teardown")
+         "teardown": "teardown",      # processes stopped, namespaces removed
+         "plots": "plots"}            # the run's plots drawn (emu.observe.plots)
+GROUPS = ("start-up", "workload", "collect", "teardown", "plots")
 
 
 class Phases:

@@ -19,10 +19,12 @@ def test_groups_sum_their_phases_and_the_line_names_every_group():
     p = Phases()
     for name, s in (("calibrate", 0.5), ("build", 6.0), ("lldp_dcbx", 1.25), ("reach", 0.75),
                     ("nics", 0.5), ("workload", 3.0), ("collect", 0.25), ("collect", 0.25),
-                    ("teardown", 2.0)):
+                    ("teardown", 2.0), ("plots", 1.5)):
         p.add(name, s)
-    assert p.groups() == {"start-up": 9.0, "workload": 3.0, "collect": 0.5, "teardown": 2.0}
-    assert p.line() == "Wall time: start-up 9.0 s, workload 3.0 s, collect 0.5 s, teardown 2.0 s"
+    assert p.groups() == {"start-up": 9.0, "workload": 3.0, "collect": 0.5, "teardown": 2.0,
+                          "plots": 1.5}
+    assert p.line() == ("Wall time: start-up 9.0 s, workload 3.0 s, collect 0.5 s, "
+                        "teardown 2.0 s, plots 1.5 s")
 
 
 def test_a_group_none_of_whose_phases_ran_is_zero():
