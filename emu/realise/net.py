@@ -20,7 +20,7 @@ from emu.realise import lbplan, netlink, nsutil, spawner
 from emu.realise.netplan import FRONTEND_MTU, plan_node
 from emu.realise.nics import NicProcesses, start_host_lldp
 from emu.realise.nodeops import NodeOps
-from emu.realise.nodes import AgentSwitch, build_mininet, mininet_classes
+from emu.realise.nodes import AgentSwitch, build_mininet, mininet_classes, stop_mininet
 from emu.realise.procs import REPO, StartFailed, start_timeout, stop_procs, wait_ready
 from emucore.qos.classify import Classifier
 from emucore.runmark import marked_env
@@ -193,8 +193,8 @@ class FabricNet:
             for sw in agents:  # agents first, before their interfaces vanish
                 sw.stop(deleteIntfs=False)
             t = self._step("stop_agents", t)
-            try:
-                self.net.stop()
+            try:  # the veths go with the namespaces (nsutil.clean, below)
+                stop_mininet(self.net)
             except Exception as exc:  # keep tearing down
                 log.warning("mininet stop: %s", exc)
             self.net = None
