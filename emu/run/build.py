@@ -22,7 +22,6 @@ from emu.cluster.net import ClusterNet
 from emu.observe.metrics import Sampler
 from emu.realise.net import FabricNet
 from emu.observe.procstat import CpuTracker
-from emu.run.phases import Phases
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
 from emucore import datapath
@@ -40,7 +39,6 @@ class Live:
     sampler: Sampler
     build_s: float  # lab seconds from "Building" to agents up
     procs: CpuTracker  # CPU seconds and peak RSS per process kind
-    phases: Phases  # wall time per phase (the plan's; teardown added when `build` ends)
 
 
 def known_pids(fnet: FabricNet) -> dict[int, str]:
@@ -143,4 +141,4 @@ def _up(plan: RunPlan, term: Terminal, fnet, build_s: float) -> Iterator[Live]:
     sampler.hooks.append(procs.sample)
     sampler.start()
     phases.add("observe", time.monotonic() - t_obs)
-    yield Live(fnet, caps, sampler, build_s, procs, phases)
+    yield Live(fnet, caps, sampler, build_s, procs)
