@@ -139,6 +139,7 @@ try:
     dist.recv(torch.zeros(2))
 except NotImplementedError as e:
     print(f"refused in {time.monotonic() - t0:.2f} s: {e}")
+dist.barrier()  # rank 0 holds the store: it must not leave while rank 1 still sets up
 dist.destroy_process_group()
 """
 
