@@ -110,7 +110,7 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
         self.lb = (LoadBalance.from_dict(cfg.lb, "lb") if cfg.lb is not None else
                    self.qos.load_balance if self.qos is not None and self.qos.load_balance
                    else LoadBalance())
-        self.balancer = Balancer(self.lb, self.ports, cfg.tdf, cfg.test_drop_seed)
+        self.balancer = Balancer(self.lb, self.ports, cfg.tdf, cfg.test_drop_seed, cfg.name)
         #: DLB virtual next-hop MACs: routed here like our own (ch.12 Example 12-1)
         self.dlb_macs = {mac_bytes(m) for m in cfg.dlb_macs}
         if self.lb.dlb_mac:

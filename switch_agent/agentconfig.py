@@ -44,7 +44,7 @@ class AgentConfig:
     test_drop_rate: float = 0.0  # test hook: drop this fraction of forwarded frames
     #: the seed of every random draw the agent makes (`emu run --seed`, default 1): each
     #: port's WRED dice `Random(f"{seed}:{ifname}")`, the test-drop die `Random(seed)`,
-    #: the balancer's groups (spray, flowlet: seed + group index), a degraded link's
+    #: the balancer's groups (spray, flowlet: `balancer.group_seed`), a degraded link's
     #: losses `Random(f"{seed}:{ifname}:impair")`. Named for its first use (the test
     #: hook, the control requests and the C pipeline's hand-over read it by this name)
     test_drop_seed: int = 1

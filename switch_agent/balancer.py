@@ -13,7 +13,9 @@ only needs `dre` (a `Dre` or None), `queues.bytes` and `name` — tests pass sma
 * `Route` — a flow's decision as the agent's flow cache holds it: one `Path`, a
   `FlowLb` or a drop reason, in its own slot each.
 * `Group` — the members of one equal-cost group and what the flows over it share: the
-  round-robin pointer, the random generator, the rule's thresholds in lab units.
+  round-robin pointer, the random generator, the rule's thresholds in lab units. Each
+  group draws from a stream of its own, named by the run's seed, the switch and the
+  members (`group_seed`), so no two groups of a run, and no two seeds, share draws.
 * `Dre` — CONGA's discounting rate estimator: bytes put on a port, decaying with time
   constant tau; `util` is that rate against the link rate.
 
@@ -96,11 +98,22 @@ def flow_label(key5: bytes) -> str:
     return f"{src}>{dst}/{proto}"
 
 
+def group_seed(seed: int, switch: str, names: tuple[str, ...]) -> str:
+    """The seed of one group's generator: ``"<seed>:<switch>:lb:<member,member,...>"``,
+    as a switch port's WRED dice are ``Random(f"{seed}:{ifname}")`` (switch_agent.port).
+    A str seed goes through SHA-512 in CPython's `random.Random.seed` (version 2,
+    Lib/random.py), so the stream is the same in every process whatever its
+    PYTHONHASHSEED, and seeds or groups that differ give unrelated streams (an int
+    `seed + k` made seed 2's first group draw what seed 1's second drew)."""
+    return f"{seed}:{switch}:lb:{','.join(names)}"
+
+
 class Group:
-    """The members of one equal-cost group under a flowlet or spray rule."""
+    """The members of one equal-cost group under a flowlet or spray rule; `seed` seeds
+    its generator (`group_seed` when a `Balancer` makes it)."""
 
     def __init__(self, members: list[tuple[object, bytes]], lb: LoadBalance, tdf: float,
-                 seed: int = 1) -> None:
+                 seed: int | str = 1) -> None:
         self.members = members
         self.lb = lb
         self.n = len(members)
@@ -218,11 +231,13 @@ class Balancer:
     or per packet. Every Path made is remembered (up to MAX_TRACKED_PATHS) for `paths`.
     """
 
-    def __init__(self, lb: LoadBalance, ports: dict, tdf: float, seed: int = 1) -> None:
+    def __init__(self, lb: LoadBalance, ports: dict, tdf: float, seed: int = 1,
+                 switch: str = "") -> None:
         self.lb = lb
         self.ports = ports
         self.tdf = tdf
         self.seed = seed
+        self.switch = switch  #: names the groups' streams (`group_seed`)
         self.dlb_l2 = None if lb.dlb_mac is None else bytes.fromhex(lb.dlb_mac.replace(":", ""))
         self.groups: dict[tuple[str, ...], Group] = {}
         self.tracked: list[Path] = []
@@ -260,7 +275,8 @@ class Balancer:
         if g is None:
             dmac = self.dlb_l2
             ms = [(self.ports[nh.ifname], (dmac or nh.dst_mac) + nh.src_mac + eth) for nh in members]
-            g = self.groups[names] = Group(ms, lb, self.tdf, self.seed + len(self.groups))
+            g = self.groups[names] = Group(ms, lb, self.tdf,
+                                           group_seed(self.seed, self.switch, names))
             g.on_path = self.on_path
             g.on_spray = self.on_spray
         f = FlowLb(g, index, flow, self._track)
