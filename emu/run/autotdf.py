@@ -9,20 +9,20 @@ The rule (`choose`, pure, table-tested in tests/unit/test_autotdf.py):
   sender, an incast its senders, a PyTorch job every GPU (the rail-aware ring keeps
   inter-host hops on one rail switch: 1 hop; its intra-host hops use no NIC, so "every
   GPU" over-counts - the safe side). Reachability alone (no workload) is no load.
-* cost per frame: (hops + `NIC_ENDS`) units of the agent pipeline's time per frame as
-  this machine runs it on the path the run's switch agents will take (`agents_path`:
-  the Python agent, or C's pipeline and ring poll loop under `--datapath auto|fast`;
-  `python -m emu.observe.calibrate --path python|c`, ~0.3 s of the routed book-QoS
-  frame), times that path's `COST_FACTOR` for what the in-process pipeline leaves out
-  (wake-ups, system calls and the kernel's veth work per hop, the NICs per frame, ACKs,
-  the workers and the sampler).
-* the lab must do (model frames/s x units x cost) / TDF CPU seconds per second on
+* cost per frame: what one data frame of the load costs in CPU, in units of the agent
+  pipeline's time per frame as this machine runs it on the path the run's switch agents
+  will take (`agents_path`: the Python agent, or C's pipeline and ring poll loop under
+  `--datapath auto|fast`; `python -m emu.observe.calibrate --path python|c`, ~0.3 s of
+  the routed book-QoS frame): `hops x HOP + NIC` units, that path's `FACTORS` (HOP, NIC)
+  standing for what the in-process pipeline leaves out (wake-ups, system calls and the
+  kernel's veth work per hop; the sending and the receiving NIC, their ACKs).
+* the lab must do (model frames/s x units x calibration) / TDF CPU seconds per second on
   `emucore.fidelity.TARGET_LOAD` of the machine's cores: TDF >= that demand / (0.7 x
   cores), rounded up to a nice value (`emucore.fidelity.nice_up`), never below the
   topology's own TDF (its `tdf:`, else 5000 - `bench tdf`'s lossless figure), which
   is the floor.
 
-`COST_FACTOR["python"]` = 30 is fitted on the 2-core VM (routed pipeline 5.9 us per frame) to
+Python's factors (30, 60): one factor of 30 per hop and per NIC end, fitted on the 2-core VM (routed pipeline 5.9 us per frame) to
 `emu run` AllReduces judged by the guard (model time; guard p99 lag against 1 us):
 rail2x4 16 MB at TDF 2000 4.5-6.5 ms (7.5-13 us, lost), 5000 1.98-2.07 ms (1.3-2.4
 us, lost), 8000 1.325 ms (1.3 us, lost), 10000 1.184 ms (1.0 us, at the bound),
@@ -32,35 +32,23 @@ first TDF measured comfortably inside the bound; 12.5 gave 10000, at the bound, 
 fresh-clone CI runs there ended at p99 1.3-1.8 us) and rail8x4 ~73,000 -> 100000.
 The guard (emu.observe.guard) judges every run afterwards, whatever the TDF.
 
-`COST_FACTOR["c"]` is fitted to whole-run CPU figures, not to verdicts of its own: a
-C-path unit costs what a Python-path unit does times the ratio of the two paths' agent
-CPU per frame-hop in whole runs, the two pipelines' calibrations taken the same day
-(docs/PERFORMANCE.md "The compiled data path", 2026-11-27, the 2-core VM under other
-work):
-
-* whole runs (rail2x4, TDF 10000, `--pcap none`), agents' CPU per frame-hop,
-  fast+rings / python: write 16 MB 67.8 / 190 us (both kept up) -> 0.357; AllReduce 16
-  MB 39.1 / 108.8 us -> 0.359, whose Python run lost fidelity (a Python agent that falls
-  behind spends more per frame), so the write's ratio is the one used;
-* the two calibrations the same day (thread CPU, best batch): the Python pipeline
-  17.8-18.2 us per frame, the C pipeline with its loop in C (`run_frames`) 0.46-0.50 us:
-  midpoints 18.0 / 0.48 = 37.5;
-* `COST_FACTOR["c"]` = 30 x (67.8 / 190) x (18.0 / 0.48) = 401.4, so on one machine the
-  C path's demand, and its TDF before rounding, is 0.357 x the Python path's.
-
-Against the guard's verdicts: the same table's fast+rings AllReduce and write kept up at
-10000 (p99 0.56 us) where the Python AllReduce did not; `emu bench speed` (the C
-pipeline in Python's poll loop, without the rings) kept up from 15,000 against Python's
-30,000. The rule picks 20000 for a rail2x4 AllReduce at 0.48 us (need ~19,800), 100000
-for rail8x4. It is a heuristic for the TDF, never a lab's bound. `NIC_ENDS` stays 2 hops at the
-path's cost on both paths: a unit stands for CPU per frame in a whole run, and
-docs/PERFORMANCE.md has no such figure for the NICs (the whole-run rows count the
-agents' CPU only); its NIC figures are in-process instructions per data frame under
-auto ("The NIC's RC transport per frame": send 58,256, receive 37,983, the ACKs' share
-1,941). At the same document's rate for the NIC's Python (38,669 instructions in
-7.5-11.9 us) those ~98,000 are ~19-30 us; with an agent's whole-run overhead per frame
-(~67 us, 67.8 less 0.48) at each end, ~165 us, inside two C units (2 x 401.4 x 0.48 =
-385 us): an estimate only, which says two hops is not the short side.
+C's factors (HOP 89.7, NIC 603.4) are the agents' and the NICs' CPU per data frame of a
+whole run that kept up, divided by the same hour's calibration, measured apart because
+on the C path the NICs cost ~7x an agent's hop (docs/PERFORMANCE.md "The compiled data
+path", the AllReduce at auto's TDF and two lower ones, 2026-11-28 00:09-00:14 UTC, the
+2-core VM otherwise quiet, commit 057ab3e): rail2x4 AllReduce 16 MB at TDF 10000 (kept
+up, p99 0.42 us; its model time within 0.1 % of TDF 20000's), the agents 5.8 s and the
+NICs 39.0 s of CPU for the job's 164,063 data frames (672 MB of 4 KB payloads, 1 switch
+hop each: the rail-aware ring), the C calibration 0.394 us per frame (the same hour's
+auto run, 2,538,697 frames/s): 5.8 / 164,063 / 0.394 us = 89.7 per hop, 39.0 / 164,063 /
+0.394 us = 603.4 for the two NIC ends and their ACKs. The workers' CPU (12.1 s) is left
+out: it was the same at every TDF from 1000 to 20000 (11.6-14.4 s), work per job, not
+per lab second. At 10000 that is 1.31 cores of demand, within 70 % of 2: the rule picks
+10000 for that AllReduce (need ~9,300), where the single factor before (401.4 for hop and
+NIC end alike, from the agents' CPU alone) asked 20000. A frame's cost falls as the TDF
+falls (the NICs 47.3 / 39.0 / 35.2 s at 20000 / 10000 / 5000: shorter sleeps wake on
+warmer caches), so factors from 10000 are the safe side below it; 5000 kept up too
+(p99 0.56 us, 1.73 cores), 2500 and 1000 fell behind with both cores full.
 
 A run whose agents are not all C is sized as Python (the safe side): `--datapath
 python`; `auto` with a configuration the C pipeline refuses (`switch_agent.fast.pipeline.
@@ -90,17 +78,29 @@ from topologies.model import Fabric
 ROCE_FRAME = 14 + 20 + 8 + 12 + 16 + 4096 + 4  # Eth/IPv4/UDP/BTH/RETH/4096 B/ICRC
 PYTHON, C = "python", "c"  # the switch agents' paths (emu.observe.calibrate.PATHS)
 PATH_NAME = {PYTHON: "Python", C: "C"}
-#: per frame, the sending and the receiving NIC each cost about one switch hop
-NIC_ENDS = 2
-#: docs/PERFORMANCE.md "The compiled data path" (module docstring): agents' CPU per
-#: frame-hop of the whole rail2x4 16 MB write, fast+rings / python, and the two
-#: calibrations of the same day
-WRITE_HOP_C, WRITE_HOP_PY = 67.8e-6, 190e-6
-CAL_C, CAL_PY = 0.48e-6, 18.0e-6
-#: real per-frame-hop CPU / the in-process pipeline's, per path: Python's fitted to
-#: verdicts, C's derived from Python's (module docstring)
-COST_FACTOR = {PYTHON: 30.0}
-COST_FACTOR[C] = COST_FACTOR[PYTHON] * (WRITE_HOP_C / WRITE_HOP_PY) * (CAL_PY / CAL_C)
+#: the whole run C's factors come from (module docstring): rail2x4 AllReduce 16 MB at TDF
+#: 10000, kept up; its data frames, the agents' and the NICs' CPU, the hour's calibration
+FIT_FRAMES, FIT_AGENTS_S, FIT_NICS_S, FIT_CAL_C = 164_063, 5.8, 39.0, 1 / 2_538_697
+
+
+@dataclass(frozen=True)
+class Factors:
+    """A data frame's CPU in a whole run, in calibrations (the in-process pipeline's time
+    per frame): `hop` per switch it crosses, `nic` for both NIC ends and their ACKs."""
+
+    hop: float
+    nic: float
+
+    def units(self, hops: float) -> float:
+        """Calibrations per data frame crossing `hops` switches."""
+        return hops * self.hop + self.nic
+
+
+#: per path: Python's fitted to verdicts (30 a hop, 30 a NIC end), C's measured (module
+#: docstring)
+FACTORS = {PYTHON: Factors(30.0, 2 * 30.0),
+           C: Factors(FIT_AGENTS_S / FIT_FRAMES / FIT_CAL_C, FIT_NICS_S / FIT_FRAMES / FIT_CAL_C)}
+CAL_C = 0.48e-6  # C's pipeline the day its ring loop landed (2026-11-27, docs/PERFORMANCE.md)
 #: the routed book-QoS pipeline per frame when the calibration cannot run: Python's on
 #: the 2-core VM when the factor was fitted (`bench switch`), C's the day of its factor
 REFERENCE_S_PER_FRAME = {PYTHON: 5.9e-6, C: CAL_C}
@@ -136,7 +136,9 @@ class Choice:
         """summary.json's "tdf_choice"."""
         return {"mode": "auto", "tdf": self.tdf, "need": round(self.need, 1),
                 "path": self.path, "s_per_frame": self.s_per_frame,
-                "cost_factor": round(COST_FACTOR[self.path], 1), "reason": self.reason}
+                "cost_factors": {"hop": round(FACTORS[self.path].hop, 1),
+                                 "nic": round(FACTORS[self.path].nic, 1)},
+                "reason": self.reason}
 
 
 def _switch_of(fab: Fabric, gpu: str) -> tuple[str, float]:
@@ -161,9 +163,10 @@ def offered_load(fab: Fabric, workload: str | None, options: dict | None) -> Loa
         pairs = [(s, gpus[0]) for s in gpus[1:]]
     hops = [1 if _switch_of(fab, a)[0] == _switch_of(fab, b)[0] else 3 for a, b in pairs]
     rate = max(_switch_of(fab, a)[1] for a, _ in pairs)
-    return Load(len(pairs), rate, sum(hops) / len(hops),
+    mean = sum(hops) / len(hops)
+    return Load(len(pairs), rate, mean,
                 f"{workload}: {len(pairs)} sender{'s' * (len(pairs) > 1)} at line rate, "
-                f"{sum(hops) / len(hops):g} switch hops per frame")
+                f"{mean:g} switch hop{'s' * (mean != 1)} per frame")
 
 
 def agents_path(mode: str, qos, lb: dict | None,
@@ -186,13 +189,13 @@ def agents_path(mode: str, qos, lb: dict | None,
 def choose(load: Load, s_per_frame: float, cores: int, floor: float,
            path: str = PYTHON) -> tuple[float, float]:
     """(TDF, the TDF the load needs): the lab's CPU demand at TDF T is
-    frames/s x (hops + NIC_ENDS) x s_per_frame x COST_FACTOR[path] / T; keep it within
+    frames/s x FACTORS[path].units(hops) x s_per_frame / T; keep it within
     TARGET_LOAD x cores, round up nicely, never below `floor`."""
     if s_per_frame <= 0 or cores <= 0 or floor <= 0:
         raise ValueError(f"s_per_frame, cores and floor must be > 0, got {s_per_frame!r}, "
                          f"{cores!r}, {floor!r}")
-    demand = (load.frames_per_model_s() * (load.hops + NIC_ENDS) * s_per_frame
-              * COST_FACTOR[path])  # lab CPU seconds per model second
+    demand = (load.frames_per_model_s() * FACTORS[path].units(load.hops)
+              * s_per_frame)  # lab CPU seconds per model second
     need = demand / (TARGET_LOAD * cores)
     return (max(floor, nice_up(need)) if need > 0 else floor), need
 
@@ -210,14 +213,16 @@ def explain(fab: Fabric, load: Load, s_per_frame: float, cores: int, tdf: float,
     if load.senders == 0:
         return f"{head}: no data-path load, so the topology's TDF {floor:g}."
     path, why = agents
-    factor = COST_FACTOR[path]
-    cap = TARGET_LOAD * cores / (s_per_frame * factor)
+    f = FACTORS[path]
+    per_frame = f.units(load.hops) * s_per_frame
+    cap = TARGET_LOAD * cores / per_frame
     machine = (f"the switch agents run {PATH_NAME[path]} ({why}), whose pipeline forwards "
-               f"~{1 / s_per_frame:,.0f} frames/s on this machine ({calibrated}); with "
-               f"system calls and NICs (x{factor:.0f}, {PATH_NAME[path]}'s factor) "
-               f"{cores} core{'s' * (cores > 1)} at {TARGET_LOAD:.0%} take "
-               f"~{cap:,.0f} frame-hops/s")
-    lab = load.frames_per_model_s() * (load.hops + NIC_ENDS) / tdf
+               f"~{1 / s_per_frame:,.0f} frames/s on this machine ({calibrated}); in a "
+               f"whole run a frame costs ~{per_frame * 1e6:,.0f} us of CPU ({load.hops:g} "
+               f"hop{'s' * (load.hops != 1)} x {f.hop:.0f} + NICs {f.nic:.0f} pipeline "
+               f"frames, {PATH_NAME[path]}'s factors), so {cores} core{'s' * (cores > 1)} "
+               f"at {TARGET_LOAD:.0%} take ~{cap:,.0f} frames/s")
+    lab = load.frames_per_model_s() / tdf
     tail = (f"needs TDF >= {need:,.0f}" + (f", below the topology's TDF {floor:g} (the floor)"
                                            if need <= floor else f", rounded up to {tdf:g}"))
     return (f"{head} = {load.frames_per_model_s():,.0f} frames/s model; {machine}; "

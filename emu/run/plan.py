@@ -43,7 +43,7 @@ class RunPlan:
     shown_dir: Path  # the run directory as the user named it (printed)
     run_dir: Path  # the same, absolute (every file and child process uses this one)
     #: how the TDF was chosen: {"mode": "auto", "tdf", "need", "path", "s_per_frame",
-    #: "cost_factor", "reason"} (emu.run.autotdf.Choice.to_dict)
+    #: "cost_factors", "reason"} (emu.run.autotdf.Choice.to_dict)
     #: or {"mode": "given", "tdf"}
     tdf_choice: dict | None = None
     #: node -> ports that send no LLDP (a lab's `lldp_off`; emu.realise.net.FabricNet)

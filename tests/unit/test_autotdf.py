@@ -14,16 +14,19 @@ from emucore.qos.trim import Trim
 
 S = 5.9e-6  # the routed book-QoS pipeline on the 2-core VM (docs/PERFORMANCE.md, bench switch)
 SC = 0.48e-6  # the C pipeline, its loop in C, 2026-11-27 (docs/PERFORMANCE.md)
+FIT = 1 / 2_538_697  # the C calibration of the hour C's factors were measured in
 ALL = {"gpus": ["x"], "sizes": [1]}
-#: a C-path unit / a Python-path unit on one machine: the write's agent CPU per frame-hop
-#: fast+rings / python, 67.8 / 190 us (docs/PERFORMANCE.md "The compiled data path")
-C_RATIO = 67.8 / 190
 
 
-def test_the_c_factor_is_the_pythons_scaled_by_the_measured_ratios():
-    """30 x (67.8 / 190) x (18.0 / 0.48): the whole-run ratio, the calibrations' ratio."""
-    assert autotdf.COST_FACTOR[C] == pytest.approx(30 * C_RATIO * 18.0 / 0.48)
-    assert round(autotdf.COST_FACTOR[C], 1) == 401.4
+def test_cs_factors_are_the_whole_runs_cpu_per_data_frame_over_the_calibration():
+    """docs/PERFORMANCE.md, the rail2x4 AllReduce 16 MB at TDF 10000 (kept up): the agents
+    5.8 s, the NICs 39.0 s for 164,063 data frames of one hop, calibration 0.394 us."""
+    f = autotdf.FACTORS[C]
+    assert f.hop == pytest.approx(5.8 / 164_063 / FIT) and round(f.hop, 1) == 89.7
+    assert f.nic == pytest.approx(39.0 / 164_063 / FIT) and round(f.nic, 1) == 603.5
+    # that run's own frame costs back: 35.4 us an agent's hop, 237.7 us the two NIC ends
+    assert f.units(1) * FIT == pytest.approx((5.8 + 39.0) / 164_063)
+    assert autotdf.FACTORS[PYTHON].units(3) == 5 * 30  # a hop and a NIC end alike
 
 
 @pytest.mark.parametrize("path, topo, workload, options, s, cores, expect_need, expect_tdf", [
@@ -40,14 +43,16 @@ def test_the_c_factor_is_the_pythons_scaled_by_the_measured_ratios():
     (PYTHON, "rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, 40 * S, 2,
      272867, 300000),
     (PYTHON, "rail2x4", None, None, S, 2, 0, 5000),                    # reachability only
-    # the C path: a Python row's need x (SC x 401.4) / (S x 30), e.g. rail2x4's AllReduce
-    # 18191 x 1.0886 = 19804 (fast+rings kept up at 10000, p99 0.56 us)
-    (C, "rail2x4", "allreduce", ALL, SC, 2, 19804, 20000),
-    (C, "rail8x4", "allreduce", ALL, SC, 2, 79217, 100000),           # 4 x 19804
-    (C, "rail8x4", "allreduce", ALL, SC, 8, 19804, 20000),             # 4x the cores
-    (C, "rail2x4", "allreduce", ALL, 1.25 * SC, 2, 24755, 30000),      # a 1.25x slower machine
-    (C, "rail2x4", "write", {"gpus": ["h1g1", "h4g2"]}, SC, 2, 4126, 5000),  # the floor
-    (C, "rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, SC, 2, 7427, 10000),
+    # the C path: frames/s x (hops x 89.7 + 603.5) x calibration / (0.7 x cores). The fit's
+    # own run: rail2x4 AllReduce, 47,961,631 frames/s x 693.2 x 0.394 us / 1.4 = 9,355
+    # -> 10000 (where it kept up, p99 0.42 us)
+    (C, "rail2x4", "allreduce", ALL, FIT, 2, 9355, 10000),
+    (C, "rail2x4", "allreduce", ALL, SC, 2, 11399, 15000),             # a 0.48 us calibration
+    (C, "rail8x4", "allreduce", ALL, SC, 2, 45598, 50000),             # 4 x 11399
+    (C, "rail8x4", "allreduce", ALL, SC, 8, 11399, 15000),             # 4x the cores
+    (C, "rail2x4", "allreduce", ALL, 1.25 * SC, 2, 14249, 15000),      # a 1.25x slower machine
+    (C, "rail2x4", "write", {"gpus": ["h1g1", "h4g2"]}, SC, 2, 1794, 5000),  # the floor
+    (C, "rail2x4", "incast", {"gpus": ["h4g1", "h1g1", "h2g1", "h3g1"]}, SC, 2, 4275, 5000),
     (C, "rail2x4", None, None, SC, 2, 0, 5000),
 ])
 def test_choice(path, topo, workload, options, s, cores, expect_need, expect_tdf):
@@ -56,12 +61,13 @@ def test_choice(path, topo, workload, options, s, cores, expect_need, expect_tdf
     assert round(need) == expect_need and tdf == expect_tdf
 
 
-def test_one_machine_the_c_paths_need_is_the_whole_run_ratio_of_pythons():
-    """Calibrations in the ratio of the day the C factor was taken (18.0 / 0.48 us): the C
-    path needs 0.357 x the Python path's TDF, the write's agent CPU ratio."""
+def test_the_need_scales_with_the_calibration_the_frames_and_one_over_the_cores():
     load = offered_load(topologies.load("rail8x4"), "allreduce", ALL)
-    py, c = choose(load, 18.0e-6, 2, 1.0)[1], choose(load, 0.48e-6, 2, 1.0, C)[1]
-    assert c / py == pytest.approx(C_RATIO)
+    need = choose(load, SC, 2, 1.0, C)[1]
+    assert choose(load, 2 * SC, 2, 1.0, C)[1] == pytest.approx(2 * need)
+    assert choose(load, SC, 4, 1.0, C)[1] == pytest.approx(need / 2)
+    two = offered_load(topologies.load("rail2x4"), "allreduce", ALL)  # 8 of rail8x4's 32 NICs
+    assert choose(two, SC, 2, 1.0, C)[1] == pytest.approx(need / 4)
 
 
 @pytest.mark.parametrize("mode, qos, lb, env, expect, says", [
@@ -127,8 +133,9 @@ def test_the_printed_reason():
     assert c.reason.startswith("TDF auto: 100000 - rail8x4 has 10 switches (64 ports) and 32 "
                                "NICs x 200 Gbps; allreduce: every GPU's NIC at line rate")
     assert ("the switch agents run Python (--datapath python), whose pipeline forwards "
-            "~169,492 frames/s on this machine (measured in 0.3 s); with system calls and "
-            "NICs (x30, Python's factor)") in c.reason
+            "~169,492 frames/s on this machine (measured in 0.3 s); in a whole run a frame "
+            "costs ~531 us of CPU (1 hop x 30 + NICs 60 pipeline frames, Python's factors), "
+            "so 2 cores at 70% take ~2,637 frames/s; at TDF 100000 the run asks ~1,918") in c.reason
     assert c.reason.endswith("needs TDF >= 72,765, rounded up to 100000.")
     idle = autotdf.auto(topologies.load("rail2x4"), None, None, cores=2)  # no calibration
     assert idle.tdf == 5000 and "no data-path load" in idle.reason
@@ -139,10 +146,12 @@ def test_the_printed_reason_and_summary_of_a_c_run():
     agents = agents_path("auto", QosConfig(), None, {})
     c = autotdf.auto(fab, "allreduce", ALL, measured=(SC, "measured in 0.3 s"), cores=2,
                      agents=agents)
-    assert c.tdf == 20000
+    assert c.tdf == 15000
     assert ("the switch agents run C (--datapath auto: C's pipeline and ring poll loop), "
             "whose pipeline forwards ~2,083,333 frames/s on this machine (measured in 0.3 "
-            "s); with system calls and NICs (x401, C's factor)") in c.reason
-    assert c.reason.endswith("needs TDF >= 19,804, rounded up to 20000.")
-    assert c.to_dict() == {"mode": "auto", "tdf": 20000, "need": 19804.2, "path": "c",
-                           "s_per_frame": SC, "cost_factor": 401.4, "reason": c.reason}
+            "s); in a whole run a frame costs ~333 us of CPU (1 hop x 90 + NICs 603 pipeline "
+            "frames, C's factors), so 2 cores at 70% take ~4,207 frames/s") in c.reason
+    assert c.reason.endswith("needs TDF >= 11,399, rounded up to 15000.")
+    assert c.to_dict() == {"mode": "auto", "tdf": 15000, "need": 11399.5, "path": "c",
+                           "s_per_frame": SC, "cost_factors": {"hop": 89.7, "nic": 603.5},
+                           "reason": c.reason}
