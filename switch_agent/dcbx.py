@@ -3,6 +3,12 @@ on where both ends agree (`priority-flow-control mode auto`, book ch.11 Example 
 IEEE 802.1AB LLDP, 802.1Qaz/Qbb DCBX TLVs in `emucore.wire.lldp`, what they say of
 our QoS in `emucore.qos.dcbx`).
 
+A new neighbour on a port we advertise on is answered at once (IEEE 802.1AB-2016
+9.2.10, the transmit timer state machine: newNeighbor -> TX_FAST_START -> SIGNAL_TX, the
+fast-start whose later frames come every msgFastTx = 1 s, our period anyway): at a
+fabric's start the agent that came up first announced before its neighbour listened,
+and the link's DCBX waited for its next period (~0.65-0.87 s of every `emu run`).
+
 LLDPDUs never change for a port (QoS is fixed for the agent's life) and a neighbour
 repeats the same bytes every period: each is built and parsed once. (Scapy takes ~3 ms
 to build one and ~1 ms to parse one: every second that stalled forwarding for ~25 ms lab
@@ -31,7 +37,8 @@ class Dcbx:
         self.qos = qos
         self.max_neighbours = 4 * n_ports + 16  # distinct LLDPDUs remembered
         self.chassis: bytes | None = None
-        self.tx: dict[str, bytes] = {}  # port -> our LLDPDU
+        #: port -> our LLDPDU: the ports we advertise on (never a `no lldp transmit` one)
+        self.tx: dict[str, bytes] = {}
         self.rx: dict[bytes, lldp.Neighbor] = {}  # received LLDPDU -> what it says
 
     def announce(self, port: Port, now: float) -> None:
@@ -67,7 +74,8 @@ class Dcbx:
 
     def receive(self, port: Port, frame: bytes, now: float) -> str | None:
         """Learn the neighbour on `port` from its LLDPDU and set the port's lossless
-        priorities; the event text when they changed (or on the first LLDPDU)."""
+        priorities; the event text when they changed (or on a new neighbour's first
+        LLDPDU, answered with ours at once where we advertise)."""
         nb = self.rx.get(frame)
         if nb is None:
             try:
@@ -80,8 +88,11 @@ class Dcbx:
                 self.rx.clear()  # neighbours changed: forget the old ones
             self.rx[bytes(frame)] = nb
         port.lldp_rx += 1
-        first = port.neighbor is None
+        old = port.neighbor
+        first = old is None or (old.chassis_id, old.port_id) != (nb.chassis_id, nb.port_id)
         port.neighbor, port.neighbor_seen = nb, now
+        if first and port.name in self.tx:  # newNeighbor: fast start (802.1AB 9.2.10)
+            self.announce(port, now)
         port.llr = dcbx.llr_active(self.qos, nb)
         cb = dcbx.cbfc_active(self.qos, nb)
         changed = cb != (port.cbfc is not None)

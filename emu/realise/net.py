@@ -285,7 +285,7 @@ class FabricNet:
                     missing[sw.name] = off
             if not missing or time.monotonic() > deadline:
                 return missing
-            time.sleep(0.2)
+            time.sleep(0.05)  # LLDP answers a new neighbour at once (switch_agent.dcbx)
 
     def control_path(self, switch: str) -> Path:
         """Control socket of a switch agent."""

@@ -235,6 +235,33 @@ def test_lldp_off_ports_send_no_lldp_but_still_listen(tmp_path):
     assert p2.lldp_rx == 1 and p2.pfc_active == frozenset({3})
 
 
+def test_a_new_neighbour_is_answered_at_once_where_we_advertise(tmp_path):
+    """802.1AB-2016 9.2.10's fast start: a new neighbour's LLDPDU is answered with ours
+    at once, on a port that advertises; the same neighbour again is not; a port under
+    `no lldp transmit` stays silent; before our first announcement nothing is sent."""
+    a = agent(tmp_path, qos(mode="auto"), lldp_off=("eth2",))
+    h1 = build_lldp_frame(mac(H[0]), mac(H[0]), "nic1", "h1", QosConfig())
+    h9 = build_lldp_frame(mac(H[2]), mac(H[2]), "nic1", "h9", QosConfig())
+
+    def lldpdus():
+        return {n: sum(f[12:14] == b"\x88\xcc" for f in p.sock.sent) for n, p in a.ports.items()}
+
+    a.on_frame(a.ports["eth3"], h1, 0.0)  # before our first announcement: nothing yet
+    a.service(0.0)
+    assert lldpdus() == {"eth1": 0, "eth2": 0, "eth3": 0, "eth4": 0}
+    a.next_lldp = 0.0
+    a.timers(0.0)  # the first announcement, on every port that advertises
+    a.service(0.0)
+    assert lldpdus() == {"eth1": 1, "eth2": 0, "eth3": 1, "eth4": 1}
+    for t, port, f in [(0.1, "eth1", h1), (0.2, "eth1", h1), (0.3, "eth2", h1),
+                       (0.4, "eth1", h9)]:
+        a.on_frame(a.ports[port], f, t)
+        a.service(t)
+    # eth1: h1 new (answered), h1 again (not), h9 new (answered); eth2: lldp_off
+    assert lldpdus() == {"eth1": 3, "eth2": 0, "eth3": 1, "eth4": 1}
+    assert a.ports["eth1"].lldp_tx == 3 and a.ports["eth2"].pfc_active == frozenset({3})
+
+
 def test_lldp_off_names_ports_and_survives_json(tmp_path):
     ports = (PortConfig("eth1", ROUTER, 200e9, 8e6),)
     with pytest.raises(ValueError, match="lldp_off: 'eth9' is not a port of rail1"):
