@@ -2,15 +2,20 @@
 keys and UET entropy come from `NicConfig.rng`, Random(f"{seed}:{gpu}"), so the same run
 seed draws the same in every process, two NICs of a run draw differently, and the seed
 travels from FabricNet (the run's `--seed`) into every NIC's config, here and on the other
-servers of a spread fabric."""
+servers of a spread fabric; the CM's TCP connection leaves from a source port drawn from
+the QP's CM stream (so its packets' ECMP path is the seed's too)."""
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import random
+import socket
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
@@ -21,6 +26,9 @@ import emu.realise.nics
 import topologies
 from emu.realise.net import FabricNet
 from emucore.wire.roce_codes import udp_sport
+from traffic.nic import cm
+from traffic.nic.cm import CmListener, CmRep, CmReq, cm_connect
+from traffic.nic.ctl import NicControl
 from traffic.nic.datapath import Nic
 from traffic.nic.nicconfig import NicConfig
 
@@ -180,3 +188,117 @@ def test_a_spread_fabric_sends_the_seed_to_the_other_servers_nics(tmp_path):
     assert [r["options"]["seed"] for r in asked] == [9]
     part_net = FabricNet(FAB, **{"seed": 9})  # emu.cluster.part: FabricNet(..., **options)
     assert part_net.nic_defaults(asked[0]["options"])["seed"] == 9
+
+
+# -- the CM's TCP source port (traffic.nic.cm.bind_source): drawn, so its ECMP path is the seed's
+class Recording:
+    """A listening socket that notes each accepted peer's (ip, port)."""
+
+    def __init__(self, sock):
+        self.sock, self.peers = sock, []
+
+    def accept(self):
+        conn, addr = self.sock.accept()
+        self.peers.append(addr)
+        return conn, addr
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def serve_one(reply=None):
+    """A CM listener on 127.0.0.1 answering one REQ in a thread (REP to QP 0x77 of 10.0.2.14);
+    returns the listener (`.sock.peers`: who connected) and the thread."""
+    lst = CmListener(("127.0.0.1", 0))
+    lst.sock = Recording(lst.sock)
+    rep = reply or (lambda req: CmRep(9, req.comm_id, 0x77, 5, 0xFFFF, 4096, "10.0.2.14",
+                                      udp_sport(0x77, req.local_qpn), 0, 0, 0))
+    t = threading.Thread(target=lst.accept, args=(rep,), kwargs={"timeout": 5.0}, daemon=True)
+    t.start()
+    return lst, t
+
+
+def fresh_seed() -> int:
+    """A seed no earlier run of these tests used (likely): a completed handshake leaves
+    the client's port in TIME_WAIT for 60 s, so the same seed again within a minute
+    would find its first draw in use and rightly take the next (a fabric's NICs each
+    start in a new network namespace, with no TIME_WAIT of an earlier run)."""
+    return random.SystemRandom().randrange(1 << 40)
+
+
+def test_the_cm_connection_leaves_from_the_port_its_stream_draws():
+    """cm_connect with a source generator: the listener sees the first draw in Linux's
+    ephemeral range (the kernel's own choice before), and the handshake completes."""
+    seed = fresh_seed()
+    lst, t = serve_one()
+    with lst:
+        req = CmReq(1, 0x66, 3, 0xFFFF, 4096, "10.0.1.11", 50000)
+        rep = cm_connect(lst.address, req, timeout=5,
+                         source=("127.0.0.1", random.Random(f"{seed}:h1g1:cm:0x66")))
+        t.join(5)
+    want = random.Random(f"{seed}:h1g1:cm:0x66").randint(32768, 60999)
+    assert cm.SOURCE_PORTS == (32768, 60999)
+    assert rep.local_qpn == 0x77 and lst.sock.peers == [("127.0.0.1", want)]
+
+
+def test_the_nic_connects_from_its_qps_stream(tmp_path):
+    """NicControl.connect (the fabric's active side): the port is the first draw of
+    `NicConfig.rng(f"cm:{qpn:#x}")`, Random(f"{seed}:{gpu}:cm:{qpn:#x}") - a stream per QP,
+    so neither the order of a NIC's connects nor its passive side's ids move it."""
+    seed = fresh_seed()
+    cfg = replace(config(seed=seed), ip="127.0.0.1", control=str(tmp_path / "n.sock"))
+    n = Nic(cfg, open_sockets=False)
+    ctl = NicControl(n)
+    lst, t = serve_one()
+    try:
+        pd, cq = n.alloc_pd(), n.create_cq()
+        qpn = n.create_qp(pd, cq, cq)
+        with lst:
+            peer = ctl.connect(qpn, "127.0.0.1", lst.address[1], None, timeout=5)
+            t.join(5)
+    finally:
+        ctl.close()
+    want = random.Random(f"{seed}:h1g1:cm:{qpn:#x}").randint(32768, 60999)
+    assert peer["remote_qpn"] == 0x77 and lst.sock.peers == [("127.0.0.1", want)]
+
+
+def test_a_drawn_port_in_use_draws_again_then_the_kernel_picks(caplog):
+    first, second = (lambda r: (r.randint(32768, 60999), r.randint(32768, 60999)))(
+        random.Random("busy"))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", first))  # in use: the next draw
+        with socket.socket() as s:
+            assert cm.bind_source(s, "127.0.0.1", random.Random("busy")) is True
+            assert s.getsockname() == ("127.0.0.1", second)
+        always = random.Random()
+        always.randint = lambda a, b: first  # every draw in use: the kernel's port, logged
+        with socket.socket() as s, caplog.at_level(logging.WARNING, "traffic.nic.cm"):
+            assert cm.bind_source(s, "127.0.0.1", always) is False
+            assert s.getsockname()[1] not in (0, first)
+        assert f"{cm.BIND_TRIES} drawn ports on 127.0.0.1 in use, the kernel's choice" \
+            in caplog.text
+    with socket.socket() as s:  # no generator: the kernel's, as before
+        assert cm.bind_source(s, "127.0.0.1", None) is False
+    with socket.socket() as s, pytest.raises(OSError) as e:  # another error is raised
+        cm.bind_source(s, "192.0.2.1", random.Random(1))  # (TEST-NET-1: not ours)
+    assert e.value.errno == errno.EADDRNOTAVAIL
+
+
+def test_a_failed_attempt_leaves_no_time_wait_on_the_drawn_port():
+    """The client closes an attempt that failed on the network (what ctl retries) with an
+    RST: the retry binds the same port at once (a FIN first would hold it in TIME_WAIT
+    for 60 s, and the retry draw another)."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        with pytest.raises(TimeoutError):
+            with cm.client_socket("127.0.0.1", random.Random("rst"), 5.0) as s:
+                s.connect(srv.getsockname())
+                port = s.getsockname()[1]
+                conn, _ = srv.accept()
+                raise TimeoutError("the attempt timed out")
+        with conn, pytest.raises(ConnectionResetError):
+            conn.recv(1)
+    with socket.socket() as again:
+        assert cm.bind_source(again, "127.0.0.1", random.Random("rst")) is True
+        assert again.getsockname()[1] == port

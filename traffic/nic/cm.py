@@ -9,21 +9,36 @@ Manager, but the transport is simply TCP on the frontend network with
 length-prefixed JSON messages (4-byte big-endian length, then UTF-8 JSON with "type").
 
 `encode` / `decode` are pure; `cm_listen` / `cm_connect` are the thin blocking socket
-helpers (one connection handshake per call).
+helpers (one connection handshake per call). The client's TCP source port is drawn from
+a seeded generator (`client_socket`, `bind_source`; issue 31, docs/RUNNING.md "--seed"),
+not left to the kernel: the port is in the 5-tuple the switches hash (ch.10 Fig 10-5), so
+the CM's packets take the same spine in every run of one seed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import ipaddress
+import itertools
 import json
+import logging
+import random
 import socket
 import struct
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import Callable, Union
 
 from emucore.wire.ib import PATH_MTUS
 
 MAX_MSG = 64 * 1024
+#: where the client's source port is drawn: Linux's default ephemeral range,
+#: net.ipv4.ip_local_port_range "32768 60999" (Documentation/networking/ip-sysctl.rst)
+SOURCE_PORTS = (32768, 60999)
+BIND_TRIES = 8  #: drawn ports found in use before the kernel's choice is taken
+FALLBACKS = itertools.count(1)  #: counts (and the log numbers) the kernel's choices
+log = logging.getLogger("traffic.nic.cm")
 
 
 class CmError(Exception):
@@ -226,9 +241,51 @@ def cm_listen(sock_addr: tuple[str, int]) -> CmListener:
     return CmListener(sock_addr)
 
 
-def cm_connect(addr: tuple[str, int], req: CmReq, timeout: float = 30.0) -> CmRep:
-    """Client side: send REQ, receive REP, send RTU; raises CmError on REJ or bad replies."""
-    with socket.create_connection(addr, timeout=timeout) as sock:
+def bind_source(sock: socket.socket, ip: str, rng: random.Random | None,
+                tries: int = BIND_TRIES) -> bool:
+    """Bind `sock` to (ip, port), the port drawn from `rng` in SOURCE_PORTS; a port in use
+    (EADDRINUSE) draws again, up to `tries` ports, then the kernel picks (port 0, logged).
+    True when the port is a drawn one; False when the kernel's (or `rng` is None)."""
+    if rng is not None:
+        for _ in range(tries):
+            port = rng.randint(*SOURCE_PORTS)
+            try:
+                sock.bind((ip, port))
+                return True
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+        log.warning("CM source port: %d drawn ports on %s in use, the kernel's choice "
+                    "(fallback %d of this process)", tries, ip or "*", next(FALLBACKS))
+    sock.bind((ip, 0))
+    return False
+
+
+@contextlib.contextmanager
+def client_socket(ip: str, rng: random.Random | None,
+                  timeout: float) -> Iterator[socket.socket]:
+    """A TCP socket for one handshake attempt, bound by `bind_source`. An attempt that
+    fails on the network (an OSError: refused, reset, timed out - what traffic.nic.ctl
+    retries) is closed with an RST (SO_LINGER 0), so no TIME_WAIT holds the drawn port
+    from the retry, which draws it again; a CmError closes as usual (FIN)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        bind_source(sock, ip, rng)
+        yield sock
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        raise
+    finally:
+        sock.close()
+
+
+def cm_connect(addr: tuple[str, int], req: CmReq, timeout: float = 30.0,
+               source: tuple[str, random.Random | None] = ("", None)) -> CmRep:
+    """Client side: send REQ, receive REP, send RTU; raises CmError on REJ or bad replies.
+    `source`: the local IP and the generator of the source port (`bind_source`)."""
+    with client_socket(*source, timeout) as sock:
+        sock.connect(addr)
         send_msg(sock, req)
         rep = recv_msg(sock)
         _expect(rep, CmRep)

@@ -28,7 +28,8 @@ from typing import Any
 from emucore.ctlsock import LineServer
 from emucore.wire.ib import pkey_match
 from emucore.wire.roce_codes import udp_sport
-from traffic.nic.cm import CmError, CmListener, CmRej, CmRep, CmReq, CmRtu, recv_msg, send_msg
+from traffic.nic.cm import (CmError, CmListener, CmRej, CmRep, CmReq, CmRtu, client_socket,
+                            recv_msg, send_msg)
 from traffic.nic.client import wc_to_json
 
 log = logging.getLogger("traffic.nic.ctl")
@@ -203,9 +204,10 @@ class NicControl(LineServer):
         last = ""
         while time.monotonic() < deadline:
             try:
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                    s.settimeout(max(0.5, deadline - time.monotonic()))
-                    s.bind((nic.cfg.ip, 0))  # the management connection leaves this NIC
+                # the management connection leaves this NIC from a port of this QP's
+                # stream (the same first draw on every attempt: its ECMP path is the seed's)
+                with client_socket(nic.cfg.ip, nic.cfg.rng(f"cm:{qpn:#x}"),
+                                   max(0.5, deadline - time.monotonic())) as s:
                     s.connect((ip, port))
                     send_msg(s, req)
                     rep = recv_msg(s)
