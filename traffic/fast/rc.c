@@ -41,6 +41,8 @@
 #include <limits.h>
 #include <string.h>
 
+#include "pyattr.h"
+
 enum {
     OP_SEND_FIRST = 0x00, OP_SEND_MIDDLE = 0x01, OP_SEND_LAST = 0x02, OP_SEND_LAST_IMM = 0x03,
     OP_SEND_ONLY = 0x04, OP_SEND_ONLY_IMM = 0x05, OP_WRITE_FIRST = 0x06, OP_WRITE_MIDDLE = 0x07, OP_WRITE_LAST = 0x08, OP_WRITE_LAST_IMM = 0x09,
@@ -59,25 +61,6 @@ static PyObject *s_qp, *s_cfg, *s_state, *s_dqpn, *s_qpn, *s_pkey, *s_opcode, *s
     *s_psn, *s_write_only, *s_payload, *s_mtu, *s_path_mtu, *s_recv, *s_msg, *s_buf,
     *s_addr, *s_length, *s_counters, *s_packets, *s_bytes_placed, *s_nak_sent,
     *s_dup_acked, *s_msn, *s_since_ack, *s_ackreq, *s_ack_every, *s_ack;
-
-/* getattr as a C long long; -1 with an exception on failure (or not an int). */
-static int get_ll(PyObject *o, PyObject *name, long long *v)
-{
-    PyObject *x = PyObject_GetAttr(o, name);
-    if (x == NULL)
-        return -1;
-    *v = PyLong_AsLongLong(x);
-    Py_DECREF(x);
-    return *v == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
-static int set_ll(PyObject *o, PyObject *name, long long v)
-{
-    PyObject *x = PyLong_FromLongLong(v);
-    int rc = x == NULL ? -1 : PyObject_SetAttr(o, name, x);
-    Py_XDECREF(x);
-    return rc;
-}
 
 static int incr(PyObject *o, PyObject *name, long long by)
 {

@@ -58,6 +58,7 @@ from emucore.wire.roce_codes import ROCE_UDP_PORT
 from emucore.framing import FrameTemplate, malformed, parse
 from emucore.wire.templates import RoceFields
 from emucore.wire.uet_codes import UET_UDP_PORT
+from traffic.fast.nictx import TRANSMIT
 from traffic.nic.nicconfig import NicConfig
 from traffic.nic.uetrx import UetRx, is_uet
 from traffic.nic.nicverbs import NicVerbs
@@ -237,7 +238,10 @@ class Nic(NicVerbs, UetRx):
 
     def transmit(self, now: float) -> None:
         """Send data frames while the port and some QP's pacer allow (round robin); a
-        QP whose priority is paused waits."""
+        QP whose priority is paused waits. Under EMU_DATAPATH auto / fast the C of
+        traffic.fast.nictx does it, unless it answers NotImplemented (nothing changed)."""
+        if TRANSMIT is not None and TRANSMIT(self, now) is None:
+            return
         pause = self.pause
         if now >= pause.next_expiry:
             self.expire_pauses(now)
