@@ -12,6 +12,7 @@ import sys
 import topologies
 from emu.commands.run_args import run_options
 from emu.mncli import open_cli
+from emu.observe import plots
 from emu.realise.procs import START_ERRORS, start_timeout
 from emucore import datapath
 from emu.run import autotdf, build, collect, workload
@@ -55,6 +56,7 @@ def main(args: argparse.Namespace) -> int:
                 open_cli(live.fnet, term.say)
             with plan.phases.timed("collect"):
                 pcaps = live.captures.stop()
+            plots.warm()  # matplotlib's import while the fabric is torn down
     except START_ERRORS as exc:  # torn down already; e.g. an agent refused --datapath fast
         print(f"emu: {exc}", file=sys.stderr)
         return 2

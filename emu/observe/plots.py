@@ -17,28 +17,52 @@ pictures. Each plot is skipped (and logged) when the run has no data for it.
   from ``summary.json["steps"]`` = [{"rank", "step", "phase", "t_start_s", "t_end_s"}]
   in model seconds (phase e.g. "reduce-scatter" / "all-gather"), written by collective
   workloads.
-Times are model time (lab time / TDF).
+Times are model time (lab time / TDF). The plots are drawn on every core at once
+(emu.observe.plotfork); matplotlib's import may start early in a thread (`warm`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from bisect import bisect_left
 from collections import defaultdict
 from pathlib import Path
 
 from emu.observe import paths as pathsum
+from emu.observe import plotfork
 from emu.observe.metrics import PATHS_CSV, SAMPLER_JSON, read_paths, read_rows
 from emucore.eventlog import read_events
 
 log = logging.getLogger("emu.observe.plots")
+_warming: list[threading.Thread] = []  # `warm`'s thread, until pyplot() joined it
+
+
+def warm() -> None:
+    """Import matplotlib in a thread now, while the caller waits for something else
+    (`emu run`: the fabric's teardown, ~0.6 s of waiting for processes and the kernel);
+    the import takes ~0.85 s of CPU. pyplot() joins it (an error in it is raised there,
+    by the import done again)."""
+    if not _warming:
+        t = threading.Thread(target=_quiet_import, name="emu-plots-warm", daemon=True)
+        _warming.append(t)
+        t.start()
+
+
+def _quiet_import() -> None:
+    try:
+        pyplot()
+    except Exception:  # noqa: BLE001 - pyplot() in the caller raises it again
+        log.debug("matplotlib import in the warm-up thread failed", exc_info=True)
 
 
 def pyplot():
     """matplotlib's pyplot on the Agg backend, imported on first use (it takes most of a
     second: `python -m emu --help`, runs without plots and `emu lab list|show` do not pay
     for it; emu.lab.page draws with it too)."""
+    if _warming and _warming[0] is not threading.current_thread():
+        _warming.pop().join()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -327,7 +351,8 @@ def make_all(run_dir: Path) -> list[Path]:
     t0_us = json.loads(origin.read_text())["t0_model_us"] if origin.is_file() else None
     out_dir = run_dir / "plots"
     out_dir.mkdir(exist_ok=True)
-    made = []
+    pyplot()  # imported once, before the drawing is shared out (emu.observe.plotfork)
+    jobs = []
     for name, fn in (("queue_depth", lambda p: queue_depth(rows, qos, p)),
                      ("qp_rates", lambda p: qp_rates(rows, p, transport)),
                      ("qp_windows", lambda p: qp_windows(rows, p, transport)),
@@ -338,9 +363,11 @@ def make_all(run_dir: Path) -> list[Path]:
                      ("fidelity_lag", lambda p: fidelity_lag(
                          rows, (summary.get("fidelity") or {}).get("bound_model_us", 0) / 1e6, p)),
                      ("collective_steps", lambda p: step_timeline(summary.get("steps", []), p))):
-        path = out_dir / f"{name}.png"
-        if fn(path):
-            made.append(path)
+        jobs.append((name, lambda fn=fn, p=out_dir / f"{name}.png": fn(p)))
+    made = []
+    for (name, _), drew in zip(jobs, plotfork.run(jobs)):
+        if drew:
+            made.append(out_dir / f"{name}.png")
         else:
             log.info("plot %s skipped: no data in this run", name)
     return made

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from emu.observe import plots
+from emu.observe import plotfork, plots
 from emu.observe.metrics import nic_rows
 from emucore.timedil import TimeDilation
 
@@ -41,6 +41,7 @@ def test_rate_title_and_window_plot_by_transport(tmp_path, monkeypatch, transpor
         return real(fig, ax, path, t, *a, **kw)
 
     monkeypatch.setattr(plots, "_save", save)
+    monkeypatch.setattr(plotfork, "cores", lambda: 1)  # titles seen in this process
     made = plots.make_all(run_dir(tmp_path, transport))
     assert {p.name for p in made} == files
     assert titles["qp_rates.png"] == title

@@ -1,0 +1,130 @@
+"""A run's plots drawn on every core: `emu.observe.plots.make_all`'s jobs shared out
+over forked children, one per core, the calling process drawing its own share (issue 30:
+a run spent 2.6-4.2 s on its plots, nearly all of it matplotlib laying out and rendering
+text, one figure after the other on one core while the other idled).
+
+The children are forked after matplotlib is imported and the run's files are read, so
+each starts drawing at once; they share nothing after the fork but their results, a
+JSON line on a pipe. Nothing is left behind: every child is waited for, also when the
+caller's own share raises or Ctrl-C comes (the children are then ended by pid first).
+A child's error is raised in the caller with its traceback (`PlotFailed`), as the same
+plot's error would be raised when drawn in the caller. With threads running (a fork
+copies only the calling one, and whatever lock another held stays held in the child) or
+one core, the jobs are run in the caller, one after the other.
+
+The source: POSIX fork(2) and _exit(2) (a child leaves without running the parent's
+exit handlers or flushing its buffers), waitpid(2); Python's `os` module documentation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+
+Job = tuple[str, Callable[[], bool]]  # (name, draw: True when it wrote its file)
+
+
+class PlotFailed(RuntimeError):
+    """A plot raised in a child process: its name and the child's traceback."""
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def run_share(jobs: Sequence[Job], mine: Sequence[int]) -> dict[int, bool]:
+    """Draw jobs[i] for i in `mine`, in order: {i: drew it}."""
+    return {i: bool(jobs[i][1]()) for i in mine}
+
+
+def shares(n_jobs: int, workers: int) -> list[list[int]]:
+    """Job indices per worker, round robin (worker 0 is the caller)."""
+    return [list(range(w, n_jobs, workers)) for w in range(workers)]
+
+
+def _child(jobs: Sequence[Job], mine: Sequence[int], wfd: int) -> None:
+    """A child's life: draw its share, report on the pipe, _exit (never returns)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # not the caller's handlers (emu.cli's
+        signal.signal(sig, signal.SIG_DFL)  # raise KeyboardInterrupt): ended, it just ends
+    code, done, name = 0, {}, "?"
+    try:
+        for i in mine:
+            name = jobs[i][0]
+            done[str(i)] = bool(jobs[i][1]())
+        out: dict = {"done": done}
+    except BaseException as exc:  # noqa: BLE001 - every error goes to the parent
+        out, code = {"error": f"plot {name}: {type(exc).__name__}: {exc} (in plot child "
+                              f"{os.getpid()})", "traceback": traceback.format_exc()}, 1
+    try:
+        with os.fdopen(wfd, "w") as fh:
+            fh.write(json.dumps(out))
+    finally:
+        os._exit(code)
+
+
+def _reap(pids: list[int], kill: bool) -> dict[int, int]:
+    """Wait for every child (ending it first if `kill`): pid -> its wait status."""
+    status = {}
+    for pid in pids:
+        if kill:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        while True:
+            try:
+                status[pid] = os.waitpid(pid, 0)[1]
+                break
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                status[pid] = 0
+                break
+    return status
+
+
+def run(jobs: Sequence[Job], workers: int | None = None) -> list[bool]:
+    """Run every job, shared over `workers` processes (default: the cores, at most one
+    per job); returns each job's result in the order of `jobs`."""
+    workers = min(workers or cores(), len(jobs))
+    if workers <= 1 or threading.active_count() > 1 or not hasattr(os, "fork"):
+        got = run_share(jobs, range(len(jobs)))
+        return [got[i] for i in range(len(jobs))]
+    parts = shares(len(jobs), workers)
+    pids, reads = [], []
+    try:
+        for mine in parts[1:]:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child
+                os.close(r)
+                _child(jobs, mine, w)
+            os.close(w)
+            pids.append(pid)
+            reads.append(os.fdopen(r))
+        got = run_share(jobs, parts[0])
+        reports = [fh.read() for fh in reads]
+    except BaseException:
+        for fh in reads:
+            fh.close()
+        _reap(pids, kill=True)
+        raise
+    for fh in reads:
+        fh.close()
+    status = _reap(pids, kill=False)
+    for pid, mine, text in zip(pids, parts[1:], reports):
+        rep = json.loads(text) if text else {
+            "error": f"plot child {pid} ended without a report (wait status {status[pid]})"}
+        if "error" in rep:
+            raise PlotFailed(rep["error"] + ("\n" + rep["traceback"] if "traceback" in rep
+                                             else ""))
+        got.update({int(i): ok for i, ok in rep["done"].items()})
+    return [got[i] for i in range(len(jobs))]
