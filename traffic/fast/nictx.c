@@ -23,6 +23,7 @@
  * lag of each action against its due time). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "pyattr.h"
 
@@ -36,27 +37,74 @@ static PyObject *s_pause, *s_next_expiry, *s_expire_pauses, *s_mask, *s_resumed_
 /* bound on first use (traffic.nic.datapath imports this module's selector) */
 static PyObject *NIC_SEND, *RC_ENDPOINT, *FAST_REQUESTER, *REQUESTER_NEXT, *NEXT_WRITE,
     *LAG_METER, *TIME_DILATION;
+static PyObject *ROCE_PKT; /* emucore.wire.ib.RocePkt */
+enum { P_OPCODE, P_PSN, P_ACKREQ, P_IMM, P_PAYLOAD, P_BECN, P_VA, P_RKEY, P_DLEN, P_SYNDROME,
+       P_MSN, N_P };
+static Py_ssize_t PKT_OFF[N_P]; /* its fields' slots, in frame_of's order */
+enum { M_COUNT, M_HIST, M_MAX_S, M_WORST_WHAT, M_TD, N_M };
+static Py_ssize_t METER_OFF[N_M]; /* LagMeter's */
 static double *EDGES; /* emucore.fidelity.BUCKET_EDGES */
 static Py_ssize_t N_EDGES;
-
-/* o.name += by (item 0: getattr / setattr) or o[name] += by (item 1: the Python's
- * c["tx_frames"] += 1, hist[i] += 1): any number type, as the Python's += */
-static int add(PyObject *o, PyObject *name, Py_ssize_t by, int item)
-{
-    PyObject *x = item ? PyObject_GetItem(o, name) : PyObject_GetAttr(o, name);
-    PyObject *b = x ? PyLong_FromSsize_t(by) : NULL, *y = b ? PyNumber_InPlaceAdd(x, b) : NULL;
-    int rc = y == NULL ? -1 : item ? PyObject_SetItem(o, name, y) : PyObject_SetAttr(o, name, y);
-    Py_XDECREF(x);
-    Py_XDECREF(b);
-    Py_XDECREF(y);
-    return rc;
-}
 
 static PyObject *attr_of(const char *module, const char *name)
 {
     PyObject *m = PyImport_ImportModule(module), *v = m ? PyObject_GetAttrString(m, name) : NULL;
     Py_XDECREF(m);
     return v;
+}
+
+/* Slots of the __slots__ classes transmit reads per frame (RocePkt, LagMeter): their
+ * member descriptors' offsets, so that an object of exactly that class is read and written
+ * as getattr / setattr would (an unset slot is an AttributeError) without the lookup. */
+static int slot_offsets(PyObject *type, PyObject *const *names, int n, Py_ssize_t *off)
+{
+    for (int i = 0; i < n; i++) {
+        PyObject *d = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, names[i]);
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%R.%U: a __slots__ member is required", type, names[i]);
+            return -1;
+        }
+        off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    return 0;
+}
+
+/* getattr(o, name) through slot offset `off` (ATTR, -1: the plain getattr); a new reference. */
+static PyObject *slot_get(PyObject *o, PyObject *name, Py_ssize_t off)
+{
+    if (off < 0)
+        return PyObject_GetAttr(o, name);
+    PyObject *v = *(PyObject **)((char *)o + off);
+    if (v == NULL)
+        PyErr_SetObject(PyExc_AttributeError, name);
+    return Py_XNewRef(v);
+}
+
+/* setattr(o, name, v) through slot offset `off` (-1: the plain setattr); v borrowed. */
+static int slot_set(PyObject *o, PyObject *name, Py_ssize_t off, PyObject *v)
+{
+    if (off < 0)
+        return PyObject_SetAttr(o, name, v);
+    Py_XSETREF(*(PyObject **)((char *)o + off), Py_NewRef(v));
+    return 0;
+}
+
+enum { ATTR = -1, ITEM = -2 };
+
+/* o.name += by (how ATTR: getattr / setattr; a slot offset: the same through the slot) or
+ * o[name] += by (how ITEM: the Python's c["tx_frames"] += 1, hist[i] += 1): any number
+ * type, as the Python's += */
+static int add(PyObject *o, PyObject *name, Py_ssize_t by, Py_ssize_t how)
+{
+    PyObject *x = how == ITEM ? PyObject_GetItem(o, name) : slot_get(o, name, how);
+    PyObject *b = x ? PyLong_FromSsize_t(by) : NULL, *y = b ? PyNumber_InPlaceAdd(x, b) : NULL;
+    int rc = y == NULL ? -1 : how == ITEM ? PyObject_SetItem(o, name, y) : slot_set(o, name, how, y);
+    Py_XDECREF(x);
+    Py_XDECREF(b);
+    Py_XDECREF(y);
+    return rc;
 }
 
 /* The Python classes and functions transmit recognises, and the meter's bucket edges. */
@@ -72,13 +120,25 @@ static int bind(void)
     LAG_METER = attr_of("emucore.fidelity", "LagMeter");
     TIME_DILATION = attr_of("emucore.timedil", "TimeDilation");
     edges = attr_of("emucore.fidelity", "BUCKET_EDGES");
+    ROCE_PKT = attr_of("emucore.wire.ib", "RocePkt");
     REQUESTER_NEXT = req ? PyObject_GetAttr(req, s_next_packet) : NULL;
     PyObject *send = nic ? PyObject_GetAttr(nic, s_send) : NULL;
     Py_XDECREF(nic);
     Py_XDECREF(req);
     int rc = -1;
     if (send == NULL || RC_ENDPOINT == NULL || FAST_REQUESTER == NULL || NEXT_WRITE == NULL
-        || LAG_METER == NULL || TIME_DILATION == NULL || REQUESTER_NEXT == NULL || edges == NULL)
+        || LAG_METER == NULL || TIME_DILATION == NULL || REQUESTER_NEXT == NULL || edges == NULL
+        || ROCE_PKT == NULL)
+        goto out;
+    PyObject *const pkt_names[N_P] = {s_opcode, s_psn, s_ackreq, s_imm, s_payload, s_becn,
+                                      s_va, s_rkey, s_dlen, s_syndrome, s_msn};
+    PyObject *const meter_names[N_M] = {s_count, s_hist, s_max_s, s_worst_what, s_td};
+    if (!PyType_Check(ROCE_PKT) || !PyType_Check(LAG_METER)) {
+        PyErr_SetString(PyExc_TypeError, "RocePkt and LagMeter: classes are required");
+        goto out;
+    }
+    if (slot_offsets(ROCE_PKT, pkt_names, N_P, PKT_OFF) < 0
+        || slot_offsets(LAG_METER, meter_names, N_M, METER_OFF) < 0)
         goto out;
     if (!PyTuple_Check(edges)) {
         PyErr_SetString(PyExc_TypeError, "emucore.fidelity.BUCKET_EDGES: a tuple is required");
@@ -158,9 +218,9 @@ static int send(Tx *x, PyObject *frame)
     if ((c = PyObject_GetAttr(x->nic, s_c)) == NULL)
         goto out;
     if (r == NULL)
-        rc = add(c, s_tx_errors, 1, 1);
+        rc = add(c, s_tx_errors, 1, ITEM);
     else
-        rc = add(c, s_tx_frames, 1, 1) < 0 ? -1 : add(c, s_tx_bytes, PyBytes_GET_SIZE(frame), 1);
+        rc = add(c, s_tx_frames, 1, ITEM) < 0 ? -1 : add(c, s_tx_bytes, PyBytes_GET_SIZE(frame), ITEM);
 out:
     Py_DECREF(raw);
     Py_XDECREF(c);
@@ -185,9 +245,9 @@ static int record(Tx *x, double due, PyObject *done_o)
         return r == NULL ? -1 : 0;
     }
     double lag = (done - due) / x->mtdf, max_s;
-    PyObject *hist;
+    PyObject *m = x->meter, *hist, *k, *mx;
     Py_ssize_t i = 0, lo = 0, hi = N_EDGES;
-    if (add(x->meter, s_count, 1, 0) < 0)
+    if (add(m, s_count, 1, METER_OFF[M_COUNT]) < 0)
         return -1;
     if (lag <= 0.0)
         i = 0;
@@ -201,19 +261,28 @@ static int record(Tx *x, double due, PyObject *done_o)
         }
         i = 1 + lo;
     }
-    if ((hist = PyObject_GetAttr(x->meter, s_hist)) == NULL)
+    if ((hist = slot_get(m, s_hist, METER_OFF[M_HIST])) == NULL)
         return -1;
-    PyObject *k = PyLong_FromSsize_t(i);
-    int rc = k == NULL ? -1 : add(hist, k, 1, 1);
+    k = PyLong_FromSsize_t(i);
+    int rc = k == NULL ? -1 : add(hist, k, 1, ITEM);
     Py_XDECREF(k);
     Py_DECREF(hist);
     if (rc < 0 || lag <= 0.0)
         return rc;
-    if (get_d(x->meter, s_max_s, &max_s) < 0)
+    if ((mx = slot_get(m, s_max_s, METER_OFF[M_MAX_S])) == NULL)
         return -1;
-    if (lag > max_s && (set_d(x->meter, s_max_s, lag) < 0
-                        || PyObject_SetAttr(x->meter, s_worst_what, s_pacer) < 0))
+    max_s = PyFloat_AsDouble(mx);
+    Py_DECREF(mx);
+    if (max_s == -1.0 && PyErr_Occurred())
         return -1;
+    if (lag > max_s) {
+        PyObject *f = PyFloat_FromDouble(lag);
+        if (f == NULL)
+            return -1;
+        slot_set(m, s_max_s, METER_OFF[M_MAX_S], f);
+        Py_DECREF(f);
+        slot_set(m, s_worst_what, METER_OFF[M_WORST_WHAT], s_pacer);
+    }
     return 0;
 }
 
@@ -249,11 +318,12 @@ out:
 /* frame_of(q.tmpl, pkt) of traffic/nic/datapath.py: the template's build. */
 static PyObject *frame_of(PyObject *t, PyObject *p)
 {
-    PyObject *v[11] = {NULL}, *reth = NULL, *aeth = NULL, *f = NULL;
-    PyObject *const names[11] = {s_opcode, s_psn, s_ackreq, s_imm, s_payload, s_becn,
-                                 s_va, s_rkey, s_dlen, s_syndrome, s_msn};
-    for (int i = 0; i < 11; i++)
-        if ((v[i] = PyObject_GetAttr(p, names[i])) == NULL)
+    PyObject *v[N_P] = {NULL}, *reth = NULL, *aeth = NULL, *f = NULL;
+    PyObject *const names[N_P] = {s_opcode, s_psn, s_ackreq, s_imm, s_payload, s_becn,
+                                  s_va, s_rkey, s_dlen, s_syndrome, s_msn};
+    int exact = Py_TYPE(p) == (PyTypeObject *)ROCE_PKT;
+    for (int i = 0; i < N_P; i++)
+        if ((v[i] = slot_get(p, names[i], exact ? PKT_OFF[i] : -1)) == NULL)
             goto out;
     reth = v[6] != Py_None ? PyTuple_Pack(3, v[6], v[7], v[8]) : Py_NewRef(Py_None);
     if (reth == NULL)
@@ -271,7 +341,7 @@ static PyObject *frame_of(PyObject *t, PyObject *p)
     PyObject *a[9] = {t, v[0], v[1], v[2], reth, v[3], aeth, v[4], v[5]};
     f = PyObject_VectorcallMethod(s_build, a, 8 | PY_VECTORCALL_ARGUMENTS_OFFSET, KW_BECN);
 out:
-    for (int i = 0; i < 11; i++)
+    for (int i = 0; i < N_P; i++)
         Py_XDECREF(v[i]);
     Py_XDECREF(reth);
     Py_XDECREF(aeth);
@@ -303,7 +373,7 @@ static int account(Tx *x, PyObject *q, long long size, double next_t)
     PyObject *rp = NULL, *m = NULL, *r = NULL;
     double rate = x->link, rc_v, port;
     int rc = -1;
-    if (add(q, s_tx_frames, 1, 0) < 0 || add(q, s_tx_wire_bytes, (Py_ssize_t)size, 0) < 0
+    if (add(q, s_tx_frames, 1, ATTR) < 0 || add(q, s_tx_wire_bytes, (Py_ssize_t)size, ATTR) < 0
         || (rp = PyObject_GetAttr(q, s_rp)) == NULL)
         goto out;
     if (rp != Py_None) {
