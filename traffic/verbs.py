@@ -122,6 +122,7 @@ class CQ:
         self.depth = depth
         self._q: deque[WC] = deque()
         self.overrun = False
+        self.pushed = 0  # completions added so far (the NIC wakes its CQ waiters on news)
 
     def push(self, wc: WC) -> None:
         """Add a completion (RNIC side); on overflow the WC is lost and `overrun` is set."""
@@ -129,6 +130,7 @@ class CQ:
             self.overrun = True
             return
         self._q.append(wc)
+        self.pushed += 1
 
     def poll(self, n: int = 1) -> list[WC]:
         """Remove and return up to `n` completions, oldest first (ibv_poll_cq)."""

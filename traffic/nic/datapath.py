@@ -39,7 +39,11 @@ DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
   frames no later than the next grid point unless that deadline is at most one grid step
   away (traffic.nic.wakeup: the grid and why); it reads the raw socket only when select
   said it was readable or while receiving on the grid.
-* One lock guards all NIC state; the loop holds it for one iteration at a time.
+* One lock guards all NIC state; the loop holds it for one iteration at a time. A control
+  thread waiting in poll_cq (traffic.nic.ctl) is woken after an iteration that added a
+  completion to a CQ, not after every iteration: each wake-up of it costs the loop a
+  thread switch, and in an AllReduce an iteration moves one frame while a completion
+  ends a message of hundreds.
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ class Nic(NicVerbs, UetRx):
         self.port_next = 0.0
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
-        self.waiters = 0
+        self.waiters = 0  # control threads waiting in poll_cq (traffic.nic.ctl)
+        self.notified = 0  # the CQs' completions when the waiters were last woken
         self.running = True
         self.wakeups = 0  # select calls of `run` (emu.bench.nicloop)
         self.rx_stamps = False  # the raw socket's frames carry arrival stamps (wakeup)
@@ -314,8 +319,11 @@ class Nic(NicVerbs, UetRx):
                     q.blocked = False
                     q.ready_at = now
         self.transmit(now)
-        if self.waiters:
-            self.cond.notify_all()
+        if self.waiters:  # a control thread waits in poll_cq: only a completion wakes it
+            pushed = sum(c.pushed for c in self.cqs.values())
+            if pushed != self.notified:
+                self.notified = pushed
+                self.cond.notify_all()
         wake = now + 0.05
         paused = self.pause.paused_mask(now)
         for q in self.order:
