@@ -14,16 +14,26 @@ workers (`python -m collectives.worker`), and everything else emu started (its o
 process, LLDP speakers, dumpcap, the namespaces' shells) as "other". A child of a
 known process has its parent's kind. A process's last interval before it exits (at
 most one sampling period) is not seen; nothing of it is lost otherwise.
+
+The tracker runs in emu's own process beside the fabric it measures, at every metrics
+sample, so a sample must be cheap: files are read with one `os.read` each (no pathlib),
+and smaps_rollup - for which the kernel walks every mapping of the process, under its
+mmap lock - only once per `PSS_PERIOD_S` (memory moves slowly; VmHWM, a high-water mark
+the kernel keeps, is read at every sample). A sample of a running rail2x4 AllReduce's 45
+processes cost 127 ms of CPU before, smaps_rollup most of it (docs/PERFORMANCE.md,
+"The sampler's own cost").
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 KINDS = ("agents", "nics", "workers", "other")
+PSS_PERIOD_S = 2.0  #: the smallest lab time between two rounds of smaps_rollup
 #: a worker's command line holds one of these: its own `python -m collectives.worker`, or,
 #: forked from the job's zygote (collectives.zygote, which imported torch once for all
 #: of them), the zygote's - which counts as a worker too: it is their shared torch
@@ -73,13 +83,20 @@ class CpuTracker:
         #: from then on counts, over the same wall time (imports and set-up are not the run)
         self.base: dict[int, float] = {}
         self.pss_peak_kb: dict[str, int] = {}  # kind -> largest sum of PSS at one sample
+        self.pss_t = -math.inf  # when PSS was last summed
         self.t0 = self.t1 = 0.0
 
-    def _read(self, pid: int, name: str) -> str | None:
+    def _read(self, pid: int | str, name: str) -> str | None:
         try:
-            return (self.proc / str(pid) / name).read_text()
+            fd = os.open(f"{self.proc}/{pid}/{name}", os.O_RDONLY)
         except OSError:  # gone meanwhile
             return None
+        try:
+            return os.read(fd, 1 << 16).decode(errors="replace")
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def start(self) -> None:
         """Begin: note the CPU used so far by every process below `root`, and the time."""
@@ -88,14 +105,17 @@ class CpuTracker:
         self.base = {pid: cpu for pid, (_, cpu, _) in self.seen.items()}
 
     def sample(self) -> None:
-        """Walk the process tree once and update every descendant's figures."""
+        """Walk the process tree once and update every descendant's figures (PSS only
+        when `PSS_PERIOD_S` has passed since it was last summed)."""
+        now = self.clock()
+        with_pss = now - self.pss_t >= PSS_PERIOD_S
         parent, cpu = {}, {}
-        for d in self.proc.iterdir():
-            if not d.name.isdigit():
+        for name in os.listdir(self.proc):
+            if not name.isdigit():
                 continue
-            text = self._read(int(d.name), "stat")
+            text = self._read(name, "stat")
             if text:
-                parent[int(d.name)], cpu[int(d.name)] = parse_stat(text)
+                parent[int(name)], cpu[int(name)] = parse_stat(text)
         children: dict[int, list[int]] = {}
         for pid, pp in parent.items():
             children.setdefault(pp, []).append(pid)
@@ -112,20 +132,20 @@ class CpuTracker:
                 hwm = parse_hwm_kb(status) if status else 0
                 old = self.seen.get(pid, (kind, 0.0, 0))
                 self.seen[pid] = (kind, max(cpu[pid], old[1]), max(hwm, old[2]))
-                rollup = self._read(pid, "smaps_rollup")
-                pss[kind] = pss.get(kind, 0) + (parse_pss_kb(rollup) if rollup else 0)
+                if with_pss:
+                    rollup = self._read(pid, "smaps_rollup")
+                    pss[kind] = pss.get(kind, 0) + (parse_pss_kb(rollup) if rollup else 0)
             stack += [(c, kind) for c in children.get(pid, ())]
-        for kind, kb in pss.items():
-            self.pss_peak_kb[kind] = max(kb, self.pss_peak_kb.get(kind, 0))
-        self.pss_peak_kb["total"] = max(sum(pss.values()), self.pss_peak_kb.get("total", 0))
-        self.t1 = self.clock()
+        if with_pss:
+            self.pss_t = now
+            for kind, kb in pss.items():
+                self.pss_peak_kb[kind] = max(kb, self.pss_peak_kb.get(kind, 0))
+            self.pss_peak_kb["total"] = max(sum(pss.values()), self.pss_peak_kb.get("total", 0))
+        self.t1 = now
 
     def _is_worker(self, pid: int) -> bool:
-        try:
-            cmd = (self.proc / str(pid) / "cmdline").read_bytes()
-        except OSError:
-            return False
-        return any(m in cmd for m in WORKER_MODULES)
+        cmd = self._read(pid, "cmdline")
+        return cmd is not None and any(m.decode() in cmd for m in WORKER_MODULES)
 
     def report(self, cores: int | None = None) -> dict:
         """{"wall_s", "cores_used", "pss_peak_mb" (all kinds), kind: {"cpu_s", "cores",

@@ -184,6 +184,27 @@ def test_pss_peak_is_the_largest_sum_at_one_sample(tmp_path):
     assert r["other"]["pss_peak_mb"] == 1.0 and r["pss_peak_mb"] == 111.0
 
 
+def test_pss_is_summed_at_most_once_per_period_and_cpu_at_every_sample(tmp_path):
+    import os
+    from emu.observe import procstat
+    tick = os.sysconf("SC_CLK_TCK")
+    procs = {100: (1, 0, 1000, b"emu"), 400: (100, 0, 200_000, b"python\0-m\0collectives.zygote")}
+    fake_proc(tmp_path, procs, pss={100: 1024, 400: 10_240})
+    clock = iter([0.0, 0.0, 0.5, 1.99, 2.0])
+    t = CpuTracker(100, dict, proc=tmp_path, clock=clock.__next__)
+    t.start()  # t = 0: the first sample sums PSS
+    # a peak between two rounds is not seen; CPU is, at every sample
+    fake_proc(tmp_path, {**procs, 400: (100, 3 * tick, 200_000, b"python\0-m\0collectives.zygote")},
+              pss={100: 1024, 400: 204_800})
+    t.sample()  # 0.5 s
+    assert t.pss_peak_kb["workers"] == 10_240 and t.report(2)["workers"]["cpu_s"] == 3.0
+    fake_proc(tmp_path, procs, pss={100: 1024, 400: 20_480})
+    t.sample()  # 1.99 s: not yet
+    assert t.pss_peak_kb["workers"] == 10_240
+    t.sample()  # 2.0 s after the last round
+    assert t.pss_peak_kb["workers"] == 20_480 and procstat.PSS_PERIOD_S == 2.0
+
+
 WRITE = {"ok": True, "text": "write: 1 MB", "result": {"workload": "write", "bytes": 1 << 20}}
 
 
