@@ -49,6 +49,10 @@ class Meter(LagMeter):
     """Not a LagMeter exactly: the C calls its record."""
 
 
+class SubNic(datapath.Nic):
+    """Not a Nic exactly: the C reads its attributes by getattr, not from its __dict__."""
+
+
 def mark_ce(f):
     """The frame with ECN CE and its IPv4 header checksum redone (a switch's mark)."""
     m = bytearray(f)
@@ -104,11 +108,12 @@ def using(fn):
 
 
 def scenario(seed, fn, nqp=3, size=96 * 1024, loss=0.0, ce=0.0, pfc=(), window=None,
-             flaky=0, send_hook=False, meter=False, delay=0):
+             flaky=0, send_hook=False, meter=False, delay=0, subclass=False):
     """One run; returns (trace, final states). `pfc`: (step, quanta) PFC frames to NIC a
     on its data priority; `loss`/`ce`: per data frame a -> b; `flaky`: a's wire fails
     every flaky-th send; `send_hook`: a's send is an instance attribute; `meter`: a's
-    meter is a LagMeter subclass; `delay`: b's frames reach a that many steps later."""
+    meter is a LagMeter subclass; `delay`: b's frames reach a that many steps later;
+    `subclass`: a is a Nic subclass."""
     rng, clock = random.Random(seed), Clock(seed)
     kw = {} if window is None else {"window": window}
     data = random.Random(seed).randbytes(size)
@@ -129,6 +134,8 @@ def scenario(seed, fn, nqp=3, size=96 * 1024, loss=0.0, ce=0.0, pfc=(), window=N
             a.send = lambda f, send=a.send: sent.append(len(f)) or send(f)
         if meter:
             a.meter = Meter(a.td)
+        if subclass:
+            a.__class__ = SubNic
         now = clock.t = 100.0
         for k, (qa, _, ma, mb) in enumerate(pairs):
             n = size - 1000 * k
@@ -174,6 +181,7 @@ CASES = {
     "window fills": dict(window=4, ce=0.1, delay=6),
     "loss": dict(loss=0.05, window=16),
     "send fails, hooked send, meter subclass": dict(flaky=9, send_hook=True, meter=True),
+    "a Nic subclass, send fails": dict(flaky=7, subclass=True, ce=0.2),
 }
 
 

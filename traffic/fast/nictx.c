@@ -35,7 +35,7 @@ static PyObject *s_pause, *s_next_expiry, *s_expire_pauses, *s_mask, *s_resumed_
     *s_tx_errors, *s_tx_bytes, *s_pacer, *s_opcode, *s_psn, *s_ackreq, *s_va, *s_rkey,
     *s_dlen, *s_syndrome, *s_msn, *s_imm, *s_payload, *s_becn, *KW_BECN, *ZERO;
 /* bound on first use (traffic.nic.datapath imports this module's selector) */
-static PyObject *NIC_SEND, *RC_ENDPOINT, *FAST_REQUESTER, *REQUESTER_NEXT, *NEXT_WRITE,
+static PyObject *NIC_TYPE, *NIC_SEND, *RC_ENDPOINT, *FAST_REQUESTER, *REQUESTER_NEXT, *NEXT_WRITE,
     *LAG_METER, *TIME_DILATION;
 static PyObject *ROCE_PKT; /* emucore.wire.ib.RocePkt */
 enum { P_OPCODE, P_PSN, P_ACKREQ, P_IMM, P_PAYLOAD, P_BECN, P_VA, P_RKEY, P_DLEN, P_SYNDROME,
@@ -45,6 +45,7 @@ enum { M_COUNT, M_HIST, M_MAX_S, M_WORST_WHAT, M_TD, N_M };
 static Py_ssize_t METER_OFF[N_M]; /* LagMeter's */
 static double *EDGES; /* emucore.fidelity.BUCKET_EDGES */
 static Py_ssize_t N_EDGES;
+static int NIC_PLAIN; /* no name transmit reads of a Nic is a data descriptor of its class */
 
 static PyObject *attr_of(const char *module, const char *name)
 {
@@ -123,7 +124,6 @@ static int bind(void)
     ROCE_PKT = attr_of("emucore.wire.ib", "RocePkt");
     REQUESTER_NEXT = req ? PyObject_GetAttr(req, s_next_packet) : NULL;
     PyObject *send = nic ? PyObject_GetAttr(nic, s_send) : NULL;
-    Py_XDECREF(nic);
     Py_XDECREF(req);
     int rc = -1;
     if (send == NULL || RC_ENDPOINT == NULL || FAST_REQUESTER == NULL || NEXT_WRITE == NULL
@@ -156,9 +156,19 @@ static int bind(void)
         }
         EDGES[i] = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(edges, i));
     }
+    PyObject *const nic_names[] = {s_slack, s_pause, s_port_next, s_order, s_rr, s_td,
+                                   s_link_lab_bps, s_meter, s_clock, s_raw, s_c};
+    NIC_PLAIN = 1;
+    for (size_t i = 0; i < sizeof nic_names / sizeof *nic_names; i++) {
+        PyObject *d = _PyType_Lookup((PyTypeObject *)nic, nic_names[i]);
+        if (d != NULL && Py_TYPE(d)->tp_descr_set != NULL)
+            NIC_PLAIN = 0;
+    }
+    NIC_TYPE = Py_NewRef(nic);
     NIC_SEND = Py_NewRef(send);
     rc = 0;
 out:
+    Py_XDECREF(nic);
     Py_XDECREF(send);
     Py_XDECREF(edges);
     return rc;
@@ -168,8 +178,40 @@ out:
  * them): the NIC, its time, its port's numbers, the TDF, how to send and record. */
 typedef struct {
     PyObject *nic, *now, *send, *meter, *mtd, *clock; /* send: NULL = Nic.send inline */
+    PyObject *dict;                           /* the Nic's __dict__ (NULL: getattr) */
     double t, slack, link, tdf, mtdf;         /* mtdf: the meter's TDF, if a LagMeter */
+    int loaded;                               /* load() ran: send .. mtdf are set */
 } Tx;
+
+/* getattr(nic, name), a new reference: an exact Nic's own __dict__ first, as getattr
+ * looks there when its class has no data descriptor of that name (NIC_PLAIN), else getattr. */
+static PyObject *nic_get(Tx *x, PyObject *name)
+{
+    if (x->dict != NULL) {
+        PyObject *v = PyDict_GetItemWithError(x->dict, name);
+        if (v != NULL)
+            return Py_NewRef(v);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return PyObject_GetAttr(x->nic, name);
+}
+
+/* setattr(nic, name, v): into an exact Nic's __dict__ (NIC_PLAIN), else setattr. */
+static int nic_set(Tx *x, PyObject *name, PyObject *v)
+{
+    return x->dict != NULL ? PyDict_SetItem(x->dict, name, v) : PyObject_SetAttr(x->nic, name, v);
+}
+
+static int nic_d(Tx *x, PyObject *name, double *v)
+{
+    PyObject *o = nic_get(x, name);
+    if (o == NULL)
+        return -1;
+    *v = PyFloat_AsDouble(o);
+    Py_DECREF(o);
+    return *v == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
 
 /* A float, or an int a double holds exactly (the Python's arithmetic on it is then the
  * same): 1 and its value; 0 anything else; -1 an error. */
@@ -206,7 +248,7 @@ static int send(Tx *x, PyObject *frame)
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
     }
-    PyObject *raw = PyObject_GetAttr(x->nic, s_raw), *c = NULL, *r = NULL;
+    PyObject *raw = nic_get(x, s_raw), *c = NULL, *r = NULL;
     int rc = -1;
     if (raw == NULL)
         return -1;
@@ -215,7 +257,7 @@ static int send(Tx *x, PyObject *frame)
     if (r == NULL && !PyErr_ExceptionMatches(PyExc_OSError))
         goto out;
     PyErr_Clear();
-    if ((c = PyObject_GetAttr(x->nic, s_c)) == NULL)
+    if ((c = nic_get(x, s_c)) == NULL)
         goto out;
     if (r == NULL)
         rc = add(c, s_tx_errors, 1, ITEM);
@@ -370,7 +412,7 @@ static PyObject *build(PyObject *q, PyObject *pkt)
 /* After q's frame of `size` bytes: its counters, DCQCN's bytes and rate, the two paces. */
 static int account(Tx *x, PyObject *q, long long size, double next_t)
 {
-    PyObject *rp = NULL, *m = NULL, *r = NULL;
+    PyObject *rp = NULL, *m = NULL, *r = NULL, *pn = NULL;
     double rate = x->link, rc_v, port;
     int rc = -1;
     if (add(q, s_tx_frames, 1, ATTR) < 0 || add(q, s_tx_wire_bytes, (Py_ssize_t)size, ATTR) < 0
@@ -396,24 +438,73 @@ static int account(Tx *x, PyObject *q, long long size, double next_t)
         goto out;
     }
     if (set_d(q, s_next_t, pace(next_t, x->t, size, rate, x->slack)) < 0
-        || get_d(x->nic, s_port_next, &port) < 0
-        || set_d(x->nic, s_port_next, pace(port, x->t, size, x->link, x->slack)) < 0)
+        || nic_d(x, s_port_next, &port) < 0
+        || (pn = PyFloat_FromDouble(pace(port, x->t, size, x->link, x->slack))) == NULL
+        || nic_set(x, s_port_next, pn) < 0)
         goto out;
     rc = 0;
 out:
     Py_XDECREF(rp);
     Py_XDECREF(m);
     Py_XDECREF(r);
+    Py_XDECREF(pn);
+    return rc;
+}
+
+/* What a frame needs beyond the checks, read once per call before the first state change:
+ * the TDF (a TimeDilation's, else 0: NotImplemented), the link's lab rate, the meter (its
+ * record inline if a LagMeter with a TimeDilation), the clock, the send (inline if
+ * Nic.send). 1 loaded, 0 NotImplemented, -1 an error. */
+static int load(Tx *x)
+{
+    PyObject *td = NULL, *tdf = NULL, *mtdf = NULL;
+    int rc = -1;
+    if ((td = nic_get(x, s_td)) == NULL)
+        goto out;
+    if (Py_TYPE(td) != (PyTypeObject *)TIME_DILATION) {
+        rc = 0;
+        goto out;
+    }
+    if ((tdf = PyObject_GetAttr(td, s_tdf)) == NULL || (rc = as_double(tdf, &x->tdf)) <= 0)
+        goto out;
+    rc = -1;
+    if (nic_d(x, s_link_lab_bps, &x->link) < 0 || (x->meter = nic_get(x, s_meter)) == NULL
+        || (x->clock = nic_get(x, s_clock)) == NULL
+        || (x->send = PyObject_GetAttr(x->nic, s_send)) == NULL)
+        goto out;
+    if (Py_TYPE(x->meter) == (PyTypeObject *)LAG_METER) { /* its record, inline */
+        if ((x->mtd = PyObject_GetAttr(x->meter, s_td)) == NULL)
+            goto out;
+        if (Py_TYPE(x->mtd) != (PyTypeObject *)TIME_DILATION
+            || (mtdf = PyObject_GetAttr(x->mtd, s_tdf)) == NULL || as_double(mtdf, &x->mtdf) <= 0) {
+            if (PyErr_Occurred())
+                goto out;
+            Py_CLEAR(x->mtd); /* its record, the Python's */
+        }
+    }
+    if (PyMethod_Check(x->send) && PyMethod_GET_FUNCTION(x->send) == NIC_SEND
+        && PyMethod_GET_SELF(x->send) == x->nic)
+        Py_CLEAR(x->send); /* Nic.send, inline */
+    x->loaded = rc = 1;
+out:
+    Py_XDECREF(td);
+    Py_XDECREF(tdf);
+    Py_XDECREF(mtdf);
     return rc;
 }
 
 /* One pass of the round robin over `order` from nic.rr: 1 a frame went, 0 none could
- * (the Python's for-else: return), -1 an error. */
+ * (the Python's for-else: return), 2 load() refused (nothing changed), -1 an error. */
 static int one_frame(Tx *x, PyObject *order, long long paused, PyObject *resumed_at)
 {
     Py_ssize_t n = PyList_GET_SIZE(order);
     long long rr;
-    if (get_ll(x->nic, s_rr, &rr) < 0)
+    PyObject *rr_o = nic_get(x, s_rr);
+    if (rr_o == NULL)
+        return -1;
+    rr = PyLong_AsLongLong(rr_o);
+    Py_DECREF(rr_o);
+    if (rr == -1 && PyErr_Occurred())
         return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (PyList_GET_SIZE(order) != n) {
@@ -451,13 +542,18 @@ static int one_frame(Tx *x, PyObject *order, long long paused, PyObject *resumed
             rc = 0;
             goto next;
         }
+        if (!x->loaded && (rc = load(x)) <= 0) {
+            rc = rc == 0 ? 2 : -1;
+            goto next;
+        }
+        rc = -1;
         if ((pkt = next_packet(x, q)) == NULL)
             goto next;
         if (pkt == Py_None) {
             rc = PyObject_SetAttr(q, s_blocked, Py_True);
             goto next;
         }
-        if ((frame = build(q, pkt)) == NULL || get_d(x->nic, s_port_next, &port) < 0
+        if ((frame = build(q, pkt)) == NULL || nic_d(x, s_port_next, &port) < 0
             || get_d(q, s_ready_at, &ready) < 0
             || (ra = PySequence_GetItem(resumed_at, (Py_ssize_t)prio)) == NULL)
             goto next;
@@ -474,7 +570,7 @@ static int one_frame(Tx *x, PyObject *order, long long paused, PyObject *resumed
             || record(x, due, done) < 0 || account(x, q, PyBytes_GET_SIZE(frame), next_t) < 0)
             goto next;
         PyObject *r = PyLong_FromLongLong((rr + (long long)i + 1) % (long long)n);
-        rc = r == NULL ? -1 : PyObject_SetAttr(x->nic, s_rr, r);
+        rc = r == NULL ? -1 : nic_set(x, s_rr, r);
         Py_XDECREF(r);
         if (rc == 0)
             rc = 1;
@@ -496,10 +592,9 @@ next:
 static PyObject *transmit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     Tx x = {0};
-    PyObject *td = NULL, *tdf = NULL, *pause = NULL, *ra = NULL, *order = NULL, *res = NULL,
-             *mtdf = NULL, *r = NULL;
+    PyObject *pause = NULL, *ra = NULL, *order = NULL, *res = NULL, *r = NULL;
     double expiry, port;
-    long long paused;
+    long long paused = 0;
     (void)mod;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "transmit(nic, now) takes 2 arguments");
@@ -511,50 +606,29 @@ static PyObject *transmit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     if (as_double(x.now, &x.t) <= 0)
         goto no_or_err;
-    if ((td = PyObject_GetAttr(x.nic, s_td)) == NULL)
+    if (Py_TYPE(x.nic) == (PyTypeObject *)NIC_TYPE && NIC_PLAIN
+        && (x.dict = PyObject_GenericGetDict(x.nic, NULL)) == NULL)
         goto out;
-    if (Py_TYPE(td) != (PyTypeObject *)TIME_DILATION)
-        goto no;
-    if ((tdf = PyObject_GetAttr(td, s_tdf)) == NULL)
+    if (nic_d(&x, s_slack, &x.slack) < 0 || (pause = nic_get(&x, s_pause)) == NULL
+        || get_d(pause, s_next_expiry, &expiry) < 0)
         goto out;
-    if (as_double(tdf, &x.tdf) <= 0)
-        goto no_or_err;
-    if ((x.meter = PyObject_GetAttr(x.nic, s_meter)) == NULL
-        || (x.clock = PyObject_GetAttr(x.nic, s_clock)) == NULL
-        || (x.send = PyObject_GetAttr(x.nic, s_send)) == NULL)
-        goto out;
-    if (Py_TYPE(x.meter) == (PyTypeObject *)LAG_METER) { /* its record, inline */
-        if ((x.mtd = PyObject_GetAttr(x.meter, s_td)) == NULL)
-            goto out;
-        if (Py_TYPE(x.mtd) != (PyTypeObject *)TIME_DILATION
-            || (mtdf = PyObject_GetAttr(x.mtd, s_tdf)) == NULL || as_double(mtdf, &x.mtdf) <= 0) {
-            if (PyErr_Occurred())
-                goto out;
-            Py_CLEAR(x.mtd); /* its record, the Python's */
-        }
-    }
-    if (PyMethod_Check(x.send) && PyMethod_GET_FUNCTION(x.send) == NIC_SEND
-        && PyMethod_GET_SELF(x.send) == x.nic)
-        Py_CLEAR(x.send); /* Nic.send, inline */
-    if (get_d(x.nic, s_slack, &x.slack) < 0 || get_d(x.nic, s_link_lab_bps, &x.link) < 0
-        || (pause = PyObject_GetAttr(x.nic, s_pause)) == NULL || get_d(pause, s_next_expiry, &expiry) < 0)
-        goto out;
-    /* from here on state changes, as the Python's */
+    /* from here on state changes, as the Python's, each after load() */
     if (x.t >= expiry) {
+        int l = load(&x);
+        if (l <= 0)
+            goto no_or_err;
         PyObject *a[2] = {x.nic, x.now};
         r = PyObject_VectorcallMethod(s_expire_pauses, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (r == NULL)
             goto out;
     }
-    if (get_ll(pause, s_mask, &paused) < 0 || (ra = PyObject_GetAttr(pause, s_resumed_at)) == NULL)
-        goto out;
     for (;;) {
-        if (get_d(x.nic, s_port_next, &port) < 0)
+        if (nic_d(&x, s_port_next, &port) < 0)
             goto out;
         if (!(x.t >= port - x.slack))
             break;
         Py_XDECREF(order);
-        if ((order = PyObject_GetAttr(x.nic, s_order)) == NULL)
+        if ((order = nic_get(&x, s_order)) == NULL)
             goto out;
         if (!PyList_Check(order)) {
             PyErr_SetString(PyExc_TypeError, "transmit: nic.order must be a list");
@@ -562,9 +636,16 @@ static PyObject *transmit(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
         }
         if (PyList_GET_SIZE(order) == 0)
             break;
+        /* pause.mask and pause.resumed_at, which the Python reads before the loop (no
+         * side effect, and nothing in the loop changes them) */
+        if (ra == NULL && (get_ll(pause, s_mask, &paused) < 0
+                           || (ra = PyObject_GetAttr(pause, s_resumed_at)) == NULL))
+            goto out;
         int k = one_frame(&x, order, paused, ra);
         if (k < 0)
             goto out;
+        if (k == 2) /* load() refused: nothing changed yet */
+            goto no;
         if (k == 0)
             break;
     }
@@ -576,9 +657,7 @@ no_or_err:
 no:
     res = Py_NewRef(Py_NotImplemented);
 out:
-    Py_XDECREF(td);
-    Py_XDECREF(tdf);
-    Py_XDECREF(mtdf);
+    Py_XDECREF(x.dict);
     Py_XDECREF(x.meter);
     Py_XDECREF(x.mtd);
     Py_XDECREF(x.clock);
