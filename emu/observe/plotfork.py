@@ -4,8 +4,9 @@ a run spent 2.6-4.2 s on its plots, nearly all of it matplotlib laying out and r
 text, one figure after the other on one core while the other idled).
 
 The children are forked after matplotlib is imported and the run's files are read, so
-each starts drawing at once; they share nothing after the fork but their results, a
-JSON line on a pipe. Nothing is left behind: every child is waited for, also when the
+each starts drawing at once; every process takes the next plot from a shared queue when
+done with one (the plots differ in cost, 0.2-0.6 s), and the children send their results
+back as a JSON line on a pipe. Nothing is left behind: every child is waited for, also when the
 caller's own share raises or Ctrl-C comes (the children are then ended by pid first).
 A child's error is raised in the caller with its traceback (`PlotFailed`), as the same
 plot's error would be raised when drawn in the caller. With threads running (a fork
@@ -40,28 +41,34 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def run_share(jobs: Sequence[Job], mine: Sequence[int]) -> dict[int, bool]:
-    """Draw jobs[i] for i in `mine`, in order: {i: drew it}."""
-    return {i: bool(jobs[i][1]()) for i in mine}
+def take(queue: int) -> int | None:
+    """The next job index from the shared queue (a pipe of one byte per job, its write
+    end closed: a 1-byte read(2) of a pipe is atomic, each index goes to one process);
+    None when it is empty."""
+    b = os.read(queue, 1)
+    return b[0] if b else None
 
 
-def shares(n_jobs: int, workers: int) -> list[list[int]]:
-    """Job indices per worker, round robin (worker 0 is the caller)."""
-    return [list(range(w, n_jobs, workers)) for w in range(workers)]
+def drain(jobs: Sequence[Job], queue: int, note: Callable[[str], None]) -> dict[int, bool]:
+    """Draw jobs from the queue until it is empty: {i: drew it}; `note(name)` before
+    each (a child names the plot that failed)."""
+    done = {}
+    while (i := take(queue)) is not None:
+        note(jobs[i][0])
+        done[i] = bool(jobs[i][1]())
+    return done
 
 
-def _child(jobs: Sequence[Job], mine: Sequence[int], wfd: int) -> None:
-    """A child's life: draw its share, report on the pipe, _exit (never returns)."""
+def _child(jobs: Sequence[Job], queue: int, wfd: int) -> None:
+    """A child's life: draw from the queue, report on the pipe, _exit (never returns)."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # not the caller's handlers (emu.cli's
         signal.signal(sig, signal.SIG_DFL)  # raise KeyboardInterrupt): ended, it just ends
-    code, done, name = 0, {}, "?"
+    code, name = 0, ["?"]
     try:
-        for i in mine:
-            name = jobs[i][0]
-            done[str(i)] = bool(jobs[i][1]())
-        out: dict = {"done": done}
+        out: dict = {"done": {str(i): ok for i, ok in
+                              drain(jobs, queue, lambda n: name.__setitem__(0, n)).items()}}
     except BaseException as exc:  # noqa: BLE001 - every error goes to the parent
-        out, code = {"error": f"plot {name}: {type(exc).__name__}: {exc} (in plot child "
+        out, code = {"error": f"plot {name[0]}: {type(exc).__name__}: {exc} (in plot child "
                               f"{os.getpid()})", "traceback": traceback.format_exc()}, 1
     try:
         with os.fdopen(wfd, "w") as fh:
@@ -93,34 +100,37 @@ def _reap(pids: list[int], kill: bool) -> dict[int, int]:
 
 def run(jobs: Sequence[Job], workers: int | None = None) -> list[bool]:
     """Run every job, shared over `workers` processes (default: the cores, at most one
-    per job); returns each job's result in the order of `jobs`."""
+    per job), each taking the next job when it is done with one; returns each job's
+    result in the order of `jobs`."""
     workers = min(workers or cores(), len(jobs))
-    if workers <= 1 or threading.active_count() > 1 or not hasattr(os, "fork"):
-        got = run_share(jobs, range(len(jobs)))
-        return [got[i] for i in range(len(jobs))]
-    parts = shares(len(jobs), workers)
+    if (workers <= 1 or threading.active_count() > 1 or not hasattr(os, "fork")
+            or len(jobs) > 255):
+        return [bool(fn()) for _, fn in jobs]
+    queue, w = os.pipe()
+    os.write(w, bytes(range(len(jobs))))
+    os.close(w)
     pids, reads = [], []
     try:
-        for mine in parts[1:]:
+        for _ in range(workers - 1):
             r, w = os.pipe()
             pid = os.fork()
             if pid == 0:  # the child
                 os.close(r)
-                _child(jobs, mine, w)
+                _child(jobs, queue, w)
             os.close(w)
             pids.append(pid)
             reads.append(os.fdopen(r))
-        got = run_share(jobs, parts[0])
+        got = drain(jobs, queue, lambda _name: None)
         reports = [fh.read() for fh in reads]
     except BaseException:
-        for fh in reads:
-            fh.close()
         _reap(pids, kill=True)
         raise
-    for fh in reads:
-        fh.close()
+    finally:
+        os.close(queue)
+        for fh in reads:
+            fh.close()
     status = _reap(pids, kill=False)
-    for pid, mine, text in zip(pids, parts[1:], reports):
+    for pid, text in zip(pids, reports):
         rep = json.loads(text) if text else {
             "error": f"plot child {pid} ended without a report (wait status {status[pid]})"}
         if "error" in rep:

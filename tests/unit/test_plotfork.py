@@ -4,6 +4,7 @@ files byte for byte as drawn one after the other, and serial with a thread runni
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -28,17 +29,25 @@ def pid_jobs(tmp_path, n):
     return [(f"j{i}", lambda i=i: job(i)) for i in range(n)]
 
 
-def test_shares_are_round_robin_with_the_caller_first():
-    assert plotfork.shares(5, 2) == [[0, 2, 4], [1, 3]]
-    assert plotfork.shares(3, 3) == [[0], [1], [2]]
+def meet(tmp_path, i, n):
+    """Job i of the first n: mark it taken, then wait until all n are taken (by then
+    each of n processes holds one: none can take a second while it waits here)."""
+    (tmp_path / f"{i}.pid").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 20
+    while not all((tmp_path / f"{k}.pid").exists() for k in range(n)):
+        assert time.monotonic() < deadline, "the jobs were not shared out"
+        time.sleep(0.005)
+    return True
 
 
-def test_results_in_order_drawn_by_the_caller_and_one_child(tmp_path):
-    assert plotfork.run(pid_jobs(tmp_path, 5), workers=2) == [True, False, True, False, True]
+def test_results_in_order_each_job_drawn_once_by_the_caller_or_a_child(tmp_path):
+    jobs = [(f"j{i}", lambda i=i: meet(tmp_path, i, 2)) for i in range(2)] + pid_jobs(
+        tmp_path, 5)[2:]
+    assert plotfork.run(jobs, workers=2) == [True, True, True, False, True]
     pids = [int((tmp_path / f"{i}.pid").read_text()) for i in range(5)]
     me = os.getpid()
-    assert [p == me for p in pids] == [True, False, True, False, True]
-    assert pids[1] == pids[3] and no_children_left()
+    assert me in pids[:2] and pids[0] != pids[1]  # the first two: the caller's and a child's
+    assert set(pids) == set(pids[:2]) and no_children_left()
 
 
 def test_serial_with_one_worker_or_a_thread_running(tmp_path):
@@ -57,18 +66,27 @@ def boom():
     raise ValueError("no such column")
 
 
+def split(tmp_path, in_caller, in_child):
+    """Two jobs, one to each process (`meet`), each then doing what its process does."""
+    me = os.getpid()
+
+    def job(i):
+        meet(tmp_path, i, 2)
+        return in_caller() if os.getpid() == me else in_child()
+    return [(f"j{i}", lambda i=i: job(i)) for i in range(2)]
+
+
 def test_a_childs_error_is_raised_with_its_traceback(tmp_path):
-    jobs = [("fine", lambda: True), ("broken", boom)]
-    with pytest.raises(plotfork.PlotFailed, match=r"plot broken: ValueError: no such column") as ei:
-        plotfork.run(jobs, workers=2)
+    with pytest.raises(plotfork.PlotFailed, match=r"plot j[01]: ValueError: no such column") as ei:
+        plotfork.run(split(tmp_path, lambda: True, boom), workers=2)
     assert "in boom" in str(ei.value) and no_children_left()
 
 
 def test_the_callers_error_ends_and_reaps_the_children(tmp_path):
-    jobs = [("broken", boom), ("slow", lambda: threading.Event().wait(30))]
+    t0 = time.monotonic()
     with pytest.raises(ValueError, match="no such column"):
-        plotfork.run(jobs, workers=2)
-    assert no_children_left()
+        plotfork.run(split(tmp_path, boom, lambda: threading.Event().wait(30)), workers=2)
+    assert no_children_left() and time.monotonic() - t0 < 20  # ended, not waited for
 
 
 def test_the_same_files_as_drawn_one_after_the_other(tmp_path, monkeypatch):
