@@ -41,6 +41,14 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def others_running() -> bool:
+    """Another thread runs in this process (a fork copies only the calling one)."""
+    return threading.active_count() > 1
+
+
+_fork = os.fork if hasattr(os, "fork") else None  #: fork(2) (tests note the children here)
+
+
 def take(queue: int) -> int | None:
     """The next job index from the shared queue (a pipe of one byte per job, its write
     end closed: a 1-byte read(2) of a pipe is atomic, each index goes to one process);
@@ -103,8 +111,7 @@ def run(jobs: Sequence[Job], workers: int | None = None) -> list[bool]:
     per job), each taking the next job when it is done with one; returns each job's
     result in the order of `jobs`."""
     workers = min(workers or cores(), len(jobs))
-    if (workers <= 1 or threading.active_count() > 1 or not hasattr(os, "fork")
-            or len(jobs) > 255):
+    if workers <= 1 or others_running() or _fork is None or len(jobs) > 255:
         return [bool(fn()) for _, fn in jobs]
     queue, w = os.pipe()
     os.write(w, bytes(range(len(jobs))))
@@ -113,7 +120,7 @@ def run(jobs: Sequence[Job], workers: int | None = None) -> list[bool]:
     try:
         for _ in range(workers - 1):
             r, w = os.pipe()
-            pid = os.fork()
+            pid = _fork()
             if pid == 0:  # the child
                 os.close(r)
                 _child(jobs, queue, w)

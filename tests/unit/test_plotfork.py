@@ -13,12 +13,31 @@ from emu.observe import plotfork, plots
 from .test_qp_plots import run_dir
 
 
-def no_children_left() -> bool:
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
+@pytest.fixture
+def forked(monkeypatch):
+    """The plot children's pids, forked whatever else runs in this process (pytest-xdist's
+    worker has a thread of its own, and children of other tests)."""
+    pids = []
+
+    def fork():
+        pid = os.fork()
+        if pid:
+            pids.append(pid)
+        return pid
+    monkeypatch.setattr(plotfork, "others_running", lambda: False)
+    monkeypatch.setattr(plotfork, "_fork", fork)
+    return pids
+
+
+def reaped(pids) -> bool:
+    """Every one of `pids` was forked and has been waited for (none is left behind)."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        return False
+    return bool(pids)
 
 
 def pid_jobs(tmp_path, n):
@@ -40,14 +59,15 @@ def meet(tmp_path, i, n):
     return True
 
 
-def test_results_in_order_each_job_drawn_once_by_the_caller_or_a_child(tmp_path):
+def test_results_in_order_each_job_drawn_once_by_the_caller_or_a_child(tmp_path, forked):
     jobs = [(f"j{i}", lambda i=i: meet(tmp_path, i, 2)) for i in range(2)] + pid_jobs(
         tmp_path, 5)[2:]
     assert plotfork.run(jobs, workers=2) == [True, True, True, False, True]
     pids = [int((tmp_path / f"{i}.pid").read_text()) for i in range(5)]
     me = os.getpid()
     assert me in pids[:2] and pids[0] != pids[1]  # the first two: the caller's and a child's
-    assert set(pids) == set(pids[:2]) and no_children_left()
+    assert set(pids) == set(pids[:2]) and reaped(forked)
+    assert forked == [p for p in pids[:2] if p != me]  # the one child, waited for
 
 
 def test_serial_with_one_worker_or_a_thread_running(tmp_path):
@@ -76,20 +96,20 @@ def split(tmp_path, in_caller, in_child):
     return [(f"j{i}", lambda i=i: job(i)) for i in range(2)]
 
 
-def test_a_childs_error_is_raised_with_its_traceback(tmp_path):
+def test_a_childs_error_is_raised_with_its_traceback(tmp_path, forked):
     with pytest.raises(plotfork.PlotFailed, match=r"plot j[01]: ValueError: no such column") as ei:
         plotfork.run(split(tmp_path, lambda: True, boom), workers=2)
-    assert "in boom" in str(ei.value) and no_children_left()
+    assert "in boom" in str(ei.value) and reaped(forked)
 
 
-def test_the_callers_error_ends_and_reaps_the_children(tmp_path):
+def test_the_callers_error_ends_and_reaps_the_children(tmp_path, forked):
     t0 = time.monotonic()
     with pytest.raises(ValueError, match="no such column"):
         plotfork.run(split(tmp_path, boom, lambda: threading.Event().wait(30)), workers=2)
-    assert no_children_left() and time.monotonic() - t0 < 20  # ended, not waited for
+    assert reaped(forked) and time.monotonic() - t0 < 20  # ended, not waited for
 
 
-def test_the_same_files_as_drawn_one_after_the_other(tmp_path, monkeypatch):
+def test_the_same_files_as_drawn_one_after_the_other(tmp_path, monkeypatch, forked):
     serial, shared = tmp_path / "serial", tmp_path / "shared"
     serial.mkdir()
     shared.mkdir()
@@ -100,7 +120,7 @@ def test_the_same_files_as_drawn_one_after_the_other(tmp_path, monkeypatch):
     assert [p.name for p in one] == [p.name for p in two] == ["qp_rates.png", "qp_windows.png"]
     for a, b in zip(one, two):
         assert a.read_bytes() == b.read_bytes()
-    assert no_children_left()
+    assert reaped(forked) and len(forked) == 1
 
 
 def test_warm_imports_in_a_thread_that_pyplot_joins():
