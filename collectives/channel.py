@@ -197,10 +197,12 @@ class ShmChannel(Channel):
         if self._peer_shm is None:  # the peer creates it when it opens its side
             try:
                 self._peer_shm = attach_untracked(self._peer_name)
-            except FileNotFoundError:
-                # Not yet: its OPEN follows the creation. An OPEN that found our socket
-                # unbound was sent before we bound it, so before this attempt: then the
-                # memory existed already and the attach above succeeded.
+            except (FileNotFoundError, ValueError):
+                # Not yet: its OPEN follows the creation. (ValueError: "cannot mmap an
+                # empty file" - the peer's shm_open had made it, its ftruncate had not yet
+                # sized it.) An OPEN that found our socket unbound was sent before we
+                # bound it, so before this attempt: then the memory existed already, sized,
+                # and the attach above succeeded.
                 try:
                     self.events.wait(("open", self.peer, 0), self.timeout)
                 except ChannelError as exc:

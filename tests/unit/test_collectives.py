@@ -217,6 +217,40 @@ def test_shm_ready_for_a_peer_that_has_finished_does_not_block():
     tx.close()
 
 
+def test_a_peer_landing_not_yet_sized_is_waited_for_until_its_open():
+    """The peer's shm_open had made its landing memory and its ftruncate had not yet sized
+    it: attaching then mapped an empty file (ValueError; a 4-rank uneven all-to-all failed
+    so in the fresh-clone suite, 2026-11-28 02:55 UTC). Its OPEN says it is ready."""
+    import _posixshmem
+    tag = os.urandom(4).hex()
+    ev = Events()
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    addr = lambda r: f"\0emutest{tag}-{r}"  # noqa: E731
+    name = lambda o, s: f"emutest{tag}-{o}-{s}"  # noqa: E731
+    peer.bind(addr(1))
+    fd = _posixshmem.shm_open("/" + name(1, 0), os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    tx = blocking_sender(10.0)
+    a = ShmChannel(0, 1, ev, 64, 2, 10.0, name=name, notify=tx, address=addr)
+    got = []
+    t = threading.Thread(target=lambda: got.append(len(a._remote())))
+    try:
+        t.start()
+        t.join(0.3)
+        assert t.is_alive() and got == []  # waiting for the OPEN, not failed
+        os.ftruncate(fd, 128)
+        ev.post(("open", 1, 0))
+        t.join(10)
+        assert got == [128]
+    finally:
+        ev.fail("test over")
+        t.join(10)
+        a.close()
+        os.close(fd)
+        _posixshmem.shm_unlink("/" + name(1, 0))
+        peer.close()
+        tx.close()
+
+
 def test_notification_to_a_full_queue_blocks_without_spinning():
     """A receiver that takes no notes (its queue holds net.unix.max_dgram_qlen of them):
     the sender blocks in the kernel until SO_SNDTIMEO, then fails. With Python's
