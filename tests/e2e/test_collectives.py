@@ -147,10 +147,15 @@ def test_a_script_that_never_communicates_fails_saying_so(tmp_path):
     r = subprocess.run([sys.executable, "-m", "emu", "run", "rail1x2", "--spines", "0", "--quiet",
                         "--pcap", "none", "--out", str(d), "--script", str(script)], cwd=ROOT,
                        capture_output=True, text=True, timeout=600)
-    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     s = json.loads((d / "summary.json").read_text())
-    assert s["verdict"] == "fail" and s["workload"]["no_fabric_bytes"] is True
+    # the checks fail (exit 1); a lab that also fell behind - a machine busy while the
+    # ranks import torch, with few timed actions on an idle fabric - exits 3 and says both
+    lost = s["verdict"] == "fidelity_lost"
+    assert r.returncode == (3 if lost else 1), r.stdout[-3000:] + r.stderr[-3000:]
+    assert s["checks_passed"] is False and s["workload"]["no_fabric_bytes"] is True
+    assert s["verdict"] in ("fail", "fidelity_lost")
     assert "no rank's NIC moved a byte over the fabric" in r.stdout
+    assert ("the checks failed too" in r.stdout) == lost
 
 
 def test_ring_allreduce_over_uet_is_exact_and_sprays(tmp_path):
