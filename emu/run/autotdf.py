@@ -22,17 +22,18 @@ The rule (`choose`, pure, table-tested in tests/unit/test_autotdf.py):
   topology's own TDF (its `tdf:`, else 5000 - `bench tdf`'s lossless figure), which
   is the floor.
 
-Python's factors (30, 60): one factor of 30 per hop and per NIC end, fitted on the 2-core VM (routed pipeline 5.9 us per frame) to
-`emu run` AllReduces judged by the guard (model time; guard p99 lag against 1 us):
-rail2x4 16 MB at TDF 2000 4.5-6.5 ms (7.5-13 us, lost), 5000 1.98-2.07 ms (1.3-2.4
-us, lost), 8000 1.325 ms (1.3 us, lost), 10000 1.184 ms (1.0 us, at the bound),
-20000 1.146 ms (0.13 us, kept up); rail8x4 (32 ranks) 4 MB at 5000 3.21 ms (5.6 us,
-lost), 20000 0.629 ms (1.8 us, lost). The rule gives rail2x4 ~18,000 -> 20000 (the
-first TDF measured comfortably inside the bound; 12.5 gave 10000, at the bound, and
-fresh-clone CI runs there ended at p99 1.3-1.8 us) and rail8x4 ~73,000 -> 100000.
+Python's factors (30 a hop, 60 for the NICs: 30 a NIC end) are fitted on the 2-core VM
+(routed pipeline 5.9 us per frame) to `emu run` AllReduces judged by the guard (model
+time; guard p99 lag against 1 us): rail2x4 16 MB at TDF 2000 4.5-6.5 ms (7.5-13 us,
+lost), 5000 1.98-2.07 ms (1.3-2.4 us, lost), 8000 1.325 ms (1.3 us, lost), 10000 1.184
+ms (1.0 us, at the bound), 20000 1.146 ms (0.13 us, kept up); rail8x4 (32 ranks) 4 MB at
+5000 3.21 ms (5.6 us, lost), 20000 0.629 ms (1.8 us, lost). The rule gives rail2x4
+~18,000 -> 20000 (the first TDF measured comfortably inside the bound; 12.5 gave 10000,
+at the bound, and fresh-clone CI runs there ended at p99 1.3-1.8 us) and rail8x4 ~73,000
+-> 100000.
 The guard (emu.observe.guard) judges every run afterwards, whatever the TDF.
 
-C's factors (HOP 89.7, NIC 603.4) are the agents' and the NICs' CPU per data frame of a
+C's factors (HOP 89.7, NIC 603.5) are the agents' and the NICs' CPU per data frame of a
 whole run that kept up, divided by the same hour's calibration, measured apart because
 on the C path the NICs cost ~7x an agent's hop (docs/PERFORMANCE.md "The compiled data
 path", the AllReduce at auto's TDF and two lower ones, 2026-11-28 00:09-00:14 UTC, the
@@ -41,10 +42,10 @@ up, p99 0.42 us; its model time within 0.1 % of TDF 20000's), the agents 5.8 s a
 NICs 39.0 s of CPU for the job's 164,063 data frames (672 MB of 4 KB payloads, 1 switch
 hop each: the rail-aware ring), the C calibration 0.394 us per frame (the same hour's
 auto run, 2,538,697 frames/s): 5.8 / 164,063 / 0.394 us = 89.7 per hop, 39.0 / 164,063 /
-0.394 us = 603.4 for the two NIC ends and their ACKs. The workers' CPU (12.1 s) is left
+0.394 us = 603.5 for the two NIC ends and their ACKs. The workers' CPU (12.1 s) is left
 out: it was the same at every TDF from 1000 to 20000 (11.6-14.4 s), work per job, not
 per lab second. At 10000 that is 1.31 cores of demand, within 70 % of 2: the rule picks
-10000 for that AllReduce (need ~9,300), where the single factor before (401.4 for hop and
+10000 for that AllReduce (need 9,355), where the single factor before (401.4 for hop and
 NIC end alike, from the agents' CPU alone) asked 20000. A frame's cost falls as the TDF
 falls (the NICs 47.3 / 39.0 / 35.2 s at 20000 / 10000 / 5000: shorter sleeps wake on
 warmer caches), so factors from 10000 are the safe side below it; 5000 kept up too
