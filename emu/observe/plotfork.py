@@ -26,19 +26,13 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 
+from emu.observe.procstat import machine_cores as cores  # the default share (tests set it)
+
 Job = tuple[str, Callable[[], bool]]  # (name, draw: True when it wrote its file)
 
 
 class PlotFailed(RuntimeError):
     """A plot raised in a child process: its name and the child's traceback."""
-
-
-def cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def others_running() -> bool:

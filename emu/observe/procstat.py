@@ -40,6 +40,14 @@ PSS_PERIOD_S = 2.0  #: the smallest lab time between two rounds of smaps_rollup
 WORKER_MODULES = (b"collectives.worker", b"collectives.zygote")
 
 
+def machine_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def parse_stat(text: str) -> tuple[int, float]:
     """(ppid, CPU seconds) from the text of /proc/<pid>/stat (the command name may hold
     spaces and parentheses: fields are counted after its last ')')."""

@@ -70,6 +70,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from emu.observe.procstat import machine_cores
 from emu.realise.procs import REPO
 from emu.run.options import TORCH_WORKLOADS
 from emucore.fidelity import TARGET_LOAD, nice_up
@@ -251,14 +252,6 @@ def calibrate(seconds: float = CALIBRATION_S, path: str = PYTHON) -> tuple[float
         ref = REFERENCE_S_PER_FRAME[path]
         return ref, (f"calibrating the {name} pipeline failed ({exc}); assumed {name}'s "
                      f"{ref * 1e6:g} us/frame")
-
-
-def machine_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def auto(fab: Fabric, workload: str | None, options: dict | None,
