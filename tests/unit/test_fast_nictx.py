@@ -13,7 +13,7 @@ import pytest
 
 from emucore.fidelity import LagMeter
 from tests.unit.test_fast_dcqcn import run_sanitized
-from tests.unit.test_nic import Wire, _qp, connected
+from tests.unit.test_nic import Wire, connected, own_qps
 from traffic.fast import nictx
 from traffic.nic import datapath
 from traffic.workreq import WCStatus
@@ -74,22 +74,6 @@ def nic_state(nic, now):
 
 
 @contextlib.contextmanager
-def more_qps(nic, n, size):
-    """`n` more QPs of `nic` (test_nic's `_qp` tuples), freed afterwards; not test_nic's
-    `own_qps`, which clears all of the NIC's shared memory, `connected`'s too."""
-    made = []
-    try:
-        for _ in range(n):
-            made.append(_qp(nic, size, bytes(size)))
-        yield made
-    finally:
-        for shm, mr, _, _ in made:
-            nic.dereg_mr(mr["lkey"])
-            shm.close()
-            shm.unlink()
-
-
-@contextlib.contextmanager
 def using(fn):
     """Nic.transmit dispatching to `fn` (None: the Python); counts what the C answered."""
     answers = []
@@ -118,7 +102,8 @@ def scenario(seed, fn, nqp=3, size=96 * 1024, loss=0.0, ce=0.0, pfc=(), window=N
     kw = {} if window is None else {"window": window}
     data = random.Random(seed).randbytes(size)
     with using(fn) as answers, connected(size, data, clock=clock, **kw) as c, \
-            more_qps(c.a, nqp - 1, size) as qa_more, more_qps(c.b, nqp - 1, size) as qb_more:
+            own_qps(c.a, *[{}] * (nqp - 1), size=size, clear_shms=False) as qa_more, \
+            own_qps(c.b, *[{}] * (nqp - 1), size=size, clear_shms=False) as qb_more:
         a, b = c.a, c.b
         pairs = [(c.qa, c.qb, c.ma, c.mb)]
         for (_, ma, _, qa), (_, mb, _, qb) in zip(qa_more, qb_more):

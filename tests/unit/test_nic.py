@@ -146,9 +146,10 @@ def _qp(nic, size, fill, **qp):
 
 
 @contextlib.contextmanager
-def own_qps(nic, *qp_kws, size=100):
+def own_qps(nic, *qp_kws, size=100, clear_shms=True):
     """One QP of `nic` per dict of create_qp knobs, each with a `size`-byte MR and a CQ
-    (`_qp`'s tuples); their memory is freed afterwards."""
+    (`_qp`'s tuples); their memory is freed afterwards and, with `clear_shms`, all of the
+    NIC's shared memory forgotten (not for QPs added beside `connected`'s)."""
     made = []
     try:
         for kw in qp_kws:
@@ -159,7 +160,8 @@ def own_qps(nic, *qp_kws, size=100):
             nic.dereg_mr(mr["lkey"])
             shm.close()
             shm.unlink()
-        nic.shms.clear()
+        if clear_shms:
+            nic.shms.clear()
 
 
 @contextlib.contextmanager
