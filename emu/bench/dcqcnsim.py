@@ -201,6 +201,27 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
     return run
 
 
+def settling(seeds: list[int], senders: int = 3, *, duration: float = 0.05,
+             wred_seed: str | None = "S:eth4", **kw) -> list[dict]:
+    """`simulate` once per seed (`seed` = S; the port's dice `wred_seed` with "S" replaced
+    by S, e.g. "S:eth4" is a fabric port's in a run with `emu run --seed S`; other keywords
+    as `simulate`'s). Per seed: the time from which every 1 ms and every 5 ms (`SPAN`)
+    average has every sender within `TOLERANCE[senders]` of C/N (None: the last one is
+    not), the 1 ms and 5 ms shares, the run itself."""
+    tol = TOLERANCE.get(senders, 0.15)
+    out = []
+    for s in seeds:
+        run = simulate(senders, duration=duration, seed=s, sample=1e-3, **kw,
+                       wred_seed=None if wred_seed is None else wred_seed.replace("S", str(s)))
+        out.append({"seed": s, "within_1ms_from": run.converged_at(tol, 1),
+                    "within_5ms_from": run.converged_at(tol, SPAN),
+                    "ms": [run.shares(k) for k in range(len(run.delivered))],
+                    "blocks": [run.shares(k, SPAN)
+                               for k in range(0, len(run.delivered) - SPAN + 1, SPAN)],
+                    "run": run})
+    return out
+
+
 def fixed_points(n: int, profile: str, qos: str, link_bps: float = 200e9,
                  frame: int = FRAME) -> tuple:
     """The fluid model's (closed-form, exact) fixed points for this incast and QoS preset."""
@@ -302,18 +323,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frame", type=int, default=FRAME, help="frame bytes")
     ap.add_argument("--grid-us", type=float, default=0.0, help="senders' shared wake-up grid")
     ap.add_argument("--slack-us", type=float, default=0.0, help="pacer slack")
+    ap.add_argument("--seeds", metavar="A-B", help="run seeds A..B (--seed S, and the dice "
+                    "--wred-seed with S replaced by S), print when each is within the "
+                    "fair-share tolerance per 1 ms and per 5 ms, and its 5 ms shares")
     ap.add_argument("--matrix", metavar="PNG", help="run 2:1 and 3:1 x both profiles x both "
                     "ECN presets, print the table, draw the rates into PNG")
     a = ap.parse_args(argv)
     if a.matrix:
         print(table(matrix(a.ms / 1e3, a.stagger_ms / 1e3, a.seed, a.matrix)))
         return 0
+    starts = None if a.start_us is None else [float(x) * 1e-6 for x in a.start_us.split(",")]
+    if a.seeds:
+        lo, _, hi = a.seeds.partition("-")
+        rows = settling(list(range(int(lo), int(hi or lo) + 1)), a.senders,
+                        duration=a.ms / 1e3, wred_seed=a.wred_seed, profile=a.profile,
+                        qos=a.qos, link_bps=a.gbps * 1e9, stagger=a.stagger_ms / 1e3,
+                        frame=a.frame, grid=a.grid_us / 1e6, slack=a.slack_us / 1e6,
+                        starts=starts)
+        print(f"{a.senders}:1 incast, DCQCN {a.profile}, ECN {a.qos}, {a.gbps:g}G; within "
+              f"+-{TOLERANCE.get(a.senders, 0.15):.0%} of C/N from (ms), per 1 ms / per 5 ms; "
+              "5 ms shares")
+        for r in rows:
+            print(f"  seed {r['seed']:3d}: " + " / ".join(
+                "never" if x is None else f"{x * 1e3:g}"
+                for x in (r["within_1ms_from"], r["within_5ms_from"])) + "  "
+                + " ".join("/".join(f"{x:.2f}" for x in b) for b in r["blocks"]))
+        return 0
     run = simulate(a.senders, profile=a.profile, qos=a.qos, link_bps=a.gbps * 1e9,
                    duration=a.ms / 1e3, sample=a.every_ms / 1e3, stagger=a.stagger_ms / 1e3,
                    seed=a.seed, frame=a.frame, wred_seed=a.wred_seed, grid=a.grid_us / 1e6,
-                   slack=a.slack_us / 1e6,
-                   starts=None if a.start_us is None else
-                   [float(x) * 1e-6 for x in a.start_us.split(",")])
+                   slack=a.slack_us / 1e6, starts=starts)
     print(f"{a.senders}:1 incast, DCQCN {a.profile}, ECN {a.qos}, {a.gbps:g}G; shares of C/N")
     for k in range(len(run.delivered)):
         print(f"  {k * a.every_ms:7.1f} ms " + " ".join(f"{s:5.2f}" for s in run.shares(k))

@@ -17,7 +17,8 @@ the marking probability on the RED ramp.
 
 import pytest
 
-from emu.bench.dcqcnsim import TOLERANCE, fixed_points, simulate, steady, table
+from emu.bench.dcqcnsim import (TOLERANCE, Run, fixed_points, settling, simulate, steady,
+                                table)
 from traffic.dcqcn import DcqcnProfile
 from traffic.dcqcnfluid import closed_form, exact, fairness_time, queue_for
 
@@ -136,6 +137,34 @@ def test_a_shared_send_grid_keeps_the_rate_with_the_pacers_slack():
     assert stuck.delivered[1][0] == pytest.approx(free.delivered[1][0] / 2.5, abs=FRAME)
     with pytest.raises(ValueError, match="grid"):
         simulate(1, grid=-1.0)
+
+
+@pytest.mark.parametrize("delivered, span, within_from", [
+    ([[500, 500], [300, 700], [500, 500], [500, 500]], 1, 2.0),   # 0.6 / 1.4 in second 1
+    ([[500, 500], [300, 700], [500, 500], [500, 500]], 2, 2.0),   # block [0, 2): 0.8 / 1.2
+    ([[460, 540], [540, 460], [500, 500], [500, 500]], 1, 0.0),   # 0.92 / 1.08: within
+    ([[460, 540], [540, 460], [500, 500], [500, 500]], 2, 0.0),
+    ([[500, 500], [500, 500], [500, 500], [400, 600]], 1, None),  # the last one out
+    ([[500, 500], [500, 500], [400, 600], [600, 400]], 2, 0.0),   # block [2, 4): 1.0 / 1.0
+])
+def test_within_the_tolerance_from(delivered, span, within_from):
+    # 2 senders, C = 8000 bit/s, 1 s samples: C/2 is 500 bytes a sample; +-10 %
+    run = Run(2, 8000.0, 1.0, "paper", "paper", delivered)
+    assert run.converged_at(0.10, span) == within_from
+
+
+def test_settling_runs_each_seed_with_its_own_dice():
+    # seed S: the start offsets of simulate(seed=S) and the port's dice "S:eth4", as a
+    # fabric run with emu run --seed S rolls them on rail1's eth4 (switch_agent.port)
+    (a,) = settling([2], 2, duration=0.012, wred_seed="S:eth4")
+    run = simulate(2, duration=0.012, seed=2, sample=1e-3, wred_seed="2:eth4")
+    assert a["run"].delivered == run.delivered and a["run"].marks == run.marks
+    assert a["within_1ms_from"] == run.converged_at(TOLERANCE[2], 1)
+    assert a["within_5ms_from"] == run.converged_at(TOLERANCE[2], 5)
+    assert a["ms"] == [run.shares(k) for k in range(12)]
+    assert a["blocks"] == [run.shares(0, 5), run.shares(5, 5)]   # whole 5 ms blocks only
+    (b,) = settling([3], 2, duration=0.012, wred_seed="S:eth4")
+    assert b["run"].marks != a["run"].marks
 
 
 @pytest.fixture(scope="module", params=[(2, 0.04), (3, 0.16)], ids=["2to1", "3to1"])
