@@ -29,11 +29,28 @@ time) split up to 0.286 (0.788 / 1.074 of C/2), wider than the model; since then
 1, 2 and 3 gave splits 0.024, 0.065 and 0.042 (docs/DCQCN_PARAMS.md "Why one sender
 leads"), within the model's spread over 24 dice. One draw per run still decides, so a
 wider draw remains possible; the bound is the issue's, not fitted to these runs.
+
+The 3:1 (`--from h1g1,h2g1,h3g1 --size 320MB`, TDF 5000): within +-15 % of C/3 per
+sender (issue 31's bound, `TOLERANCE3`) over [25 ms, 0.9 of the first finish]. When to
+judge, from the model with all three starting together, the fabric's frame and pacer
+slack, and the port's dice of `emu run --seed S` (S = 1..16):
+
+    python -m emu.bench.dcqcnsim --senders 3 --qos paper --ms 50 --stagger-ms 0 \
+        --frame 4154 --slack-us 0.74 --wred-seed S:eth4 --seeds 1-16
+
+the first cuts leave all three at 0.42-0.52 of C/3 for ~15 ms (the queue reaches
+1.3-1.5 MB before the CNPs act: no PFC in the model); every 5 ms average is within
++-15 % from 20 ms in 15 of 16 seeds (seed 12 from 25 ms, seed 4 never: one sender at
+1.14-1.19 to 50 ms), every 1 ms average from 18 ms in 12. The window starts at 25 ms, one
+5 ms block past the model's 20 ms; 320 MB each (~40 ms model, ~235 s for the test at
+TDF 5000) leaves a window of ~5 ms. The fabric does not start like the model (the test's
+xfail reason): the test is a strict expected failure, the finding of issue 31.
 """
 
 import pytest
 
 import topologies
+from emu.bench.dcqcnsim import fixed_points
 from emu.realise.net import FabricNet
 from emucore.qos.load import load_qos
 from emucore.timedil import TimeDilation
@@ -50,6 +67,8 @@ START_MODEL_S = 2e-3
 ROCE_QUEUE = "3"
 #: issue 31: a 2:1 within +-10 % of C/2 (the model's `emu.bench.dcqcnsim.TOLERANCE[2]`)
 TOLERANCE = 0.10
+#: lab seconds between two readings of the bottleneck port's counters (`run_incast`)
+PORT_EVERY_S = 2.0
 
 
 def per_ms(r: dict, tdf: float) -> list[list[float]]:
@@ -80,16 +99,29 @@ def queue3(counters: dict) -> dict:
     return out
 
 
-def run_incast(tdf: float) -> tuple[dict, dict, dict]:
-    """(the incast's result, the guard's verdict, queue3 deltas) on a fresh rail2x4."""
+def run_incast(tdf: float, froms: list[str] = FROM, size: int = SIZE,
+               start_model_s: float = START_MODEL_S, port: tuple[str, str] | None = None
+               ) -> tuple[dict, dict, dict]:
+    """(the incast's result, the guard's verdict, queue3 deltas) on a fresh rail2x4; with
+    `port` (switch, interface) also that port's RoCE-queue counters about every
+    `PORT_EVERY_S` lab during the incast (`r["port_samples"]`: (lab s after posting,
+    counters))."""
     with FabricNet(topologies.load("rail2x4", tdf=tdf), qos=load_qos("paper")) as f:
         assert f.wait_pfc() == {}
-        f.start_nics(gpus=[TO, *FROM])  # DCQCN profile: paper (the NICs' default)
+        f.start_nics(gpus=[TO, *froms])  # DCQCN profile: paper (the NICs' default)
         switches = [s.name for s in f.fabric.switches()]
         before = queue3({s: f.counters(s) for s in switches})
-        r, fid = guarded(f, [TO, *FROM], lambda: rdma.incast(
-            f.fabric, f.nic_sockets, TO, FROM, SIZE, start_model_s=START_MODEL_S))
+        samples: list[tuple[float, dict]] = []
+
+        def read_port(t: float) -> None:
+            if port and (not samples or t >= samples[-1][0] + PORT_EVERY_S):
+                samples.append((t, f.counters(port[0])["ports"][port[1]]["queues"][ROCE_QUEUE]))
+
+        r, fid = guarded(f, [TO, *froms], lambda: rdma.incast(
+            f.fabric, f.nic_sockets, TO, froms, size, start_model_s=start_model_s,
+            on_sample=read_port))
         after = queue3({s: f.counters(s) for s in switches})
+    r["port_samples"] = samples
     return r, fid, {k: after[k] - before[k] for k in after}
 
 
@@ -114,3 +146,76 @@ def test_two_to_one_incast_gives_each_sender_half_the_port():
     for g in FROM:
         rate = r["steady_rate_model_bps"][g]
         assert rate == pytest.approx(fair, rel=TOLERANCE), (g, rate / fair, r["fair_share"])
+
+
+#: the 3:1 (module docstring, "The 3:1"): senders, bytes each, TDF, the judged window's
+#: start (model s after posting), issue 31's bound (`emu.bench.dcqcnsim.TOLERANCE[3]`)
+FROM3 = ["h1g1", "h2g1", "h3g1"]
+SIZE3 = 320 * MB
+TDF3 = 5000
+START3_MODEL_S = 25e-3
+TOLERANCE3 = 0.15
+
+
+def steady_port(r: dict) -> dict:
+    """The bottleneck port's RoCE queue over the judged window, from `port_samples`
+    (the first and last reading inside `window_lab_s`): CE fraction of arrivals, and the
+    sojourn histogram (switch_agent.queues.SOJOURN_EDGES_US bins) of the frames sent."""
+    lo, hi = r["window_lab_s"]
+    inside = [c for t, c in r["port_samples"] if lo <= t <= hi]
+    if len(inside) < 2:
+        return {}
+    a, b = inside[0], inside[-1]
+    arrivals = b["enqueued"] - a["enqueued"]
+    return {"arrivals": arrivals, "marks": b["ecn_marked"] - a["ecn_marked"],
+            "mark_fraction": (b["ecn_marked"] - a["ecn_marked"]) / arrivals if arrivals else 0.0,
+            "sojourn_hist": [y - x for x, y in zip(a["sojourn_hist"], b["sojourn_hist"])]}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 31 finding: on the fabric one sender leaves the start ahead and DCQCN (paper) "
+    "closes the gap only at the fairness time's pace (~21 ms, traffic.dcqcnfluid); the "
+    "model, with no PFC, starts all three alike and is within +-15 % of C/3 from 20 ms. "
+    "Measured (402189b and this test, 2026-11-28 05:21 UTC, TDF 5000, kept up, p99 lag "
+    "0.42 us): "
+    "h1g1 / h2g1 / h3g1 1.21 / 0.85 / 0.94 of C/3 over [25, 29.7] ms; per 5 ms "
+    "1.14/0.77/0.77, 1.28/0.81/0.83, 1.30/0.82/0.85, 1.27/0.82/0.89, 1.25/0.82/0.91, "
+    "1.21/0.85/0.94. The first ms: h2g1 and h3g1 at 0.74-0.76 of C/3 (Rc = C/4, two cuts "
+    "from line rate with alpha = 1), h1g1 at 1.08 - the start docs/DCQCN_PARAMS.md 'Why "
+    "one sender leads' traced in an event log: an early WRED mark gives one sender its "
+    "first CNP 10 us before the others', PFC xOFF pauses them and the marks stop, so its "
+    "second CNP comes after its 55 us increase timer and its target rate is 1.5 x "
+    "theirs. Three runs with seed 1's dice, three leaders (1.21-1.35 of C/3 at 20-30 "
+    "ms); the 768 MB run was within +-15 % from 50 ms. Strict: a pass means the start "
+    "changed - update this test and docs/DCQCN_PARAMS.md."))
+def test_three_to_one_incast_gives_each_sender_a_third_of_the_port():
+    tdf = TDF3
+    r, fid, q = run_incast(tdf, FROM3, SIZE3, START3_MODEL_S, ("rail1", "eth4"))
+    if not fid["kept_up"]:  # a busy machine: once more at the guard's TDF
+        tdf = fid["suggested_tdf"]
+        r, fid, q = run_incast(tdf, FROM3, SIZE3, START3_MODEL_S, ("rail1", "eth4"))
+    fair = r["link_model_bps"] / len(FROM3)
+    rows = per_ms(r, tdf)
+    print(rdma.describe(r))
+    print(f"TDF {tdf:g}, kept up {fid['kept_up']} (p99 lag {fid['p99_lag_model_us']:.2f} us "
+          f"model), finish {r['seconds_lab']} s lab, window {r['window_lab_s']} s lab; "
+          f"switches: {q}; receiver CE {r['ce_rx_by_receiver']}, CNPs "
+          f"{r['cnps_sent_by_receiver']}, rate cuts {r['rate_cuts']}")
+    print("per 1 ms model, share of C/3:",
+          " ".join("/".join(f"{x:.2f}" for x in row) for row in rows))
+    print("per 5 ms model, share of C/3:", " ".join(
+        "/".join(f"{sum(x[i] for x in rows[k:k + 5]) / len(rows[k:k + 5]):.2f}"
+                 for i in range(len(FROM3))) for k in range(0, len(rows), 5)))
+    closed, exact = fixed_points(3, "paper", "paper")
+    print(f"rail1 eth4 queue 3 over the window: {steady_port(r)}; the fluid fixed point "
+          f"(traffic.dcqcnfluid, 4174-byte frames): p* {closed.p:.2e} closed / {exact.p:.2e} "
+          f"exact, q* {closed.queue_bytes / 1e3:.1f} / {exact.queue_bytes / 1e3:.1f} KB "
+          f"(a sojourn of {exact.queue_bytes * 8 / r['link_model_bps'] * 1e6:.2f} us)")
+    assert set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values()), r
+    assert q["drops"] == 0 and set(r["retransmits"].values()) == {0}, (q, r["retransmits"])
+    if not fid["kept_up"]:
+        pytest.skip(f"the lab fell behind at TDF {TDF3:g} and {tdf:g}: no rate to judge ({fid})")
+    assert None not in r["steady_rate_model_bps"].values(), ("no window past the start", r)
+    for g in FROM3:
+        rate = r["steady_rate_model_bps"][g]
+        assert rate == pytest.approx(fair, rel=TOLERANCE3), (g, rate / fair, r["fair_share"])

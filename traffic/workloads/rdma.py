@@ -129,7 +129,8 @@ def patience(fabric: Any, nbytes: int, via_gpu: str) -> float:
 def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size: int,
            sample_s: float = 0.25, timeout: float | None = None,
            window: tuple = (0.3, 0.9), memory: Memory | None = None,
-           start_model_s: float | None = None) -> dict:
+           start_model_s: float | None = None,
+           on_sample: Callable[[float], None] | None = None) -> dict:
     """Every GPU of `froms` writes `size` bytes into its own buffer on GPU `to` at once;
     returns per-sender steady-state rates (model bit/s, averaged over the `window`
     fractions of the time until the first sender finished), CNPs and rate cuts. With
@@ -137,7 +138,8 @@ def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size
     posted instead (a convergence time known beforehand, e.g. from emu.bench.dcqcnsim).
     A sender without a completion after `timeout` lab seconds (default `patience` for
     all the bytes through the receiver's link) has status "TIMEOUT". `memory`: as
-    `write`'s."""
+    `write`'s. `on_sample(t)` is called at each sample, t lab seconds after the writes
+    were posted (the time base of `window_lab_s`), e.g. to read a switch's counters."""
     td = TimeDilation(fabric.tdf)
     if timeout is None:
         timeout = patience(fabric, size * len(froms), to)
@@ -162,6 +164,8 @@ def incast(fabric: Any, sockets: dict[str, str], to: str, froms: list[str], size
         status: dict[str, str] = {}
         while len(done) < len(send) and time.monotonic() - t0 < timeout:
             samples.append((time.monotonic() - t0, [s.nic.query_qp(s.qp) for s in send]))
+            if on_sample is not None:
+                on_sample(samples[-1][0])
             for s in send:
                 if s.gpu not in done:
                     for wc in s.nic.poll_cq(s.cq, 1, 0.0):
