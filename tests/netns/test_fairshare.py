@@ -157,6 +157,11 @@ START3_MODEL_S = 25e-3
 TOLERANCE3 = 0.15
 
 
+class FairShareMissed(AssertionError):
+    """A sender outside the tolerance of C/N over the judged window - the one failure
+    the 3:1's xfail expects (a drop, a byte, a retransmit or no window fails it)."""
+
+
 def steady_port(r: dict) -> dict:
     """The bottleneck port's RoCE queue over the judged window, from `port_samples`
     (the first and last reading inside `window_lab_s`): CE fraction of arrivals, and the
@@ -172,11 +177,11 @@ def steady_port(r: dict) -> dict:
             "sojourn_hist": [y - x for x, y in zip(a["sojourn_hist"], b["sojourn_hist"])]}
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=FairShareMissed, reason=(
     "issue 31 finding: on the fabric one sender leaves the start ahead and stays there "
     "past 25-30 ms; the model, with no PFC, starts all three alike and is within +-15 % "
-    "of C/3 from 20 ms (14 of 16 seeds). Two runs of this test (83685d8, 2026-11-28 "
-    "05:21 and 05:32 UTC, TDF 5000, kept up, p99 lag 0.42 us, 235 and 244 s): h1g1 / "
+    "of C/3 from 20 ms (14 of 16 seeds). Two runs of this test (its first version on "
+    "402189b and 83685d8, 2026-11-28 05:21 and 05:32 UTC, TDF 5000, kept up, p99 lag 0.42 us, 235 and 244 s): h1g1 / "
     "h2g1 / h3g1 1.21 / 0.85 / 0.94 and 0.88 / 1.28 / 0.84 of C/3 over [25, ~29.6] ms; "
     "per 5 ms from 0 ms 1.14/0.77/0.77, 1.28/0.81/0.83, 1.30/0.82/0.85, 1.27/0.82/0.89, "
     "1.25/0.82/0.91, 1.21/0.85/0.94 and 0.77/1.14/0.77, 0.83/1.27/0.83, 0.85/1.25/0.86, "
@@ -218,6 +223,7 @@ def test_three_to_one_incast_gives_each_sender_a_third_of_the_port():
     if not fid["kept_up"]:
         pytest.skip(f"the lab fell behind at TDF {TDF3:g} and {tdf:g}: no rate to judge ({fid})")
     assert None not in r["steady_rate_model_bps"].values(), ("no window past the start", r)
-    for g in FROM3:
-        rate = r["steady_rate_model_bps"][g]
-        assert rate == pytest.approx(fair, rel=TOLERANCE3), (g, rate / fair, r["fair_share"])
+    off = {g: rate / fair for g, rate in r["steady_rate_model_bps"].items()
+           if rate != pytest.approx(fair, rel=TOLERANCE3)}
+    if off:
+        raise FairShareMissed(f"outside +-{TOLERANCE3:.0%} of C/3: {off}; {r['fair_share']}")
