@@ -210,6 +210,24 @@ def test_ping_summary_is_read():
     assert remote.one_way_latency(srv.Server("a", "localhost")) == 0.0
 
 
+def test_latency_pings_come_back_as_half_the_smallest_round_trip():
+    """latency_from runs ping on the source server (its -i at or above the 2 ms that
+    ping(8) allows any user, iputils >= 20210202) and halves the smallest round trip."""
+    summary = ("10 packets transmitted, 10 received, 0% packet loss, time 185ms\n"
+               "rtt min/avg/max/mdev = 0.041/0.062/0.090/0.014 ms\n")
+    fake = FakeRemote(B, {"ping": (0, summary, "")})
+    sent = []
+    fake_run = fake.run
+    object.__setattr__(fake, "run", lambda cmd, timeout=30.0: sent.append(cmd) or
+                       fake_run(cmd, timeout))
+    assert remote.latency_from(fake, "10.98.0.1") == pytest.approx(20.5e-6)
+    [argv] = sent
+    assert argv[0] == "ping" and argv[-1] == "10.98.0.1"
+    assert argv[argv.index("-c") + 1] == "10" and float(argv[argv.index("-i") + 1]) >= 0.002
+    assert remote.latency_from(FakeRemote(B, {"ping": (1, "100% packet loss\n", "")}),
+                               "10.98.0.1") is None
+
+
 def test_cluster_plan_of_rail2x4_on_two_servers():
     from emu.cluster import plan as clusterplan
 
