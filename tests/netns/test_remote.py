@@ -15,9 +15,11 @@ from . import servers
 pytestmark = pytest.mark.netns
 
 
-@pytest.fixture
-def second_server(tmp_path):
-    with servers.second_server(tmp_path) as got:
+@pytest.fixture(scope="module")
+def second_server(tmp_path_factory):
+    """One for the module's tests (starting one, host keys and sshd, took 1.5 s a test):
+    they log in, look and leave; the one that makes files there removes them."""
+    with servers.second_server(tmp_path_factory.mktemp("server-b")) as got:
         yield got
 
 
