@@ -36,7 +36,8 @@ COMPILED = ("switch agents (per-frame pipeline and poll loop)",
             "NIC DCQCN (reaction and notification points)",
             "NIC RC WRITE packets (the requester's next WRITE packet and in-order ACK, the "
             "responder's in-order WRITE and SEND packets)",
-            "NIC transmit loop (round robin, pacer, PFC pause checks, per-frame accounting)")
+            "NIC transmit loop (round robin, pacer, PFC pause checks, per-frame accounting)",
+            "NIC receive loop (reads, arrival stamps to the fidelity meter)")
 #: the stages compiled only under `fast` (switch_agent.fastagent)
 FAST_ONLY: tuple[str, ...] = ()
 #: the stages that run Python on every path, for now

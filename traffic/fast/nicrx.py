@@ -1,0 +1,37 @@
+"""Which receive loop the NIC runs: the C of traffic/fast/nicrx.c or the Python reference
+(issue 30).
+
+traffic/fast/nicrx.c, built by emucore/cbuild.py as `traffic.fast._nicrx`, mirrors
+traffic/nic/datapath.py's `Nic.receive` stage by stage under the same name: the reads of the
+raw socket (recvmsg with the kernel's SO_TIMESTAMPNS stamp, or recv), each frame's arrival
+on the monotonic clock (traffic.nic.wakeup.arrival's float operations) to the fidelity
+meter ("rx"), the memoryview of the frame to the Python `Nic.on_frame`, which does the rest.
+A call it cannot do exactly answers NotImplemented having changed nothing, and the Python
+runs. tests/unit/test_fast_nicrx.py holds the two equal, also under ASan + UBSan.
+
+`EMU_DATAPATH` chooses (emucore.datapath), read once at import: `RECEIVE` is the C
+function under auto and fast, None under python; with auto or fast and the C not built
+from today's sources, importing this module is emucore.datapath.NotBuilt.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from emucore import datapath
+
+__all__ = ["MODULE", "receive", "RECEIVE"]
+
+MODULE = "traffic.fast._nicrx"
+
+
+def receive(name: str | None = None) -> Callable | None:
+    """The C Nic.receive on data path `name` (default $EMU_DATAPATH); None: Python."""
+    if datapath.mode(name) == "python":
+        return None
+    datapath.require_built(MODULE)
+    from traffic.fast import _nicrx  # only when chosen: the Python path runs unbuilt
+    return _nicrx.receive
+
+
+RECEIVE = receive()
