@@ -45,7 +45,13 @@ the first cuts leave all three at 0.42-0.52 of C/3 for ~15 ms (the queue reaches
 5 ms block past the model's 20 ms; 320 MB each (~45 ms model, 235-244 s for the test at
 TDF 5000) leaves a window of ~4.5 ms. The fabric does not start like the model (the
 test's xfail reason): the test is a strict expected failure, the finding of issue 31.
+It is opt-in (`EMU_LONG=1`): ~4 min of the suite's ~20 for a known failure, and a run
+whose start happens to come out even would pass it (two runs, two different leaders), so
+a strict xfail in CI could fail CI by chance. Run it with
+`EMU_LONG=1 ./setup.sh test tests/netns/test_fairshare.py -k three -s`.
 """
+
+import os
 
 import pytest
 
@@ -177,6 +183,9 @@ def steady_port(r: dict) -> dict:
             "sojourn_hist": [y - x for x, y in zip(a["sojourn_hist"], b["sojourn_hist"])]}
 
 
+@pytest.mark.skipif(not os.environ.get("EMU_LONG"), reason=(
+    "opt-in: EMU_LONG=1 runs the 3:1 fair share (~4 min, a strict expected failure; "
+    "the module docstring says why it is not in the default suite)"))
 @pytest.mark.xfail(strict=True, raises=FairShareMissed, reason=(
     "issue 31 finding: on the fabric one sender leaves the start ahead and stays there "
     "past 25-30 ms; the model, with no PFC, starts all three alike and is within +-15 % "
