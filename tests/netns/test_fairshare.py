@@ -44,10 +44,9 @@ the first cuts leave all three at 0.42-0.52 of C/3 for ~15 ms (the queue reaches
 1.14-1.19 to 50 ms), every 1 ms average from 18 ms in 12. The window starts at 25 ms, one
 5 ms block past the model's 20 ms; 320 MB each (~45 ms model, 235-244 s for the test at
 TDF 5000) leaves a window of ~4.5 ms. The fabric does not start like the model (the
-test's xfail reason): the test is a strict expected failure, the finding of issue 31.
-It is opt-in (`EMU_LONG=1`): ~4 min of the suite's ~20 for a known failure, and a run
-whose start happens to come out even would pass it (two runs, two different leaders), so
-a strict xfail in CI could fail CI by chance. Run it with
+test's xfail reason): one run of three was within, two were not - an expected failure that
+is not strict, the finding of issue 31. It is opt-in (`EMU_LONG=1`): ~4 min of a suite
+over its budget for a measurement whose outcome varies by run. Run it with
 `EMU_LONG=1 ./setup.sh test tests/netns/test_fairshare.py -k three -s`.
 """
 
@@ -184,26 +183,20 @@ def steady_port(r: dict) -> dict:
 
 
 @pytest.mark.skipif(not os.environ.get("EMU_LONG"), reason=(
-    "opt-in: EMU_LONG=1 runs the 3:1 fair share (~4 min, a strict expected failure; "
+    "opt-in: EMU_LONG=1 runs the 3:1 fair share (~4 min, an expected failure, not strict; "
     "the module docstring says why it is not in the default suite)"))
-@pytest.mark.xfail(strict=True, raises=FairShareMissed, reason=(
-    "issue 31 finding: on the fabric one sender leaves the start ahead and stays there "
-    "past 25-30 ms; the model, with no PFC, starts all three alike and is within +-15 % "
-    "of C/3 from 20 ms (14 of 16 seeds). Two runs of this test (its first version on "
-    "402189b and 83685d8, 2026-11-28 05:21 and 05:32 UTC, TDF 5000, kept up, p99 lag 0.42 us, 235 and 244 s): h1g1 / "
-    "h2g1 / h3g1 1.21 / 0.85 / 0.94 and 0.88 / 1.28 / 0.84 of C/3 over [25, ~29.6] ms; "
-    "per 5 ms from 0 ms 1.14/0.77/0.77, 1.28/0.81/0.83, 1.30/0.82/0.85, 1.27/0.82/0.89, "
-    "1.25/0.82/0.91, 1.21/0.85/0.94 and 0.77/1.14/0.77, 0.83/1.27/0.83, 0.85/1.25/0.86, "
-    "0.90/1.25/0.83, 0.90/1.27/0.82, 0.88/1.28/0.84. In the first ms the two others run "
-    "at 0.74-0.76 of C/3 (Rc = C/4: two cuts from line rate with alpha = 1) and the "
-    "leader at 1.08: the start docs/DCQCN_PARAMS.md 'Why one sender leads' traced in an "
-    "event log (an early WRED mark gives one sender its first CNP ~10 us before the "
-    "others', PFC xOFF pauses them and the marks stop, so its second CNP comes after its "
-    "55 us increase timer and its target rate is 1.5 x theirs). A lead, once made, "
-    "lasts in the model too (seed 4: one sender at 1.14-1.19 of C/3 from 20 to 50 ms). "
-    "Earlier 3:1 runs with the same dice: leaders at 1.28-1.33 and 1.19 over 20-30 ms, the "
-    "768 MB one within +-15 % from 50 ms. Strict: a pass means the start changed - "
-    "update this test and docs/DCQCN_PARAMS.md."))
+@pytest.mark.xfail(strict=False, raises=FairShareMissed, reason=(
+    "issue 31 finding: the fabric's 3:1 varies from run to run where the model (no PFC, "
+    "all three alike at the start) is within +-15 % of C/3 from 20 ms in 14 of 16 seeds. "
+    "Three runs of this test (TDF 5000, kept up, p99 lag 0.42 us, 235-244 s, seed 1), "
+    "h1g1 / h2g1 / h3g1 of C/3 over [25, ~30] ms: 1.21 / 0.85 / 0.94 (402189b + the test, "
+    "05:21 UTC), 0.88 / 1.28 / 0.84 (83685d8, 05:32), 0.90 / 1.12 / 0.98 (7c30d8a, 06:37: "
+    "within). In the first ms of every run one sender leads at 1.08 and the others run at "
+    "0.74-0.76 (Rc = C/4: two cuts from line rate with alpha = 1) - the start "
+    "docs/DCQCN_PARAMS.md 'Why one sender leads' traced (an early WRED mark, then a PFC "
+    "pause that stops the marks); whether the lead lasts to 25 ms differs by run. Not "
+    "strict: 1 of 3 runs was within, so a pass is not news; a drop, a wrong byte, a "
+    "retransmit or no window still fails the test."))
 def test_three_to_one_incast_gives_each_sender_a_third_of_the_port():
     tdf = TDF3
     r, fid, q = run_incast(tdf, FROM3, SIZE3, START3_MODEL_S, ("rail1", "eth4"))
