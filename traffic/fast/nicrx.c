@@ -122,7 +122,7 @@ static int count_rx_error(PyObject *nic)
  * NotImplemented having changed nothing. */
 static PyObject *receive(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *nic, *now, *raw = NULL, *buf = NULL, *meter = NULL, *res = NULL;
+    PyObject *nic, *now, *raw = NULL, *buf = NULL, *meter = NULL, *whole = NULL, *res = NULL;
     double offset = 0.0, t_now;
     int fd = -1, stamped;
     long k = 0;
@@ -167,7 +167,11 @@ static PyObject *receive(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         if (r == -1.0 && PyErr_Occurred())
             goto out;
         offset = t_now - r;
+        if ((meter = PyObject_GetAttr(nic, s_meter)) == NULL) /* self.meter, once a call */
+            goto out;
     }
+    if ((whole = PyMemoryView_FromObject(buf)) == NULL) /* memoryview(buf), once a call */
+        goto out;
     while (k < MAX_FRAMES) {
         char anc[CMSG_SPACE(2 * sizeof(int64_t))];
         struct iovec iov = {PyByteArray_AS_STRING(buf), (size_t)PyByteArray_GET_SIZE(buf)};
@@ -190,24 +194,21 @@ static PyObject *receive(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         double t;
         if (stamped && arrival(&msg, offset, &t)) { /* self.meter.record(t, now, "rx") */
             PyObject *tt = PyFloat_FromDouble(t);
-            int rc = tt == NULL || (meter = PyObject_GetAttr(nic, s_meter)) == NULL
-                         ? -1 : call(meter, s_record, tt, now, s_rx);
+            int rc = tt == NULL ? -1 : call(meter, s_record, tt, now, s_rx);
             Py_XDECREF(tt);
-            Py_CLEAR(meter);
             if (rc < 0)
                 goto out;
         }
         /* self.on_frame(memoryview(buf)[:n], now) */
-        PyObject *whole = PyMemoryView_FromObject(buf);
-        PyObject *mv = whole == NULL ? NULL : PySequence_GetSlice(whole, 0, n);
+        PyObject *mv = PySequence_GetSlice(whole, 0, n);
         int rc = mv == NULL ? -1 : call(nic, s_on_frame, mv, now, NULL);
-        Py_XDECREF(whole);
         Py_XDECREF(mv);
         if (rc < 0)
             goto out;
     }
     res = PyLong_FromLong(k);
 out:
+    Py_XDECREF(whole);
     Py_XDECREF(raw);
     Py_XDECREF(buf);
     Py_XDECREF(meter);
