@@ -124,7 +124,18 @@ def child(req: dict) -> None:
     os.environ.clear()
     os.environ.update(req["env"])
     sys.argv = [req["module"], *req["argv"]]
+    forget_preloaded(req["module"])
     runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+
+
+def forget_preloaded(module: str) -> None:
+    """Drop from sys.modules the module that runpy is about to run as __main__ (a
+    package's `__main__`), which the server imported for its dependencies only: runpy
+    executes it afresh either way, and finding it imported it warns on stderr ("found in
+    sys.modules after import of package ..., but prior to execution") - once per child,
+    into every run's output. Its dependencies stay imported."""
+    mod = sys.modules.get(module)
+    sys.modules.pop(f"{module}.__main__" if hasattr(mod, "__path__") else module, None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,6 +65,17 @@ def test_a_child_runs_its_module_as_main_with_exactly_its_env_and_cwd(server, tm
     assert seen["comm"] == "probe_mod"  # ps names its module, not the server
 
 
+@pytest.mark.parametrize("module", ["switch_agent", "traffic.tools.lldp_host"])
+def test_a_preloaded_module_runs_as_main_without_runpys_warning(server, tmp_path, module):
+    """The server imported these (a package's __main__, a plain module) for their
+    dependencies; run as __main__ they must not warn "found in sys.modules ... prior to
+    execution" into every run's output, as they did before forget_preloaded."""
+    p = server.spawn(module, ["--help"], {"PATH": os.environ["PATH"]}, cwd=ROOT)
+    assert p.wait(30) == 0
+    log = (tmp_path / "server.log").read_text()
+    assert "usage" in log.lower() and "RuntimeWarning" not in log, log
+
+
 def test_terminate_and_wait_as_popen(server, tmp_path):
     out = tmp_path / "out.json"
     p = server.spawn("probe_mod", [str(out)], {"SLEEP": "60"})
