@@ -210,8 +210,9 @@ def _cpu_figure(r: dict | None, mode: str) -> paths_.Figure:
     return paths_.Figure(mode, r and r["cpu_us_per_frame"], r and r["kept_up"])
 
 
-SPEED_TDFS = (2000.0, 3000.0, 5000.0, 7000.0, 10000.0, 15000.0, 20000.0, 30000.0, 50000.0,
-              70000.0, 100000.0, 150000.0, 200000.0)
+#: `bench speed`'s ladder, from issue 30's aim (TDF 1000) up
+SPEED_TDFS = (1000.0, 1500.0, 2000.0, 3000.0, 5000.0, 7000.0, 10000.0, 15000.0, 20000.0,
+              30000.0, 50000.0, 70000.0, 100000.0, 150000.0, 200000.0)
 
 
 def speed(topos: tuple[str, ...] = ("rail2x4",), load: float = 1.0, duration: float = 5.0,
