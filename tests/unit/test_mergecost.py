@@ -45,8 +45,8 @@ def test_layouts_one_each_per_host_and_all_in_one():
 
 def test_a_short_run_counts_events_wakes_and_cpu():
     res, cpu = M.run(2, 2, period=0.002, grid=0.0, duration=0.05, seed=1)
-    # 4 streams due every 2 ms for 50 ms: 25 periods each, give or take the first and last
-    assert 4 * 23 <= res.events <= 4 * 26, res
+    # 4 streams due every 2 ms from a phase in [0, 2 ms) for 50 ms: 25 deadlines each
+    assert res.events == 4 * 25, res
     assert 0 < res.wakes <= res.events and res.wait_s >= 0 and cpu > 0
 
 
