@@ -17,8 +17,18 @@ and how the steady state compares with the fluid model's fixed point
 * receiver NIC: `traffic.dcqcn.NotificationPoint` on each CE frame; a CNP reaches the
   sender `cnp_delay` later (the CNP's strict queue 7 never waits behind data).
 
-Not modelled: PFC (the queue is reported against the xoff a port could trigger), the
-lab clock and its slack, the NICs' receive side beyond CE. Frames leave a NIC at line
+* PFC (`pfc=True`, off by default): the switch's ingress accounting per ingress port
+  and priority, `emucore.qos.pfc.IngressPfc`'s rules with the QoS preset's `Pfc` (each
+  sender has its own ingress port): a frame's bytes are held from its arrival until its
+  last bit left the egress port; past xOFF a pause of `pause_quanta` x 512 bit times
+  reaches the sender `hop` later, re-sent every half pause while still above xON; below
+  xON a resume (quanta 0). A paused sender sends nothing until its pause runs out or
+  the resume arrives; its next frame then leaves at once and `pace` restarts from
+  there (traffic.nic.datapath: a QP waits while its priority is paused, its DCQCN timers
+  run on in model time). Past xOFF + headroom a frame is counted (`Run.headroom_over`),
+  not dropped.
+
+Not modelled: the lab clock and its slack, the NICs' receive side beyond CE. Frames leave a NIC at line
 rate, arrive at the switch `hop` after their last bit, reach the receiver `hop` after
 their last bit left the port.
 
@@ -44,7 +54,9 @@ from traffic.tools.bottleneck import FRAME
 ROCE_QUEUE = 3                  #: the RoCE class's queue (presets: DSCP 24 -> qos_group 3)
 ROCE_TOS = 24 << 2 | 0b10       #: DSCP 24, ECT(0)
 L3 = 14                         #: IPv4 header offset in the frame
-SEND, CE, CNP = 0, 1, 2
+SEND, CE, CNP, PAUSE, WAKE, REFRESH = 0, 1, 2, 3, 4, 5
+#: one PFC pause quantum: 512 bit times (IEEE 802.1Qbb; emucore.timedil.PFC_QUANTUM_BITS)
+QUANTUM_BITS = 512
 #: N -> the fair-share tolerance issue 31 asks for: 3:1 within +-15 % of C/3, 2:1 +-10 % of C/2
 TOLERANCE = {2: 0.10, 3: 0.15}
 SPAN = 5    #: rates are judged over blocks of 5 samples (5 ms: 100 CNP intervals of the paper)
@@ -73,6 +85,15 @@ class Run:
     marks: list[int] = field(default_factory=list)
     depth_sum: list[float] = field(default_factory=list)
     max_depth: int = 0
+    #: PFC (`simulate(pfc=True)`), per sender: pauses sent (xOFF and refreshes), resumes
+    #: sent, the (start, end) model times each was paused at its NIC, its most bytes held
+    pauses: list[int] = field(default_factory=list)
+    resumes: list[int] = field(default_factory=list)
+    paused: list[list[tuple[float, float]]] = field(default_factory=list)
+    max_held: list[int] = field(default_factory=list)
+    headroom_over: int = 0
+    #: bytes each sender's NIC sent per interval (by the time its frame started)
+    sent: list[list[int]] = field(default_factory=list)
 
     def shares(self, k: int, span: int = 1) -> list[float]:
         """Each sender's delivered rate over intervals k .. k+span-1 as a fraction of C/N."""
@@ -109,7 +130,8 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
              link_bps: float = 200e9, duration: float = 0.05, hop: float = 1e-6,
              cnp_delay: float = 2e-6, frame: int = FRAME, sample: float = 1e-3,
              stagger: float = 0.0, seed: int = 1, starts: list[float] | None = None,
-             wred_seed: str | None = None, grid: float = 0.0, slack: float = 0.0) -> Run:
+             wred_seed: str | None = None, grid: float = 0.0, slack: float = 0.0,
+             pfc: bool = False) -> Run:
     """`senders` long flows into one port for `duration` model seconds; flow i starts at
     line rate at i x `stagger` (plus a random fraction of a frame time), or at `starts[i]`.
     The port's WRED dice are random.Random(seed + 1), or random.Random(`wred_seed`): a
@@ -117,7 +139,8 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
     every run. With `grid` > 0 a frame due at t leaves at the next multiple of `grid`, the
     same points for every sender (the NICs' wake-up grid on the one monotonic clock,
     traffic.nic.wakeup), frames of one instant reaching the port in sender order; `slack`
-    is the pacer's (traffic.nic.datapath.pace)."""
+    is the pacer's (traffic.nic.datapath.pace). `pfc`: the QoS preset's PFC (module
+    docstring)."""
     if senders < 1 or duration <= 0 or sample <= 0 or min(hop, cnp_delay, stagger) < 0:
         raise ValueError("need senders >= 1, duration and sample > 0, delays >= 0")
     if grid < 0 or slack < 0:
@@ -127,7 +150,9 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
     prof = profile if isinstance(profile, DcqcnProfile) else DcqcnProfile.by_name(profile)
     rng = random.Random(seed)
     dice = random.Random(seed + 1 if wred_seed is None else wred_seed)
-    port = PortQueues(load_qos(qos).queuing, rng=dice.random)
+    cfg = load_qos(qos)
+    port = PortQueues(cfg.queuing, rng=dice.random)
+    pcfg = cfg.pfc
     rps = [ReactionPoint(link_bps, prof) for _ in range(senders)]
     notify = NotificationPoint(prof)
     data = roce_frame(frame)
@@ -136,16 +161,42 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
     run = Run(senders, link_bps, sample, prof.name, qos,
               [[0] * senders for _ in range(slots)], [[0] * senders for _ in range(slots)],
               [0] * slots, [0] * slots, [0.0] * slots)
+    run.pauses, run.resumes, run.paused = [0] * senders, [0] * senders, [[] for _ in range(senders)]
+    run.max_held = [0] * senders
+    run.sent = [[0] * senders for _ in range(slots)]
     nxt = [0.0] * senders
+    # PFC: the switch side per ingress port (bytes held, xOFF state, the refresh's
+    # generation), the NIC side per sender (paused until, a frame waiting for the end)
+    pause_s = pcfg.pause_quanta * QUANTUM_BITS / link_bps
+    held, xoff_state, gen = [0] * senders, [False] * senders, [0] * senders
+    until, waiting = [0.0] * senders, [False] * senders
+    since = [-1.0] * senders
+
+    def release(i: int, nbytes: int, done: float) -> None:
+        """A frame of sender i's ingress port left the egress port at `done`."""
+        held[i] -= nbytes
+        if held[i] < pcfg.xon_bytes and xoff_state[i]:
+            xoff_state[i] = False
+            gen[i] += 1
+            run.resumes[i] += 1
+            heapq.heappush(events, (done + hop, PAUSE, i, 0.0))
+
+    def paused_end(i: int, t: float) -> None:
+        """Sender i's pause ended at `t`: a frame waiting for it leaves now."""
+        run.paused[i].append((since[i], t))
+        since[i] = -1.0
+        if waiting[i]:
+            waiting[i] = False
+            heapq.heappush(events, (t, SEND, i, 0.0))
 
     def on_grid(t: float) -> float:
         """The grid point a frame due at `t` leaves at."""
         return t if grid == 0 else math.ceil(t / grid - 1e-9) * grid
 
-    events: list[tuple[float, int, int]] = []
+    events: list[tuple[float, int, int, float]] = []
     for i in range(senders):
         nxt[i] = i * stagger + rng.random() * ser if starts is None else starts[i]
-        heapq.heappush(events, (on_grid(nxt[i]), SEND, i))
+        heapq.heappush(events, (on_grid(nxt[i]), SEND, i, 0.0))
     free_at = 0.0                   # when the port's wire is free
 
     def deliver(entry: tuple, done: float) -> None:
@@ -154,8 +205,10 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
         k = int(at / sample)
         if k < slots:
             run.delivered[k][entry[2]] += len(entry[1])
+        if pfc:
+            release(entry[2], len(entry[1]), done)
         if entry[1][L3 + 1] & 0b11 == 0b11:
-            heapq.heappush(events, (at, CE, entry[2]))
+            heapq.heappush(events, (at, CE, entry[2], 0.0))
 
     def drain(until: float) -> None:
         """Start every frame the port can start up to `until`."""
@@ -169,15 +222,19 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
         # frames the port starts before the next event, less a frame time and a hop, are
         # delivered before it: their CE notices are never in the past
         drain(events[0][0] - ser - hop)
-        t, kind, i = heapq.heappop(events)
+        t, kind, i, arg = heapq.heappop(events)
         if t >= duration:
             break
         k = int(t / sample)
-        if kind == SEND:
+        if kind == SEND and pfc and t < until[i]:
+            waiting[i] = True       # paused: the frame waits for the pause's end
+        elif kind == SEND:
             rp = rps[i]
+            if k < slots:
+                run.sent[k][i] += frame
             rp.on_bytes_sent(frame, t)
             nxt[i] = pace(nxt[i], t, frame, min(rp.rc, link_bps), slack)
-            heapq.heappush(events, (on_grid(nxt[i]), SEND, i))
+            heapq.heappush(events, (on_grid(nxt[i]), SEND, i, 0.0))
             arrive = t + ser + hop      # arrivals are in send order: all delays are equal
             drain(arrive)
             ka = int(arrive / sample)
@@ -188,16 +245,47 @@ def simulate(senders: int = 3, *, profile: str | DcqcnProfile = "paper", qos: st
                 run.arrivals[ka] += 1
                 run.depth_sum[ka] += depth
                 run.marks[ka] += verdict == 1
+            if pfc:                     # ingress accounting: held until it leaves
+                held[i] += frame
+                if held[i] > pcfg.xoff_bytes + pcfg.headroom_bytes:
+                    run.headroom_over += 1
+                run.max_held[i] = max(run.max_held[i], held[i])
+                if held[i] > pcfg.xoff_bytes and not xoff_state[i]:
+                    xoff_state[i] = True
+                    gen[i] += 1
+                    run.pauses[i] += 1
+                    heapq.heappush(events, (arrive + hop, PAUSE, i, pause_s))
+                    heapq.heappush(events, (arrive + pause_s / 2, REFRESH, i, gen[i]))
             if free_at <= arrive:       # the port was idle: this frame starts now
                 free_at = arrive
                 drain(arrive)
         elif kind == CE:
             if notify.on_ce(i, t):
-                heapq.heappush(events, (t + cnp_delay, CNP, i))
+                heapq.heappush(events, (t + cnp_delay, CNP, i, 0.0))
+        elif kind == PAUSE:             # a PFC frame reaches sender i (arg: its duration)
+            if arg:
+                if since[i] < 0:
+                    since[i] = t
+                until[i] = t + arg
+                heapq.heappush(events, (until[i], WAKE, i, until[i]))
+            elif since[i] >= 0:         # a resume
+                until[i] = t
+                paused_end(i, t)
+        elif kind == WAKE:              # a pause's time ran out, unless renewed or resumed
+            if since[i] >= 0 and until[i] == arg:
+                paused_end(i, t)
+        elif kind == REFRESH:           # half a pause on, still past xON: pause again
+            if xoff_state[i] and gen[i] == arg:
+                run.pauses[i] += 1
+                heapq.heappush(events, (t + hop, PAUSE, i, pause_s))
+                heapq.heappush(events, (t + pause_s / 2, REFRESH, i, arg))
         else:
             if k < slots:           # a duration of no whole number of samples: the tail
                 run.cnps[k][i] += 1  # past the last whole sample is run, not counted
             rps[i].on_cnp(t)
+    for i in range(senders):        # a pause still on at the end
+        if since[i] >= 0:
+            run.paused[i].append((since[i], min(until[i], duration)))
     return run
 
 
@@ -323,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frame", type=int, default=FRAME, help="frame bytes")
     ap.add_argument("--grid-us", type=float, default=0.0, help="senders' shared wake-up grid")
     ap.add_argument("--slack-us", type=float, default=0.0, help="pacer slack")
+    ap.add_argument("--pfc", action="store_true", help="the QoS preset's PFC: ingress "
+                    "xOFF / xON per sender's port, pauses at the senders (module docstring)")
     ap.add_argument("--seeds", metavar="A-B", help="run seeds A..B (--seed S, and the dice "
                     "--wred-seed with S replaced by S), print when each is within the "
                     "fair-share tolerance per 1 ms and per 5 ms, and its 5 ms shares")
@@ -339,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                         duration=a.ms / 1e3, wred_seed=a.wred_seed, profile=a.profile,
                         qos=a.qos, link_bps=a.gbps * 1e9, stagger=a.stagger_ms / 1e3,
                         frame=a.frame, grid=a.grid_us / 1e6, slack=a.slack_us / 1e6,
-                        starts=starts)
+                        starts=starts, pfc=a.pfc)
         print(f"{a.senders}:1 incast, DCQCN {a.profile}, ECN {a.qos}, {a.gbps:g}G; within "
               f"+-{TOLERANCE.get(a.senders, 0.15):.0%} of C/N from (ms), per 1 ms / per 5 ms; "
               "5 ms shares")
@@ -352,11 +442,16 @@ def main(argv: list[str] | None = None) -> int:
     run = simulate(a.senders, profile=a.profile, qos=a.qos, link_bps=a.gbps * 1e9,
                    duration=a.ms / 1e3, sample=a.every_ms / 1e3, stagger=a.stagger_ms / 1e3,
                    seed=a.seed, frame=a.frame, wred_seed=a.wred_seed, grid=a.grid_us / 1e6,
-                   slack=a.slack_us / 1e6, starts=starts)
+                   slack=a.slack_us / 1e6, starts=starts, pfc=a.pfc)
     print(f"{a.senders}:1 incast, DCQCN {a.profile}, ECN {a.qos}, {a.gbps:g}G; shares of C/N")
     for k in range(len(run.delivered)):
         print(f"  {k * a.every_ms:7.1f} ms " + " ".join(f"{s:5.2f}" for s in run.shares(k))
               + f"  CNPs {run.cnps[k]}  depth {run.depth_sum[k] / max(1, run.arrivals[k]) / 1e3:7.1f} KB")
+    if a.pfc:
+        print(f"  PFC per sender: pauses sent {run.pauses}, resumes {run.resumes}, most held "
+              f"{run.max_held} B, past xOFF + headroom {run.headroom_over}; paused (us): "
+              + "; ".join(" ".join(f"{x * 1e6:.1f}-{y * 1e6:.1f}" for x, y in p[:6])
+                          + (" ..." if len(p) > 6 else "") for p in run.paused))
     w = steady(run)
     print(f"  steady (last 25 %): {w}; deepest {run.max_depth / 1e3:.0f} KB")
     return 0
