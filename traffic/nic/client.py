@@ -28,14 +28,16 @@ Typical use (one side listens, the other connects; both then write into each oth
 
 from __future__ import annotations
 
+import _posixshmem  # type: ignore[import-not-found]  # what SharedMemory opens with
 import hashlib
 import json
+import mmap
 import os
 import socket
 import threading
 import time
 from dataclasses import dataclass
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 from typing import Any
 
 from emucore.ctlsock import encode, exchange
@@ -44,8 +46,8 @@ from traffic.verbs import Access
 from traffic.workreq import WC, WCOpcode, WCStatus
 
 __all__ = ["CM_PORT", "NicError", "MemoryRegion", "RemoteBuffer", "NicClient", "request",
-           "wc_to_json", "wc_from_json", "access_from_json", "attach_untracked", "new_shm",
-           "fill_random", "digest", "is_zero"]
+           "wc_to_json", "wc_from_json", "access_from_json", "attach_untracked",
+           "UntrackedSharedMemory", "new_shm", "fill_random", "digest", "is_zero"]
 
 CM_PORT = 18515  #: default CM (management connection) TCP port, as ib_write_bw's
 
@@ -353,12 +355,37 @@ def new_shm(run: str, size: int, tries: int = 8) -> shared_memory.SharedMemory:
     return shared_memory.SharedMemory(name=shm_name(run, "mr"), create=True, size=size)
 
 
+class UntrackedSharedMemory(shared_memory.SharedMemory):
+    """Another process's shared memory, attached without any resource tracker hearing of
+    it (Python 3.13's SharedMemory(track=False)); its creator registered it and unlinks it.
+
+    Python < 3.13 registers every attach with the attaching process's tracker, which
+    unlinks what it still holds when the process exits. Unregistering right after the
+    attach (what attach_untracked did) is wrong where the creator shares that tracker -
+    the ranks that collectives.zygote forks share the zygote's: the tracker keeps a set of
+    names, so the attach's register was a no-op, its unregister removed the creator's
+    entry, and the creator's unlink then made the tracker raise KeyError (one traceback
+    per segment in workers/zygote.log). POSIX only, as the rest of emu."""
+
+    def __init__(self, name: str) -> None:  # pylint: disable=super-init-not-called
+        self._name = "/" + name  # SharedMemory's _prepend_leading_slash
+        self._fd = _posixshmem.shm_open(self._name, os.O_RDWR, mode=0o600)
+        try:
+            self._size = os.fstat(self._fd).st_size
+            self._mmap = mmap.mmap(self._fd, self._size)  # ValueError when still empty
+        except BaseException:
+            os.close(self._fd)
+            self._fd = -1
+            raise
+        self._buf = memoryview(self._mmap)
+
+    def unlink(self) -> None:
+        """Remove the name (the creator's tracker still lists it: its unlink is the one)."""
+        _posixshmem.shm_unlink(self._name)
+
+
 def attach_untracked(name: str) -> shared_memory.SharedMemory:
     """Attach to another process's shared memory without letting this process's
-    resource tracker unlink it at exit (Python < 3.13 would)."""
-    shm = shared_memory.SharedMemory(name=name, create=False)
-    try:
-        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-    except Exception:
-        pass
-    return shm
+    resource tracker unlink it at exit, nor touching the creator's entry in a tracker
+    both share (`UntrackedSharedMemory`)."""
+    return UntrackedSharedMemory(name)
