@@ -12,9 +12,14 @@ partial sum is exactly representable, so the ring's summation order cannot chang
 bit and the check is `torch.equal` for every dtype. Rank r's element i is
 base(i) + r with base a seeded pseudo-random integer in [-999, 999]: a lost, doubled
 or misplaced contribution changes the element, and the expected sum has a closed form,
-n base(i) + n(n-1)/2, checked a chunk at a time. (The check used to sum every rank's
-float64 input in full and compare with allclose: ~0.5 GB per rank at 64 MB, which
-ran a 32-rank job out of 24 GB.)
+n base(i) + n(n-1)/2. base(i) depends only on i mod SPAN (7919 i mod 1999), so an input
+and the expected sum are one period of SPAN values, computed once and copied over the
+buffer, and the check compares the buffer with that period SPAN elements at a time: no
+temporary larger than a period. (The check used to sum every rank's float64 input in
+full and compare with allclose: ~0.5 GB per rank at 64 MB, which ran a 32-rank job out
+of 24 GB; the integer arithmetic over the whole buffer, a chunk at a time, took half of
+the workers' CPU in a rail2x4 AllReduce of 16 MB: docs/PERFORMANCE.md "The workers'
+CPU in an AllReduce".)
 """
 
 from __future__ import annotations
@@ -36,8 +41,7 @@ from emucore.timedil import TimeDilation, format_rate, parse_size
 DTYPES = ("float32", "float64", "int32", "int64")
 
 
-CHUNK = 1 << 20  #: elements per step of input generation and checking (bounded memory)
-SPAN = 1999  #: base(i) in [-999, 999]
+SPAN = 1999  #: base(i) in [-999, 999]; also its period in i
 
 
 def _base(lo: int, hi: int, seed: int) -> torch.Tensor:
@@ -51,23 +55,27 @@ def _as(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (v.to(torch.float64) / 8).to(dtype) if dtype.is_floating_point else v.to(dtype)
 
 
+def _periods(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`t` (flat) as whole periods (rows of SPAN elements) and the rest."""
+    full = t.numel() // SPAN * SPAN
+    return t[:full].view(-1, SPAN), t[full:]
+
+
 def rank_input(rank: int, count: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     """The input of one rank: base(i) + rank, reproducible anywhere from (seed, rank)."""
+    period = _as(_base(0, SPAN, seed) + rank, dtype)
     out = torch.empty(count, dtype=dtype)
-    for lo in range(0, count, CHUNK):
-        hi = min(count, lo + CHUNK)
-        out[lo:hi] = _as(_base(lo, hi, seed) + rank, dtype)
+    rows, rest = _periods(out)
+    rows.copy_(period.expand_as(rows))
+    rest.copy_(period[:rest.numel()])
     return out
 
 
 def is_expected_sum(t: torch.Tensor, n: int, seed: int) -> bool:
     """Whether `t` is, bit for bit, the sum of the `n` ranks' `rank_input`s."""
-    for lo in range(0, t.numel(), CHUNK):
-        hi = min(t.numel(), lo + CHUNK)
-        want = _as(n * _base(lo, hi, seed) + n * (n - 1) // 2, t.dtype)
-        if not torch.equal(t[lo:hi], want):
-            return False
-    return True
+    want = _as(n * _base(0, SPAN, seed) + n * (n - 1) // 2, t.dtype)
+    rows, rest = _periods(t.reshape(-1))
+    return torch.equal(rows, want.expand_as(rows)) and torch.equal(rest, want[:rest.numel()])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64]
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_sum_of_the_inputs_is_the_expected_sum_in_any_order(dtype):
-    n, count = 32, ar.CHUNK + 12345  # more than one chunk
+    n, count = 32, 600 * ar.SPAN + 1234  # many periods of base and a part of one
     inputs = [ar.rank_input(r, count, dtype, seed=1) for r in range(n)]
     forward, backward = torch.zeros(count, dtype=dtype), torch.zeros(count, dtype=dtype)
     for t in inputs:
@@ -36,3 +36,29 @@ def test_a_lost_doubled_or_misplaced_contribution_is_caught(dtype):
     moved[100:200], moved[200:300] = total[200:300].clone(), total[100:200].clone()
     assert not ar.is_expected_sum(moved, n, seed=3)                  # misplaced chunk
     assert not ar.is_expected_sum(total, n, seed=4)                  # another seed
+
+
+def _direct(rank, count, dtype, seed):
+    """base(i) + rank computed for every i (what rank_input computed until it copied one
+    period of SPAN values over the buffer)."""
+    return ar._as(ar._base(0, count, seed) + rank, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [1, 1998, 1999, 2000, 3 * 1999, 4 * 1999 + 17, 1 << 16])
+def test_one_period_copied_is_every_element_computed(dtype, count):
+    for rank, seed in ((0, 1), (7, 1), (31, 5)):
+        assert torch.equal(ar.rank_input(rank, count, dtype, seed), _direct(rank, count, dtype, seed))
+    n = 8
+    total = sum(_direct(r, count, dtype, 2) for r in range(n))
+    assert ar.is_expected_sum(total, n, seed=2)
+    for at in (0, count // 2, count - 1):  # one element off anywhere: the first period,
+        wrong = total.clone()                # a middle one, the last (partial) one
+        wrong[at] += 1
+        assert not ar.is_expected_sum(wrong, n, seed=2)
+    assert not ar.is_expected_sum(total, n - 1, seed=2)
+
+
+def test_base_repeats_every_span_elements():
+    assert torch.equal(ar._base(0, ar.SPAN, 3), ar._base(5 * ar.SPAN, 6 * ar.SPAN, 3))
+    assert len(set(ar._base(0, ar.SPAN, 3).tolist())) == ar.SPAN  # a permutation of [-999, 999]
