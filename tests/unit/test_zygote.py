@@ -131,6 +131,49 @@ def test_children_share_the_zygotes_shared_memory_tracker(zyg, tmp_path):
     assert ppid == zyg.pid
 
 
+EXIT_SCRIPT = """\
+import atexit, concurrent.futures, os, sys, threading, time
+atexit.register(lambda: print("atexit ran"))
+def late():
+    time.sleep(0.2)
+    print("thread done")
+threading.Thread(target=late).start()                   # non-daemon: joined before exit
+pool = concurrent.futures.ThreadPoolExecutor(1)         # never shut down: its idle
+pool.submit(print, "pool ran").result()                 # worker must still be told to stop
+sys.stderr.write("unterminated")
+how = os.environ["HOW"]
+if how == "text":
+    sys.exit("bye")
+if how == "none":
+    sys.exit(None)
+if how == "return":
+    pass
+"""
+
+
+@pytest.mark.parametrize("how, status", [("text", 1), ("none", 0), ("return", 0)])
+def test_a_child_leaves_as_the_interpreter_does(zyg, tmp_path, how, status):
+    # collectives.zygote.leave: os._exit without the teardown, after what the interpreter's
+    # exit does that a job can see - SystemExit's status, threads joined (concurrent.futures'
+    # idle workers told to stop), atexit handlers, stdio flushed
+    p = tmp_path / "leave.py"
+    p.write_text(EXIT_SCRIPT)
+    pid = zyg.spawn([str(p)], {"HOW": how}, tmp_path / "leave.log", tmp_path)
+    assert wait(zyg, [pid]) == {pid: status}
+    log = (tmp_path / "leave.log").read_text()
+    for said in ("pool ran", "thread done", "atexit ran", "unterminated"):
+        assert said in log, log
+    assert ("bye" in log) == (how == "text")
+    assert log.index("thread done") < log.index("atexit ran")  # joined first, as Python
+
+
+@pytest.mark.parametrize("code, status, printed", [
+    (None, 0, ""), (0, 0, ""), (3, 3, ""), (-1, 255, ""), ("bye", 1, "bye\n"), ([2], 1, "[2]\n")])
+def test_exit_status_is_the_interpreters(code, status, printed, capsys):
+    assert zygote.exit_status(code) == status
+    assert capsys.readouterr().err == printed
+
+
 def test_exit_codes_of_failing_and_killed_children(zyg, script, tmp_path):
     code = spawn(zyg, script, tmp_path, 0, CODE="3")
     raised = spawn(zyg, script, tmp_path, 1, RAISE="1")
