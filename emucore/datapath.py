@@ -37,12 +37,14 @@ COMPILED = ("switch agents (per-frame pipeline and poll loop)",
             "NIC RC WRITE packets (the requester's next WRITE packet and in-order ACK, the "
             "responder's in-order WRITE and SEND packets)",
             "NIC transmit loop (round robin, pacer, PFC pause checks, per-frame accounting)",
-            "NIC receive loop (reads, arrival stamps to the fidelity meter)")
+            "NIC receive loop (reads, arrival stamps to the fidelity meter; data, ACK and CNP "
+            "frames of a known QP: CE -> CNP, the RC endpoint's C, its replies sent)")
 #: the stages compiled only under `fast` (switch_agent.fastagent)
 FAST_ONLY: tuple[str, ...] = ()
 #: the stages that run Python on every path, for now
 PYTHON_ONLY = ("RC transport's new WRs, SEND packets sent, NAK/RNR NAK, stale ACKs, timers, "
-               "go-back-N and write-only spraying", "UET")
+               "go-back-N and write-only spraying", "NIC frames other than data, ACK and CNP "
+               "of a known QP (PFC, malformed, bad checksum, unknown QP)", "UET")
 
 
 class NotBuilt(ImportError):

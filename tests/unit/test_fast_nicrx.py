@@ -5,12 +5,17 @@ ACK, a frame for an unknown QP, malformed frames of emu.bench.malformed, a frame
 than the receive buffer - reach NIC b through a socketpair (its raw socket, with and
 without the kernel's SO_TIMESTAMPNS stamps), in batches, and each receive must give the
 same count, the same replies (bytes, order), counters, events, meter records, MR contents,
-CQ entries and QP state. Each stamped frame's arrival is the stamp + now - realtime()
-exactly (traffic.nic.wakeup.arrival, checked against a MSG_PEEK of the same frame). Also
-under ASan + UBSan."""
+CQ entries and QP state (DCQCN's too). The other direction: NIC b the requester of WRITEs
+and a SEND, its in-order, duplicate and reordered ACKs, NAKs and CNPs (CE-marked data at the
+responder) received by the C and by the Python, with the same frames sent, events, CQ
+entries and QP / DCQCN state. The common frames (data and ACK for a known QP, CNP) run in
+C: no Python Nic.on_frame, pkt_of or RcEndpoint.on_packet for them. Each stamped frame's
+arrival is the stamp + now - realtime() exactly (traffic.nic.wakeup.arrival, checked
+against a MSG_PEEK of the same frame). Also under ASan + UBSan."""
 
 import random
 import socket
+import sys
 from unittest import mock
 
 import pytest
@@ -24,6 +29,7 @@ from tests.unit.test_nic import connected, own_qps
 from traffic.fast import nicrx
 from traffic.nic import datapath
 from traffic.nic.wakeup import RX_ANC, arrival, enable_rx_stamps
+from traffic.rc.endpoint import RcEndpoint
 
 C = nicrx.receive("fast")
 REALTIME = 1.7e9 + 0.123456789  #: the fake CLOCK_REALTIME of NIC b (the stamps' offset)
@@ -62,6 +68,16 @@ def wire(nic, stamps):
     return peer
 
 
+def attach(b, stamps, clock):
+    """NIC b's raw socket a socketpair end (`wire`), its meter a Meter, its clock `clock`,
+    its events into a list; (the other end, the list)."""
+    peer = wire(b, stamps)
+    b.meter, b.clock = Meter(), clock
+    events = []
+    b.ev.emit = lambda name, t, **kw: events.append((name, t, sorted(kw.items())))
+    return peer, events
+
+
 def drain(sock):
     """Every datagram waiting on `sock`, in order."""
     out = []
@@ -91,10 +107,7 @@ def scenario(seed, fn, stamps=True, size=24 * 4096 + 300):
         _, ms, _, qs = stray[0]
         a.to_rtr(qs, 0x777, 0, b.cfg.ip, 4096)  # b has no QP 0x777: unknown QP at b
         a.to_rts(qs)
-        peer = wire(b, stamps)
-        b.meter, b.clock = Meter(), lambda: 1000.0  # the CNP's record: a fixed send time
-        events = []
-        b.ev.emit = lambda name, t, **kw: events.append((name, t, sorted(kw.items())))
+        peer, events = attach(b, stamps, lambda: 1000.0)  # the CNP's record: a fixed time
         b.post_recv(c.qb.qpn, [7, {"wr_id": 8, "addr": c.mb["addr"] + 14 * 4096,
                                    "length": 3 * 4096, "lkey": c.mb["lkey"]}])
         a.post_send(c.qa.qpn, [
@@ -251,6 +264,128 @@ def test_what_the_c_does_not_do_changes_nothing():
         raw.close()
 
 
+def acks_scenario(seed, fn, stamps=True, size=20 * 4096 + 50):
+    """NIC b sends WRITEs and a SEND to a (the Python responder, fed directly); a's ACKs,
+    NAKs and CNPs - some duplicated, swapped or lost, a's data CE-marked - reach b's socket
+    and b receives them; returns the trace per batch (fed, count, b's frames sent after,
+    events) and b's final state."""
+    rng = random.Random(seed)
+    data = random.Random(seed + 7).randbytes(size)
+    trace = []
+    patch, answers = using(fn)
+    with patch, connected(size, bytes(size)) as c:
+        a, b = c.a, c.b
+        c.sb.buf[:size] = data  # b's MR: what it writes to a
+        cfg = c.qb.ep.requester.cfg
+        cfg.window, cfg.ackreq_every = 6, 3  # b blocks on its window; ACKs reopen it
+        now = 100.0
+        peer, events = attach(b, stamps, lambda: now + 1e-6)  # sends: just after `now`
+        unblocked = []  # b's QPs' blocked before and after each receive, their ready_at
+        a.post_recv(c.qa.qpn, [4, {"wr_id": 5, "addr": c.ma["addr"] + 16 * 4096,
+                                "length": 3 * 4096, "lkey": c.ma["lkey"]}])
+        b.post_send(c.qb.qpn, [
+            {"wr_id": 1, "local_addr": c.mb["addr"], "length": 9 * 4096 + 10,
+             "lkey": c.mb["lkey"], "remote_addr": c.ma["addr"], "rkey": c.ma["rkey"], "imm": 3},
+            {"wr_id": 2, "local_addr": c.mb["addr"], "length": 3 * 4096, "lkey": c.mb["lkey"],
+             "opcode": "send"},
+            {"wr_id": 3, "local_addr": c.mb["addr"] + 9, "length": 6 * 4096 + 1,
+             "lkey": c.mb["lkey"], "remote_addr": c.ma["addr"] + 32, "rkey": c.ma["rkey"]}])
+        for i in range(3000):
+            wait = b.step(now, rx=False)
+            now += max(wait, 1e-6)
+            sent = drain(peer)
+            if not sent and c.qb.ep.requester.idle():
+                break
+            for f in sent:
+                roll = rng.random()
+                if roll < 0.04:
+                    continue  # lost: a answers the next with a NAK
+                a.on_frame(memoryview(mark_ce(f) if roll > 0.8 else f), now)
+            if i % 4 and sent:
+                continue  # a's answers wait: b's window fills, the QP blocks
+            batch = list(a.raw.frames)
+            a.raw.frames = []
+            if rng.random() < 0.3 and len(batch) > 1:
+                batch[0], batch[1] = batch[1], batch[0]
+            if rng.random() < 0.3 and batch:
+                batch.append(batch[0])  # a stale duplicate
+            for f in batch:
+                peer.send(f)
+            del events[:]
+            was = [v.blocked for v in b.order]
+            k = b.receive(now)
+            trace.append(([bytes(f) for f in batch], k, drain(peer), list(events)))
+            unblocked.append([(w, v.blocked, v.ready_at) for w, v in zip(was, b.order)])
+        cq = b.cqs[next(iter(b.cqs))]
+        state = ({q: v.snapshot(b.td) for q, v in b.qps.items()}, dict(b.c),
+                 [repr(w) for w in cq.poll(100)], unblocked, b.meter.got)
+        peer.close()
+        b.raw.close()
+    return trace, state, answers
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_c_receives_acks_and_cnps_as_the_python(seed):
+    py_trace, py_state, _ = acks_scenario(seed, None, seed != 2)
+    c_trace, c_state, answers = acks_scenario(seed, C, seed != 2)
+    assert answers and all(type(r) is int for r in answers)
+    assert c_trace == py_trace
+    assert [m[1:] for m in c_state[-1]] == [m[1:] for m in py_state[-1]]
+    # the pacer's due times (q.ready_at after an ACK unblocked the QP), exactly
+    assert [m for m in c_state[-1] if m[2] != "rx"] == [m for m in py_state[-1] if m[2] != "rx"]
+    assert c_state[:-1] == py_state[:-1]
+
+
+def test_acks_scenario_exercises_what_it_names():
+    trace, state, _ = acks_scenario(1, C)
+    assert "cnp_rx" in {e[0] for t in trace for e in t[3]}  # the reaction point
+    assert any(w[0][0] and not w[0][1] for w in state[3])  # an ACK unblocked b's QP
+    snap = next(iter(state[0].values()))
+    assert snap["acks_rx"] > 0 and snap["naks_rx"] > 0 and snap["completions"] == 3
+    assert [w.split(",")[1] for w in state[2]] == [" status=<WCStatus.SUCCESS: 'SUCCESS'>"] * 3
+
+
+def python_calls(run):
+    """run(); the calls of the Python Nic.on_frame, pkt_of and RcEndpoint.on_packet made
+    for NIC b (the one whose receive is under test) while it ran."""
+    codes = {datapath.Nic.on_frame.__code__: "on_frame", datapath.pkt_of.__code__: "pkt_of",
+             RcEndpoint.on_packet.__code__: "ep.on_packet"}
+    got = []
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            got.append(codes[frame.f_code])
+
+    sys.setprofile(prof)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return got
+
+
+def test_common_frames_run_in_c():
+    """b's receive under the C: its data, ACKs and CNPs never reach the Python on_frame,
+    pkt_of or RcEndpoint.on_packet (a's Python on_frame, called by the test, is apart:
+    b receives in the C only, so count only what happens inside b.receive)."""
+    real, seen = C, []
+
+    def rx(nic, now):
+        seen.extend(python_calls(lambda: rx.k.append(real(nic, now))))
+        return rx.k[-1]
+
+    rx.k = []
+    acks_scenario(1, rx)  # the ACK direction: only common frames reach b
+    assert rx.k and sum(rx.k) > 0 and seen == []
+    # the data direction: Python on_frame only for the uncommon frames (PFC, garbage, bad
+    # ICRC, unknown QP), never pkt_of nor ep.on_packet
+    seen.clear()
+    rx.k = []
+    trace, state, _ = scenario(1, rx)
+    assert set(seen) == {"on_frame"}
+    assert 0 < len(seen) < sum(t[1] for t in trace)
+
+
 SANITIZED_CHILD = """
 from tests.unit import test_fast_nicrx as t
 assert t.C is mod.receive, "the sanitized build is not the one in use"
@@ -258,6 +393,8 @@ for stamps in (True, False):
     t.test_c_receive_is_the_python(1, stamps)
 t.test_each_stamp_is_its_arrival_on_the_monotonic_clock(t.C)
 t.test_a_failed_read_counts_rx_errors()
+t.test_c_receives_acks_and_cnps_as_the_python(1)
+t.test_common_frames_run_in_c()
 t.test_what_the_c_does_not_do_changes_nothing()
 import gc; gc.collect()
 print("sanitized ok")

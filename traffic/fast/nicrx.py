@@ -5,9 +5,16 @@ traffic/fast/nicrx.c, built by emucore/cbuild.py as `traffic.fast._nicrx`, mirro
 traffic/nic/datapath.py's `Nic.receive` stage by stage under the same name: the reads of the
 raw socket (recvmsg with the kernel's SO_TIMESTAMPNS stamp, or recv), each frame's arrival
 on the monotonic clock (traffic.nic.wakeup.arrival's float operations) to the fidelity
-meter ("rx"), the memoryview of the frame to the Python `Nic.on_frame`, which does the rest.
-A call it cannot do exactly answers NotImplemented having changed nothing, and the Python
-runs. tests/unit/test_fast_nicrx.py holds the two equal, also under ASan + UBSan.
+meter ("rx"), and each frame's `on_frame`: in C for a data, ACK or CNP frame of a known QP
+(counters, the CNP's reaction point, a CE mark's notification point and CNP, the RocePkt
+of `pkt_of`, the RC endpoint - its C in-order WRITE / SEND / ACK first, as the Fast
+classes -, each reply's frame sent, nak_tx, q.blocked), every other frame (PFC, UET,
+malformed, bad checksum, another address, an unknown QP) handed whole to the Python
+`Nic.on_frame` before anything changed; an instance whose on_frame is not Nic.on_frame
+gets its own for every frame. A call it cannot do exactly answers NotImplemented having
+changed nothing, and the Python runs. tests/unit/test_fast_nicrx.py holds the two equal
+(both directions: data and CE to a responder, ACKs, NAKs and CNPs to a requester), also
+under ASan + UBSan.
 
 `EMU_DATAPATH` chooses (emucore.datapath), read once at import: `RECEIVE` is the C
 function under auto and fast, None under python; with auto or fast and the C not built

@@ -286,8 +286,9 @@ class Nic(NicVerbs, UetRx):
         """Handle what the raw socket holds (at most 256 frames) at `now`; with arrival
         stamps, each frame's wait since its arrival goes to the meter ("rx"). Returns
         the number of frames read. Under EMU_DATAPATH auto / fast the C of
-        traffic.fast.nicrx does it (on_frame stays this Python), unless it answers
-        NotImplemented (nothing changed)."""
+        traffic.fast.nicrx does it (with on_frame's data, ACK and CNP frames of a known QP
+        in C, stage by stage as on_frame; every other frame is this on_frame's), unless it
+        answers NotImplemented (nothing changed)."""
         if RECEIVE is not None and (k := RECEIVE(self, now)) is not NotImplemented:
             return k
         raw, buf, stamped, k = self.raw, self._buf, self.rx_stamps, 0
