@@ -17,8 +17,8 @@ the marking probability on the RED ramp.
 
 import pytest
 
-from emu.bench.dcqcnsim import (TOLERANCE, Run, fixed_points, settling, simulate, steady,
-                                table)
+from emu.bench.dcqcnmatrix import table
+from emu.bench.dcqcnsim import TOLERANCE, Run, fixed_points, settling, simulate, steady
 from traffic.dcqcn import DcqcnProfile
 from traffic.dcqcnfluid import closed_form, exact, fairness_time, queue_for
 
