@@ -48,7 +48,9 @@ start; without PFC, seeds 1-16: all from 65 ms, 14 from 20 ms). The window start
 800 MiB each (~100 ms model at C/3, 5.6-5.8 min for the test at TDF 3000, where the
 guard kept up) leaves a window of ~10 ms when all three are near C/3; a sender whose
 average from posting exceeds 1.13 of C/3 finishes before 80 / 0.9 ms and leaves none (the
-test then reports its average: past 1.15 a FairShareMissed, the xfail's). Not strict: the model itself is not within by 80 ms in
+test then reports its average: past 1.15 a FairShareMissed, the xfail's); one just under
+leaves a short one (0.7 ms in a run at 1.12), judged as it comes: a 5 ms window at every
+such lead needs ~850 MiB, ~6.2 min. Not strict: the model itself is not within by 80 ms in
 3 of 32 seeds (3 of the 10 that start like the fabric), so a run may fail without the
 fabric differing from the model. Opt-in (`EMU_LONG=1`): ~6 min, over the suite's budget.
 Run it with `EMU_LONG=1 ./setup.sh test tests/netns/test_fairshare.py -k three -s`.
@@ -198,8 +200,9 @@ def steady_port(r: dict) -> dict:
     "seed 1, 16cd15c + the test, 2026-11-28), h1g1 / h2g1 / h3g1 of C/3: 0.94 / 0.94 / "
     "1.05 over 80-90.5 ms (860 MiB, within from 40 ms), 0.96 / 1.02 / 1.01 over 80-91.4 "
     "ms (within from 0 ms), and no window: h3g1 led at 1.14-1.57 per 5 ms and finished at "
-    "74.6 ms (0.60 / 0.60 / 1.14 in 0-5 ms, 0.88 / 0.86 / 1.24 in 65-70 ms). Not strict: "
-    "2 of 3 runs were within; a drop, a wrong byte, a retransmit or a missing window "
+    "74.6 ms (0.60 / 0.60 / 1.14 in 0-5 ms, 0.88 / 0.86 / 1.24 in 65-70 ms); a fourth "
+    "(2dd296b) 1.06 / 0.92 / 1.02 over 80-80.7 ms (within from 50 ms). Not strict: 3 of "
+    "4 runs were within; a drop, a wrong byte, a retransmit or a missing window "
     "without a sender past the bound still fails the test."))
 def test_three_to_one_incast_gives_each_sender_a_third_of_the_port():
     tdf = TDF3
