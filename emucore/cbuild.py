@@ -10,13 +10,18 @@ protocol gives the C code the frame's bytes without a copy, and a call costs ~50
 
 `build(..., sanitize=True, out_dir=D)` builds the same sources with AddressSanitizer and
 UBSan into D; `sanitized_env(D)` is the environment a Python child needs to load them
-(libasan preloaded, leak checks off: CPython's own allocations are not ours). A missing
-compiler or Python header is an error naming the Debian package, never a silent fallback.
+(libasan preloaded, leak checks off: CPython's own allocations are not ours). Builds into
+one D are serialised per module (a lock file beside it), so processes may share a D (the
+unit tests' xdist workers do). `defines={"N": v}` adds `-DN=v` (a test build's smaller
+bound, e.g. the pipeline's FLOW_CACHE_MAX); it is part of the command, so of the stamp.
+setup's production build passes none. A missing compiler or Python header is an error
+naming the Debian package, never a silent fallback.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import os
 import shutil
@@ -72,12 +77,14 @@ def target(name: str, out_dir: Path | None = None) -> Path:
     return base / (leaf + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
-def command(name: str, sanitize: bool = False, out_dir: Path | None = None) -> list[str]:
+def command(name: str, sanitize: bool = False, out_dir: Path | None = None,
+            defines: dict[str, int | str] | None = None) -> list[str]:
     sources = [str(ROOT / s) for s in EXTENSIONS[name]]
     include = sysconfig.get_paths()["include"]
     flags = SANITIZE if sanitize else OPT
-    return [compiler(), *CFLAGS, *flags, f"-I{include}", f"-I{ROOT / 'emucore' / 'csrc'}",
-            *sources, "-o", str(target(name, out_dir))]
+    macros = [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
+    return [compiler(), *CFLAGS, *flags, *macros, f"-I{include}",
+            f"-I{ROOT / 'emucore' / 'csrc'}", *sources, "-o", str(target(name, out_dir))]
 
 
 def _digest(name: str, cmd: list[str]) -> str:
@@ -90,13 +97,21 @@ def _digest(name: str, cmd: list[str]) -> str:
 
 
 def build(name: str, sanitize: bool = False, out_dir: Path | None = None,
-          force: bool = False) -> Path:
+          force: bool = False, defines: dict[str, int | str] | None = None) -> Path:
     """Compiles module `name` (skipped when its stamp matches); returns the .so path."""
-    cmd = command(name, sanitize, out_dir)
+    cmd = command(name, sanitize, out_dir, defines)
     so = target(name, out_dir)
     so.parent.mkdir(parents=True, exist_ok=True)
     stamp = so.with_name(so.name + ".stamp")
     want = _digest(name, cmd)
+    if out_dir is None:
+        return _compile(name, cmd, so, stamp, want, force)
+    with open(so.with_name(so.name + ".lock"), "w") as lock:  # another process's build
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _compile(name, cmd, so, stamp, want, force)
+
+
+def _compile(name: str, cmd: list[str], so: Path, stamp: Path, want: str, force: bool) -> Path:
     if not force and so.is_file() and stamp.is_file() and stamp.read_text() == want:
         return so
     r = subprocess.run(cmd, capture_output=True, text=True)

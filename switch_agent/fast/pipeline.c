@@ -32,7 +32,9 @@
 #define WRED_BIN_BYTES 150000
 #define NSOJ 10
 static const double SOJOURN_EDGES_US[NSOJ] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000};
+#ifndef FLOW_CACHE_MAX /* a test build may bound it lower (-D, emucore.cbuild defines) */
 #define FLOW_CACHE_MAX 65536
+#endif
 
 /* on_frame's answers */
 enum { HANDLED = 0, MISS_FLOW = 1, MISS_TTL = 2, MISS_LINK_LOCAL = 3 };

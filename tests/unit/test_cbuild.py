@@ -63,3 +63,40 @@ def test_a_module_builds_and_loads_under_the_sanitizers(tmp_path, monkeypatch):
     r = subprocess.run([sys.executable, "-c", "import pkg.fast._ok as m; print(m.__file__)"],
                        capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0 and str(out) in r.stdout, r.stderr
+
+
+N_MODULE = """#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#ifndef N
+#define N 7
+#endif
+static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "_n", NULL, -1, NULL, NULL, NULL, NULL, NULL};
+PyMODINIT_FUNC PyInit__n(void) {
+    PyObject *mod = PyModule_Create(&m);
+    if (mod != NULL && PyModule_AddIntConstant(mod, "N", N) < 0) Py_CLEAR(mod);
+    return mod;
+}
+"""
+
+
+def test_defines_reach_the_build_and_its_stamp(tmp_path, monkeypatch):
+    """`defines` (a test build's bound) compile in as -D, in a stable order; a build with
+    other defines is rebuilt (they are in the stamp); none by default (setup's build)."""
+    src = tmp_path / "pkg" / "fast" / "n.c"
+    src.parent.mkdir(parents=True)
+    src.write_text(N_MODULE)
+    monkeypatch.setattr(cbuild, "ROOT", tmp_path)
+    monkeypatch.setitem(cbuild.EXTENSIONS, "pkg.fast._n", ("pkg/fast/n.c",))
+    assert not any(a.startswith("-D") and "=" in a for a in cbuild.command("pkg.fast._n"))
+    cmd = cbuild.command("pkg.fast._n", defines={"N": 3, "A": "x"})
+    assert [a for a in cmd if a.startswith("-D") and "=" in a] == ["-DA=x", "-DN=3"]
+    out = tmp_path / "out"
+    (out / "pkg" / "fast").mkdir(parents=True)
+    (out / "pkg" / "__init__.py").write_text("")
+    (out / "pkg" / "fast" / "__init__.py").write_text("")
+    code = "import pkg.fast._n as m; print(m.N)"
+    for defines, want in ((None, "7"), ({"N": 3}, "3"), ({"N": 65536}, "65536")):
+        cbuild.build("pkg.fast._n", out_dir=out, defines=defines)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           cwd=out)
+        assert (r.returncode, r.stdout.strip()) == (0, want), r.stderr

@@ -210,16 +210,16 @@ print("sanitized ok")
 """
 
 
-def run_sanitized(module, child, tmp_path):
+def run_sanitized(module, child, out_dir):
     """`child` (after LOAD_SANITIZED) in a Python with an ASan + UBSan build of `module`."""
-    so = cbuild.build(module, sanitize=True, out_dir=tmp_path)
+    so = cbuild.build(module, sanitize=True, out_dir=out_dir)
     r = subprocess.run([sys.executable, "-c", LOAD_SANITIZED + child, module, str(so)],
-                       cwd=cbuild.ROOT, env=cbuild.sanitized_env(tmp_path),
+                       cwd=cbuild.ROOT, env=cbuild.sanitized_env(out_dir),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "sanitized ok" in r.stdout and "runtime error" not in r.stderr
 
 
-def test_sanitized(tmp_path):
+def test_sanitized(asan_dir):
     """The differential traces against an ASan + UBSan build, in a child Python."""
-    run_sanitized(fast.MODULE, SANITIZED_CHILD, tmp_path)
+    run_sanitized(fast.MODULE, SANITIZED_CHILD, asan_dir)

@@ -455,8 +455,12 @@ def test_wred_draws_are_pythons(seed: int) -> None:
 
 
 def test_flow_cache_overflow() -> None:
-    """A cache of FLOW_CACHE_MAX flows is emptied when one more arrives, as in Python."""
+    """A cache of FLOW_CACHE_MAX flows is emptied when one more arrives, as in Python: the
+    production build's 65536 (setup's), and a sanitized build's smaller bound (test_sanitized)
+    against the reference given the same."""
+    from switch_agent import flowcache
     from switch_agent.fast import _pipeline
+    assert _pipeline.FLOW_CACHE_MAX == flowcache.FLOW_CACHE_MAX
     src = mac_bytes(HOSTS["eth1"][0])
     n = _pipeline.FLOW_CACHE_MAX + 3
     dst = [socket.inet_ntoa((0x0A000200 + i).to_bytes(4, "big")) for i in range(200)]
@@ -502,6 +506,9 @@ sys.modules[spec.name] = mod
 spec.loader.exec_module(mod)
 import switch_agent.fast
 switch_agent.fast._pipeline = mod
+import switch_agent.flowcache
+assert mod.FLOW_CACHE_MAX == int(sys.argv[2]), "not the bound it was built with"
+switch_agent.flowcache.FLOW_CACHE_MAX = mod.FLOW_CACHE_MAX  # the reference's bound, the same
 from tests.unit import test_fast_pipeline as t
 import switch_agent.fast.pipeline as wrapper
 assert wrapper._pipeline is mod, "the sanitized build is not the one in use"
@@ -520,11 +527,19 @@ print("sanitized ok")
 """
 
 
-def test_sanitized(tmp_path: Path) -> None:
-    """The differential traces against an ASan + UBSan build, in a child Python."""
-    so = cbuild.build("switch_agent.fast._pipeline", sanitize=True, out_dir=tmp_path)
-    r = subprocess.run([sys.executable, "-c", SANITIZED_CHILD, str(so)], cwd=cbuild.ROOT,
-                       env=cbuild.sanitized_env(tmp_path), capture_output=True, text=True,
+#: the sanitized build's flow cache bound (the Python reference's is set to it in the
+#: child): test_flow_cache_overflow fills it, 1027 frames instead of 65539 under ASan
+SANITIZED_FLOW_CACHE_MAX = 1024
+
+
+def test_sanitized(asan_dir: Path) -> None:
+    """The differential traces against an ASan + UBSan build, in a child Python (one build
+    for the run, shared with test_fast_ring's and test_fastagent's children)."""
+    so = cbuild.build("switch_agent.fast._pipeline", sanitize=True, out_dir=asan_dir,
+                      defines={"FLOW_CACHE_MAX": SANITIZED_FLOW_CACHE_MAX})
+    r = subprocess.run([sys.executable, "-c", SANITIZED_CHILD, str(so),
+                        str(SANITIZED_FLOW_CACHE_MAX)], cwd=cbuild.ROOT,
+                       env=cbuild.sanitized_env(asan_dir), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "sanitized ok" in r.stdout

@@ -333,6 +333,6 @@ print("sanitized ok", t.CResponder.taken, t.CRequester.taken, t.CRequester.acked
 """
 
 
-def test_sanitized(tmp_path):
+def test_sanitized(asan_dir):
     """The differential transfers against an ASan + UBSan build, in a child Python."""
-    run_sanitized(fast.MODULE, SANITIZED_CHILD, tmp_path)
+    run_sanitized(fast.MODULE, SANITIZED_CHILD, asan_dir)

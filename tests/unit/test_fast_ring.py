@@ -205,7 +205,7 @@ print("sanitized ok")
 """
 
 
-def test_sanitized(tmp_path: Path, monkeypatch) -> None:
+def test_sanitized(asan_dir: Path, monkeypatch) -> None:
     """These tests against an ASan + UBSan build (as test_fast_pipeline runs its own)."""
     monkeypatch.setattr(test_fast_pipeline, "SANITIZED_CHILD", SANITIZED_CHILD)
-    test_fast_pipeline.test_sanitized(tmp_path)
+    test_fast_pipeline.test_sanitized(asan_dir)

@@ -280,11 +280,11 @@ print("sanitized ok")
 """
 
 
-def test_sanitized(tmp_path: Path, monkeypatch) -> None:
+def test_sanitized(asan_dir: Path, monkeypatch) -> None:
     """The flushes, the syncs and the DCBX pushes against an ASan + UBSan build (run as
     test_fast_pipeline runs its own, with this child)."""
     monkeypatch.setattr(test_fast_pipeline, "SANITIZED_CHILD", SANITIZED_CHILD)
-    test_fast_pipeline.test_sanitized(tmp_path)
+    test_fast_pipeline.test_sanitized(asan_dir)
 
 
 def test_a_refusal_reaches_emu(tmp_path, monkeypatch, capsys, caplog):
