@@ -20,12 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "gpu"
 
 
-def emu_gpu_run(out: Path, cwd: Path, *script: str,
-                fabric: tuple[str, ...] = ("rail2x4",)) -> subprocess.CompletedProcess:
+def emu_gpu_run(out: Path, cwd: Path, *script: str, fabric: tuple[str, ...] = ("rail2x4",),
+                tdf: int = 10000) -> subprocess.CompletedProcess:
     # TDF 10000: the model's compute regions then take seconds, not the ~30 s per step of
     # the auto TDF's 70,000-100,000 on a busy machine; nothing below depends on the TDF
     return subprocess.run([sys.executable, "-m", "emu", "run", *fabric, "--quiet", "--tdf",
-                           "10000", "--pcap", "none", "--gpu", "h100", "--out", str(out),
+                           str(tdf), "--pcap", "none", "--gpu", "h100", "--out", str(out),
                            "--cwd", str(cwd),
                            "--script", *script], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
@@ -33,7 +33,11 @@ def emu_gpu_run(out: Path, cwd: Path, *script: str,
 
 def test_torchrun_tutorial_ddp_matches_and_moves_the_gradients(tmp_path):
     d = tmp_path / "ddp"
-    r = emu_gpu_run(d, tmp_path, str(EX / "ddp_torchrun.py"), "2", "1", "--batch_size", "32")
+    # TDF 5000: what is judged (the match, bytes) does not depend on it; the workload takes
+    # 21-23 s there against 35 s at 10000, and with a CPU hog beside it the run exits 3
+    # with its checks passed (2 runs, 2026-11-28 11:49 UTC), which assert_checks_passed takes
+    r = emu_gpu_run(d, tmp_path, str(EX / "ddp_torchrun.py"), "2", "1", "--batch_size", "32",
+                    tdf=5000)
     s = assert_checks_passed(r, d)
     assert "-> match" in r.stdout, r.stdout[-3000:]
     res = json.loads((tmp_path / "results" / "ddp_torchrun.json").read_text())
