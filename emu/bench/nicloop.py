@@ -12,7 +12,11 @@ NICs' fidelity meters (lag p99 and max, model s: the sender's pacer and the ACKs
 receiver's data frames' waits from their arrival, `traffic.nic.wakeup`), so a change that
 saves CPU by acting late shows it. `--profile` adds a cProfile of the sender's loop;
 `--both` makes h4g2 WRITE as much to h1g1 at the same time (each NIC sends and receives,
-as in an AllReduce ring); each loop runs until both WRITEs are done.
+as in an AllReduce ring); each loop runs until both WRITEs are done. `--split` splits each
+loop's thread CPU per data frame into the wait (`select`), `Nic.receive` and `Nic.transmit`
+(with their C) and the rest (`Nic.run` and `Nic.step`'s own Python and what it calls
+besides), with the loop thread's minor page faults per frame (getrusage RUSAGE_THREAD); its
+own timing (two `time.thread_time` per stage) lands in the rest.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import cProfile
 import json
 import multiprocessing
 import pstats
+import resource
+import select
 import socket
 import statistics
 import threading
@@ -29,6 +35,7 @@ import time
 from multiprocessing import resource_tracker, shared_memory
 
 from topologies import load
+from traffic.nic import datapath
 from traffic.nic.datapath import Nic
 from traffic.nic.nicconfig import NicConfig
 from traffic.nic.wakeup import enable_rx_stamps
@@ -57,8 +64,43 @@ def _mr(nic: Nic, size: int) -> tuple:
     return shm, mr, cq, nic.qps[nic.create_qp(pd, cq, cq)]
 
 
-def _loop(nic: Nic, out: dict, prof: cProfile.Profile | None) -> None:
-    """Nic.run in this thread; its CPU seconds into out."""
+STAGES = ("wait", "receive", "transmit")  #: what `--split` times apart (the rest: the loop)
+
+
+class _Select:
+    """`select` for traffic.nic.datapath (`--split`): select.select, its thread CPU summed."""
+
+    def __init__(self, spent: dict) -> None:
+        self.spent = spent
+
+    def select(self, *args):
+        t0 = time.thread_time()
+        try:
+            return select.select(*args)
+        finally:
+            self.spent["wait"] += time.thread_time() - t0
+
+
+def _timed(fn, spent: dict, stage: str):
+    """`fn` with its thread CPU summed into spent[stage] (`--split`)."""
+    def timed(*args):
+        t0 = time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            spent[stage] += time.thread_time() - t0
+    return timed
+
+
+def _loop(nic: Nic, out: dict, prof: cProfile.Profile | None, split: bool = False) -> None:
+    """Nic.run in this thread; its CPU seconds into out (with `split`: per stage, "split",
+    and the thread's minor page faults, "minflt")."""
+    spent = dict.fromkeys(STAGES, 0.0)
+    if split:  # this process runs one loop: datapath's select is its own
+        datapath.select = _Select(spent)
+        nic.receive = _timed(nic.receive, spent, "receive")
+        nic.transmit = _timed(nic.transmit, spent, "transmit")
+    f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
     t0 = time.thread_time()
     if prof is not None:
         prof.enable()
@@ -66,13 +108,18 @@ def _loop(nic: Nic, out: dict, prof: cProfile.Profile | None) -> None:
     if prof is not None:
         prof.disable()
     out["cpu_s"] = time.thread_time() - t0
+    out["minflt"] = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - f0
+    if split:
+        datapath.select = select
+        del nic.receive, nic.transmit
+        out["split"] = {**spent, "rest": out["cpu_s"] - sum(spent.values())}
 
 
-def _serve(nic: Nic, conn, cq: int | None, until: float) -> None:
+def _serve(nic: Nic, conn, cq: int | None, until: float, split: bool = False) -> None:
     """The forked receiver: its loop in a thread until told to stop (and, with its own
     WRITE's completion queue `cq`, that WRITE done or `until` passed); reports its CPU."""
     out: dict = {}
-    t = threading.Thread(target=_loop, args=(nic, out, None))
+    t = threading.Thread(target=_loop, args=(nic, out, None, split))
     t.start()
     conn.recv()
     done = _complete(nic, cq, until)
@@ -80,7 +127,7 @@ def _serve(nic: Nic, conn, cq: int | None, until: float) -> None:
     nic.wake()
     t.join()
     conn.send({"cpu_s": out["cpu_s"], "wakeups": nic.wakeups, "fidelity": nic.meter.snapshot(),
-               "done": done})
+               "done": done, "minflt": out["minflt"], "split": out.get("split")})
 
 
 def _complete(nic: Nic, cq: int | None, until: float) -> bool:
@@ -101,13 +148,14 @@ def _write(nic: Nic, qp, local: dict, remote: dict, size: int) -> None:
 
 
 def once(frames: int, tdf: float, profile: bool = False, rx_grid: bool = True,
-         both: bool = False) -> dict:
+         both: bool = False, split: bool = False) -> dict:
     """One WRITE of `frames` MTU packets from h1g1 to h4g2; per-frame CPU and wake-ups.
     The sender wakes for each frame's pacer time (`traffic.nic.wakeup`: deadlines are not
     on the grid); without `rx_grid` the receiver wakes for each arrival (no grid:
     `traffic.nic.wakeup`). With `both`, h4g2 also WRITEs as much to h1g1 at the same
     time, as each NIC of an AllReduce ring sends and receives ("tx" is then h1g1, "rx"
-    h4g2; per frame each way)."""
+    h4g2; per frame each way). With `split`, each loop's CPU per frame by stage
+    ("tx_split_us_per_frame", "rx_split_us_per_frame": wait, receive, transmit, rest)."""
     fab = load(PRESET, tdf=tdf)
     sa, sb = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     a, b = _nic(fab, SENDER, sa, True), _nic(fab, RECEIVER, sb, rx_grid)
@@ -125,9 +173,9 @@ def once(frames: int, tdf: float, profile: bool = False, rx_grid: bool = True,
     if both:
         _write(b, qb, mb, ma, size)  # before the fork: the child's loop starts with it
     child = multiprocessing.get_context("fork").Process(
-        target=_serve, args=(b, child_conn, cb if both else None, deadline))
+        target=_serve, args=(b, child_conn, cb if both else None, deadline, split))
     child.start()
-    thread = threading.Thread(target=_loop, args=(a, out, prof))
+    thread = threading.Thread(target=_loop, args=(a, out, prof, split))
     thread.start()
     _write(a, qa, ma, mb, size)
     done = _complete(a, ca, deadline)
@@ -147,7 +195,11 @@ def once(frames: int, tdf: float, profile: bool = False, rx_grid: bool = True,
            "tx_lag_p99_model_s": fid["p99_lag_model_s"], "tx_lag_max_model_s": fid["max_lag_model_s"],
            "rx_lag_p99_model_s": rx["fidelity"]["p99_lag_model_s"],
            "rx_lag_max_model_s": rx["fidelity"]["max_lag_model_s"], "rx_lag_count": rx["fidelity"]["count"],
-           "tx_frames": a.c["tx_frames"], "rx_acks": a.c["rx_frames"]}
+           "tx_frames": a.c["tx_frames"], "rx_acks": a.c["rx_frames"],
+           "tx_minflt_per_frame": out["minflt"] / frames, "rx_minflt_per_frame": rx["minflt"] / frames}
+    if split:
+        res["tx_split_us_per_frame"] = {k: v / frames * 1e6 for k, v in out["split"].items()}
+        res["rx_split_us_per_frame"] = {k: v / frames * 1e6 for k, v in rx["split"].items()}
     for n, mr, shm in ((a, ma, sha), (b, mb, shb)):
         n.dereg_mr(mr["lkey"])
         shm.close()
@@ -171,13 +223,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-rx-grid", action="store_true", help="the receiver wakes per arrival")
     ap.add_argument("--both", action="store_true",
                     help="both NICs WRITE at once (each sends and receives)")
+    ap.add_argument("--split", action="store_true",
+                    help="each loop's CPU by stage: wait, receive, transmit, the rest")
     a = ap.parse_args(argv)
     runs = []
     for _ in range(a.reps):
-        runs.append(once(a.frames, a.tdf, a.profile, not a.no_rx_grid, a.both))
+        runs.append(once(a.frames, a.tdf, a.profile, not a.no_rx_grid, a.both, a.split))
         print(json.dumps(runs[-1]), flush=True)
     keys = [k for k, v in runs[0].items() if isinstance(v, float)]
-    print(json.dumps({"median": {k: statistics.median(r[k] for r in runs) for k in keys}}))
+    med = {k: statistics.median(r[k] for r in runs) for k in keys}
+    for side in ("tx", "rx"):
+        if a.split:
+            med[f"{side}_split_us_per_frame"] = {
+                k: statistics.median(r[f"{side}_split_us_per_frame"][k] for r in runs)
+                for k in (*STAGES, "rest")}
+    print(json.dumps({"median": med}))
     return 0
 
 

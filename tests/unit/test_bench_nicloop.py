@@ -16,3 +16,14 @@ def test_both_ways_each_nic_sends_and_receives_its_write():
     r = nicloop.once(frames=40, tdf=200, both=True)
     assert r["done"] and r["both"]
     assert r["tx_frames"] >= 40 and r["rx_acks"] >= 40  # its data out, the other's data in
+
+
+def test_split_times_each_stage_of_both_loops_and_restores_select():
+    r = nicloop.once(frames=40, tdf=200, split=True)
+    assert r["done"] and r["tx_frames"] == 40
+    tx, rx = r["tx_split_us_per_frame"], r["rx_split_us_per_frame"]
+    assert set(tx) == set(rx) == {"wait", "receive", "transmit", "rest"}
+    assert tx["wait"] > 0 and tx["transmit"] > 0  # the sender waits and sends
+    assert rx["wait"] > 0 and rx["receive"] > 0  # the receiver waits and reads
+    assert r["tx_minflt_per_frame"] >= 0 and r["rx_minflt_per_frame"] >= 0
+    assert nicloop.datapath.select is nicloop.select  # the module's own select again
