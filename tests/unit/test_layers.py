@@ -81,6 +81,9 @@ DEFERRED = {
                                                "EMU_DATAPATH=python runs where it is not built",
     ("traffic.fast.nicrx", "traffic.fast"): "the C receive loop is imported only when chosen: "
                                                "EMU_DATAPATH=python runs where it is not built",
+    ("traffic.fast.nicstep", "traffic.fast"): "the C loop iteration is imported only when "
+                                                 "chosen: EMU_DATAPATH=python runs where it is "
+                                                 "not built",
     ("switch_agent.fastagent", "switch_agent.fast.pipeline"): "the C agent pipeline is imported "
                                                              "only when chosen (EMU_DATAPATH auto or fast)",
     ("emu.observe.calibrate", "switch_agent.fast.pipeline"): "the C pipeline is timed only for "

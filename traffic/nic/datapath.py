@@ -63,6 +63,7 @@ from emucore.framing import FrameTemplate, malformed, parse
 from emucore.wire.templates import RoceFields
 from emucore.wire.uet_codes import UET_UDP_PORT
 from traffic.fast.nicrx import RECEIVE
+from traffic.fast.nicstep import STEP
 from traffic.fast.nictx import TRANSMIT
 from traffic.nic.nicconfig import NicConfig
 from traffic.nic.uetrx import UetRx, is_uet
@@ -313,7 +314,12 @@ class Nic(NicVerbs, UetRx):
         return k
 
     def step(self, now: float, rx: bool = True) -> float:
-        """One loop iteration: receive (if `rx`), timers, transmit; returns seconds to sleep."""
+        """One loop iteration: receive (if `rx`), timers, transmit, the CQ waiters' notify;
+        returns the seconds to sleep. Under EMU_DATAPATH auto / fast the C of
+        traffic.fast.nicstep does it, stage by stage (calling the C receive and transmit
+        directly), unless it answers NotImplemented (nothing changed)."""
+        if STEP is not None and (t := STEP(self, now, rx)) is not NotImplemented:
+            return t
         self.rx_read = self.receive(now) if rx and self.raw is not None else 0
         for q in self.order:
             d = q.ep.deadline

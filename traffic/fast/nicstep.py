@@ -1,0 +1,37 @@
+"""Which loop iteration the NIC runs: the C of traffic/fast/nicstep.c or the Python reference
+(issue 30).
+
+traffic/fast/nicstep.c, built by emucore/cbuild.py as `traffic.fast._nicstep`, mirrors
+traffic/nic/datapath.py's `Nic.step` stage by stage under the same names: receive (the C of
+traffic.fast.nicrx called directly, C to C), the RC timers (their `on_timer` stays Python),
+transmit (traffic.fast.nictx's C likewise), the CQ waiters' notify, and the timeout to the
+next wake-up, with the Python's own number protocol and comparisons (exact by construction).
+A call it cannot do exactly answers NotImplemented having changed nothing, and the Python
+runs. tests/unit/test_fast_nicstep.py holds the two equal, also under ASan + UBSan.
+
+`EMU_DATAPATH` chooses (emucore.datapath), read once at import: `STEP` is the C function
+under auto and fast, None under python; with auto or fast and the C not built from today's
+sources, importing this module is emucore.datapath.NotBuilt.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from emucore import datapath
+
+__all__ = ["MODULE", "step", "STEP"]
+
+MODULE = "traffic.fast._nicstep"
+
+
+def step(name: str | None = None) -> Callable | None:
+    """The C Nic.step on data path `name` (default $EMU_DATAPATH); None: Python."""
+    if datapath.mode(name) == "python":
+        return None
+    datapath.require_built(MODULE)
+    from traffic.fast import _nicstep  # only when chosen: the Python path runs unbuilt
+    return _nicstep.step
+
+
+STEP = step()
