@@ -23,7 +23,8 @@ EX = ROOT / "examples" / "gpu"
 def emu_gpu_run(out: Path, cwd: Path, *script: str, fabric: tuple[str, ...] = ("rail2x4",),
                 tdf: int = 10000) -> subprocess.CompletedProcess:
     # TDF 10000: the model's compute regions then take seconds, not the ~30 s per step of
-    # the auto TDF's 70,000-100,000 on a busy machine; nothing below depends on the TDF
+    # the auto TDF's 70,000-100,000 on a busy machine; the AMP test's event-vs-wall check
+    # keeps it (fixed per-step Python weighs more at a lower TDF), the DDP tutorial gives 5000
     return subprocess.run([sys.executable, "-m", "emu", "run", *fabric, "--quiet", "--tdf",
                            str(tdf), "--pcap", "none", "--gpu", "h100", "--out", str(out),
                            "--cwd", str(cwd),
