@@ -223,9 +223,12 @@ def run_child(code: str, sanitized: bool, tmp_path: Path) -> dict:
     if sanitized:
         from emucore import cbuild
         from tests.unit import test_fast_pipeline as t
-        so = cbuild.build("switch_agent.fast._pipeline", sanitize=True, out_dir=tmp_path)
+        bound = t.SANITIZED_FLOW_CACHE_MAX  # the loader checks the build has it (argv[2])
+        so = cbuild.build("switch_agent.fast._pipeline", sanitize=True, out_dir=tmp_path,
+                          defines={"FLOW_CACHE_MAX": bound})
         load = t.SANITIZED_CHILD[:t.SANITIZED_CHILD.index("from tests.unit")]
-        cmd, env = [sys.executable, "-c", load + code, str(so)], cbuild.sanitized_env(tmp_path)
+        cmd = [sys.executable, "-c", load + code, str(so), str(bound)]
+        env = cbuild.sanitized_env(tmp_path)
     r = subprocess.run(["unshare", "-n", *cmd], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-4000:]
