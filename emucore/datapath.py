@@ -23,7 +23,9 @@ and `fast`, `FAST_ONLY` what only `fast` runs compiled (nothing, today).
 
 from __future__ import annotations
 
+import importlib
 import os
+from types import ModuleType
 
 from emucore import cbuild
 
@@ -74,6 +76,16 @@ def require_built(module: str | None = None) -> None:
                        f"today's sources (or gcc / python3-dev, which check that, are "
                        f"missing): run ./setup.sh, or choose the Python data path "
                        f"(--datapath python, {ENV}=python)")
+
+
+def compiled(module: str, name: str | None = None) -> ModuleType | None:
+    """The C extension `module` when data path `name` (default $EMU_DATAPATH) chooses C, or
+    None (Python). Imported only when chosen, so the Python path runs unbuilt; chosen and
+    not built from today's sources: NotBuilt."""
+    if mode(name) == "python":
+        return None
+    require_built(module)
+    return importlib.import_module(module)
 
 
 def describe(m: str) -> dict:

@@ -42,3 +42,15 @@ def test_what_a_run_reports():
         assert datapath.header(m).startswith(f"Data path: {m} - compiled (C): switch agents")
         assert "NIC RoCEv2 framing" in datapath.header(m).split("Python:")[0]
     assert datapath.header("python") == "Data path: python - everything in Python (the reference)"
+
+
+def test_compiled_imports_the_c_module_only_when_chosen(monkeypatch):
+    import sys
+    mod = "traffic.fast._nicstep"
+    monkeypatch.delitem(sys.modules, mod, raising=False)
+    assert datapath.compiled(mod, "python") is None and mod not in sys.modules
+    c = datapath.compiled(mod, "auto")
+    assert c is sys.modules[mod] and callable(c.step)
+    monkeypatch.setattr(cbuild, "is_current", lambda name: False)
+    with pytest.raises(datapath.NotBuilt, match=r"_nicstep\) is not built"):
+        datapath.compiled(mod, "fast")

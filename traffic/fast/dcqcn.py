@@ -25,11 +25,8 @@ MODULE = "traffic.fast._dcqcn"
 
 def classes(name: str | None = None) -> tuple[type, type]:
     """(NotificationPoint, ReactionPoint) of data path `name` (default $EMU_DATAPATH)."""
-    if datapath.mode(name) == "python":
-        return dcqcn.NotificationPoint, dcqcn.ReactionPoint
-    datapath.require_built(MODULE)
-    from traffic.fast import _dcqcn  # only when chosen: the Python path runs unbuilt
-    return _dcqcn.NotificationPoint, _dcqcn.ReactionPoint
+    c = datapath.compiled(MODULE, name) or dcqcn
+    return c.NotificationPoint, c.ReactionPoint
 
 
 NotificationPoint, ReactionPoint = classes()

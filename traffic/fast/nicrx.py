@@ -34,11 +34,8 @@ MODULE = "traffic.fast._nicrx"
 
 def receive(name: str | None = None) -> Callable | None:
     """The C Nic.receive on data path `name` (default $EMU_DATAPATH); None: Python."""
-    if datapath.mode(name) == "python":
-        return None
-    datapath.require_built(MODULE)
-    from traffic.fast import _nicrx  # only when chosen: the Python path runs unbuilt
-    return _nicrx.receive
+    c = datapath.compiled(MODULE, name)
+    return c and c.receive
 
 
 RECEIVE = receive()

@@ -27,11 +27,8 @@ MODULE = "traffic.fast._nicstep"
 
 def step(name: str | None = None) -> Callable | None:
     """The C Nic.step on data path `name` (default $EMU_DATAPATH); None: Python."""
-    if datapath.mode(name) == "python":
-        return None
-    datapath.require_built(MODULE)
-    from traffic.fast import _nicstep  # only when chosen: the Python path runs unbuilt
-    return _nicstep.step
+    c = datapath.compiled(MODULE, name)
+    return c and c.step
 
 
 STEP = step()

@@ -28,11 +28,8 @@ MODULE = "traffic.fast._nictx"
 
 def transmit(name: str | None = None) -> Callable | None:
     """The C Nic.transmit on data path `name` (default $EMU_DATAPATH); None: Python."""
-    if datapath.mode(name) == "python":
-        return None
-    datapath.require_built(MODULE)
-    from traffic.fast import _nictx  # only when chosen: the Python path runs unbuilt
-    return _nictx.transmit
+    c = datapath.compiled(MODULE, name)
+    return c and c.transmit
 
 
 TRANSMIT = transmit()

@@ -38,11 +38,8 @@ MODULE = "traffic.fast._rc"
 
 def _c(name: str | None, fn: str) -> Callable | None:
     """Function `fn` of the C module on data path `name` (default $EMU_DATAPATH), or None."""
-    if datapath.mode(name) == "python":
-        return None
-    datapath.require_built(MODULE)
-    from traffic.fast import _rc  # only when chosen: the Python path runs unbuilt
-    return getattr(_rc, fn)
+    c = datapath.compiled(MODULE, name)
+    return c and getattr(c, fn)
 
 
 def in_order_write(name: str | None = None) -> Callable | None:
