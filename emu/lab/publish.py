@@ -5,8 +5,9 @@ Every `emu lab run` records in lab.json's `run` the commit (`git rev-parse --sho
 and whether the tree was dirty, the machine (`uname -n`), its cores, the date, the lab's
 wall time and the sha256 of the lab file it ran, so a result can later be told apart from
 one of an older lab file. `emu lab run --all` writes docs/LAB_RESULTS.md at its end;
-`emu lab results RUNDIR...` writes it again from run directories without rerunning
-(emu.lab.results renders it; this module does the I/O).
+`emu lab results RUNDIR...` writes it again from run directories without rerunning, and
+`emu lab results docs/LAB_RESULTS.md RUNDIR` updates the labs RUNDIR holds, keeping the
+other labs' entries (emu.lab.results renders it; this module does the I/O).
 """
 
 from __future__ import annotations
@@ -134,23 +135,43 @@ def load_runs(dirs: list[Path]) -> dict:
     return {lid: doc for lid, (_, doc) in best.items()}
 
 
-def write(path: Path, docs: dict, command: str, reasons: dict | None = None) -> str:
-    """Render LAB_RESULTS.md for the catalogue from `docs` and write it atomically."""
+def write(path: Path, docs: dict, command: str, reasons: dict | None = None,
+          kept: dict | None = None) -> str:
+    """Render LAB_RESULTS.md for the catalogue from `docs` (and the `kept` entries of an
+    earlier file: results.results_md) and write it atomically."""
     head = dict(machine(), command=command)
-    text = results.results_md(catalogue(), docs, head, reasons)
+    text = results.results_md(catalogue(), docs, head, reasons, kept)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(str(path), text)
     return text
 
 
+def load_kept(files: list[Path]) -> dict:
+    """lab id -> its entry (results.entries) in the results files named (a later file's
+    entry of a lab wins); a file with none is not a results file."""
+    kept: dict = {}
+    for f in files:
+        found = results.entries(Path(f).read_text())
+        if not found:
+            raise ValueError(f"{f}: not a LAB_RESULTS.md (no lab result in it)")
+        kept.update(found)
+    return kept
+
+
 def cmd_results(args) -> int:
-    """`emu lab results RUNDIR... [--out PATH]`: LAB_RESULTS.md from existing runs."""
+    """`emu lab results RUNDIR... [--out PATH]`: LAB_RESULTS.md from existing runs. A
+    RUNDIR that is a file is an earlier LAB_RESULTS.md: a lab the run directories give no
+    result of its current lab file keeps its entry there if that entry is of the current
+    lab file - so one lab's entry is updated with `emu lab results docs/LAB_RESULTS.md
+    RUNDIR`."""
     try:
-        docs = load_runs([Path(d) for d in args.rundirs])
-    except ValueError as exc:
+        kept = load_kept([Path(d) for d in args.rundirs if Path(d).is_file()])
+        docs = load_runs([Path(d) for d in args.rundirs if not Path(d).is_file()])
+    except (OSError, ValueError) as exc:
         print(f"emu lab results: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else RESULTS
-    write(out, docs, " ".join(["python -m emu lab results", *args.rundirs]))
-    print(f"Wrote {out} ({len(docs)} lab results read)")
+    write(out, docs, " ".join(["python -m emu lab results", *args.rundirs]), kept=kept)
+    print(f"Wrote {out} ({len(docs)} lab results read"
+          + (f"; {len(kept)} entries of earlier results read)" if kept else ")"))
     return 0
