@@ -202,6 +202,25 @@ def test_a_ready_server_has_no_problem():
                                        "emu": (0, remote.version() + "\n", "")})) == []
 
 
+def test_a_servers_questions_are_asked_at_once():
+    """emu.cluster.remote.check asks its three SSH questions (uid, emu --version, VXLAN)
+    together: each answer here waits until all three were asked (a barrier), so asking
+    one after another breaks the barrier (after 30 s) and the check fails instead of
+    passing. A failed login still comes back alone (the table above)."""
+    import threading
+
+    gate = threading.Barrier(3, timeout=30)
+
+    class Together(FakeRemote):
+        def run(self, cmd, timeout=30.0):
+            gate.wait()
+            return super().run(cmd, timeout)
+
+    answers = {"id": (0, "0\n", ""), "emu": (0, remote.version() + "\n", "")}
+    assert remote.check(Together(B, answers)) == []
+    assert not gate.broken
+
+
 def test_ping_summary_is_read():
     out = ("--- 10.98.0.2 ping statistics ---\n10 packets transmitted, 10 received, 0% packet "
            "loss, time 1810ms\nrtt min/avg/max/mdev = 0.041/0.062/0.090/0.014 ms\n")
