@@ -56,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
                 open_cli(live.fnet, term.say)
             with plan.phases.timed("collect"):
                 pcaps = live.captures.stop()
-            plots.warm()  # matplotlib's import while the fabric is torn down
+            if not opts.no_plots:
+                plots.warm()  # matplotlib's import while the fabric is torn down
     except START_ERRORS as exc:  # torn down already; e.g. an agent refused --datapath fast
         print(f"emu: {exc}", file=sys.stderr)
         return 2

@@ -73,6 +73,10 @@ def add_parser(sub) -> None:
                         "configuration is supported, Python elsewhere), python (the "
                         "reference everywhere) or fast (compiled, refusing what it does not "
                         "implement); the header and summary.json say what ran compiled")
+    p.add_argument("--no-plots", action="store_true",
+                   help="draw no plots at the end of the run (summary.json, metrics.csv and "
+                        "the table are written as always; `emu report RUNDIR` draws them "
+                        "later)")
     p.add_argument("--no-shaping", action="store_true",
                    help="do not shape links to their lab rate (forward as fast as possible)")
     p.add_argument("--pcap", default=D.pcap, metavar="WHICH",

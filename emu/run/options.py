@@ -38,6 +38,7 @@ class RunOptions:
     lb: tuple[str, ...] = ()  # [WHO=]SPEC each (emu.realise.lbplan)
     fault: tuple[str, ...] = ()  # fault schedules (emu.faults.schedule)
     no_shaping: bool = False
+    no_plots: bool = False  # skip the plots at the end (`emu report RUNDIR` draws them)
     pcap: str = "hosts"
     pcap_limit: float = 20.0  # MB per capture file
     interval: str = "50us"  # metrics sampling, model time

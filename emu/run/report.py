@@ -27,11 +27,15 @@ def print_report(plan: RunPlan, summary: dict, out: Outcome, pcaps: dict) -> int
         print(f"  {len(v.by_design)} cross-rail pairs have no fabric path by design (rail-only, "
               f"ch.13: their data crosses NVLink first); "
               f"{sum(1 for r in v.by_design if not r.ok)} of them were indeed unreachable.")
-    with plan.phases.timed("plots"):
-        made = plots.make_all(plan.run_dir)
+    made = []
+    if not plan.options.no_plots:
+        with plan.phases.timed("plots"):
+            made = plots.make_all(plan.run_dir)
     print(table_text(summary, color=sys.stdout.isatty()).rstrip("\n").rsplit("\n", 1)[0])
     if made:
         print(f"  plots: {', '.join(p.name for p in made)} in {shown / 'plots'}")
+    elif plan.options.no_plots:
+        print(f"  plots: none (--no-plots; `python -m emu report {shown}` draws them)")
     if summary.get("faults"):
         print(faultreport.table(summary["faults"]))
     for r in [r for r in v.bad if not r.ok][:SHOWN]:

@@ -125,8 +125,8 @@ def test_report_regenerates_without_the_fabric(run_dir):
 def test_mininet_cli_with_gpu_aliases_and_show_commands():
     script = "h1g1 ping -c 2 h4g2\nrail1 show interface priority-flow-control\nexit\n"
     r = subprocess.run([sys.executable, "-m", "emu", "run", "rail2x4", "--cli", "--quiet",
-                        "--pcap", "none"], cwd=ROOT, input=script, capture_output=True,
-                       text=True, timeout=300)
+                        "--pcap", "none", "--no-plots"], cwd=ROOT, input=script,
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     out = r.stdout + r.stderr  # Mininet's CLI prints through its logger
     assert "from 10.0.1.11" in out and "ttl=61" in out  # h1g1's NIC, 3 routers
@@ -141,7 +141,8 @@ def test_a_write_on_each_data_path(mode, tmp_path):
     d = tmp_path / mode
     r = subprocess.run([sys.executable, "-m", "emu", "run", "rail2x4", "--out", str(d),
                         "--datapath", mode, "--tdf", "10000", "--workload", "write", "--src",
-                        "h1g1", "--dst", "h4g2", "--size", "2MB", "--pcap", "h4:nic2"],
+                        "h1g1", "--dst", "h4g2", "--size", "2MB", "--pcap", "h4:nic2",
+                        "--no-plots"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     summary = assert_checks_passed(r, d)
     assert passed(summary)

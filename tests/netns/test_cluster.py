@@ -244,7 +244,7 @@ def test_an_allreduce_over_two_servers_is_exact(b, tmp_path, capsys):
     out = tmp_path / "run"
     s = ran(main(["run", "rail2x4", "--servers", str(f), "--out", str(out), "--tdf", "10000",
                   "--workload", "allreduce", "--size", "1000008", "--dtype", "int64",
-                  "--iters", "1", "--pcap", "none"]), out)
+                  "--iters", "1", "--pcap", "none", "--no-plots"]), out)
     w = s["workload"]
     assert s["servers"]["placement"]["b"] == ["h3", "h4"]
     assert [(r["dtype"], r["count"], r["correct"]) for r in w["rank0"]["rows"]] == [
@@ -284,7 +284,8 @@ def test_a_worker_that_fails_on_the_other_server_fails_the_job(b, tmp_path):
     f = servers_file(tmp_path, b)
     out = tmp_path / "run"
     rc = main(["run", "rail2x4", "--servers", str(f), "--out", str(out), "--tdf", "10000",
-               "--script", str(script), "--backend", "gloo", "--pcap", "none"])
+               "--script", str(script), "--backend", "gloo", "--pcap", "none",
+               "--no-plots"])
     s = json.loads((out / "summary.json").read_text())
     # a busy machine may lose fidelity (exit 3: the fresh-clone suite of 2026-11-27, p99
     # lag 1.3 us > 1 us at rail1's LLDP while a VM ran beside it); the failed job is then
@@ -311,7 +312,7 @@ def test_faults_act_where_their_nodes_run(b, tmp_path):
     out = tmp_path / "run"
     rc = main(["run", "rail2x4", "--servers", str(f), "--out", str(out), "--tdf", "10000",
                "--workload", "allreduce", "--ring", "rank", "--size", "1000008",
-               "--dtype", "int64", "--iters", "1", "--pcap", "none", "--fault",
+               "--dtype", "int64", "--iters", "1", "--pcap", "none", "--no-plots", "--fault",
                "20us nic h3g1 down; 100us nic h3g1 up; 30us pause h4g2 prio=3 quanta=1000"])
     s = ran(rc, out)
     assert s["servers"]["placement"]["b"] == ["h3", "h4"]
@@ -344,8 +345,8 @@ def test_the_cli_reaches_the_nodes_on_the_other_server(b, tmp_path):
     script = ("h3g1 ping -c 2 h1g1\nh4 ip -br addr show dev nic2\n"
               "rail1 show lldp neighbors\nexit\n")
     r = subprocess.run([sys.executable, "-m", "emu", "run", "rail2x4", "--servers", str(f),
-                        "--cli", "--quiet", "--pcap", "none", "--tdf", "10000", "--out",
-                        str(tmp_path / "run")], cwd=root, input=script,
+                        "--cli", "--quiet", "--pcap", "none", "--no-plots", "--tdf", "10000",
+                        "--out", str(tmp_path / "run")], cwd=root, input=script,
                        capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(root)})
     out = r.stdout + r.stderr  # Mininet's CLI prints through its logger
@@ -366,7 +367,7 @@ def test_rdma_write_and_incast_across_servers(b, tmp_path):
     from emu.cli import main
 
     f = servers_file(tmp_path, b)
-    common = ["--servers", str(f), "--tdf", "10000", "--pcap", "none"]
+    common = ["--servers", str(f), "--tdf", "10000", "--pcap", "none", "--no-plots"]
     w = ran(main(["run", "rail2x4", *common, "--out", str(tmp_path / "w"), "--workload",
                   "write", "--src", "h3g1", "--dst", "h1g2", "--size", "4MB"]), tmp_path / "w")
     r = w["workload"]

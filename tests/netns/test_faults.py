@@ -36,7 +36,7 @@ DEAD_PEER_TDF = 5000
 
 def emu_run(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     r = subprocess.run([sys.executable, "-m", "emu", "run", "rail2x4", "--quiet", "--pcap",
-                        "none", "--tdf", "10000", "--out", str(out), *args], cwd=ROOT,
+                        "none", "--no-plots", "--tdf", "10000", "--out", str(out), *args], cwd=ROOT,
                        capture_output=True, text=True, timeout=900)
     path = out / "summary.json"
     assert path.is_file(), r.stdout[-3000:] + r.stderr[-3000:]
