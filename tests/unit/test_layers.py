@@ -59,7 +59,9 @@ ROOMS: dict[str, list[set[str]]] = {
             {"emu.__main__"}],
 }
 
-#: (module, imported module) -> why the import waits until it is needed.
+#: (module, imported module) -> why the import waits until it is needed. (traffic/fast's
+#: wrappers load their C through emucore.datapath.compiled, which imports it only when
+#: chosen: tests/unit/test_datapath.py)
 DEFERRED = {
     ("emu.cli", "emu.bench.basic"): "the benches run the switch pipeline and Scapy in-process "
                               "(0.6 s of imports); every other command starts without them",
@@ -73,17 +75,6 @@ DEFERRED = {
                                                     "tests and pcaps: a NIC builds frames without it",
     ("emucore.framing", "emucore.wire.fast"): "the C framing is imported only when chosen: "
                                               "EMU_DATAPATH=python runs where it is not built",
-    ("traffic.fast.dcqcn", "traffic.fast"): "the C DCQCN is imported only when chosen: "
-                                            "EMU_DATAPATH=python runs where it is not built",
-    ("traffic.fast.rc", "traffic.fast"): "the C RC responder is imported only when chosen: "
-                                            "EMU_DATAPATH=python runs where it is not built",
-    ("traffic.fast.nictx", "traffic.fast"): "the C transmit loop is imported only when chosen: "
-                                               "EMU_DATAPATH=python runs where it is not built",
-    ("traffic.fast.nicrx", "traffic.fast"): "the C receive loop is imported only when chosen: "
-                                               "EMU_DATAPATH=python runs where it is not built",
-    ("traffic.fast.nicstep", "traffic.fast"): "the C loop iteration is imported only when "
-                                                 "chosen: EMU_DATAPATH=python runs where it is "
-                                                 "not built",
     ("switch_agent.fastagent", "switch_agent.fast.pipeline"): "the C agent pipeline is imported "
                                                              "only when chosen (EMU_DATAPATH auto or fast)",
     ("emu.observe.calibrate", "switch_agent.fast.pipeline"): "the C pipeline is timed only for "
