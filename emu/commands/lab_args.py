@@ -58,11 +58,13 @@ def _results_parser(lsub) -> None:
         "results", help="write docs/LAB_RESULTS.md again from existing run directories",
         description="Write docs/LAB_RESULTS.md from run directories without rerunning: "
                     "each RUNDIR holds a lab.json (emu lab run ID) or is a parent of such "
-                    "directories (runs/, after emu lab run --all). Every lab of the "
-                    "catalogue gets a row; a lab without a result of its current lab file "
-                    "says why. No root needed.")
+                    "directories (runs/, after emu lab run --all), or is an earlier "
+                    "results file whose entries of the current lab files are kept as they "
+                    "are (emu lab results docs/LAB_RESULTS.md runs/L11.7 updates one lab). "
+                    "Every lab of the catalogue gets a row; a lab without a result of its "
+                    "current lab file says why. No root needed.")
     r.add_argument("rundirs", nargs="*", metavar="RUNDIR",
-                   help="a lab's run directory, or a directory of them (none: every lab "
-                        "is listed as not run)")
+                   help="a lab's run directory, a directory of them, or an earlier results "
+                        "file to keep entries from (none: every lab is listed as not run)")
     r.add_argument("--out", default=None, metavar="PATH",
                    help="write here instead of docs/LAB_RESULTS.md")
