@@ -33,6 +33,8 @@ ACK / NACK descriptors (`TxAck`, `TxNack`) for the NIC to send.
 * A trimmed packet (its DSCP is the trimmed code point: a switch cut its payload) is not
   placed: NACK TRIMMED, or TRIMMED_LASTHOP when the last-hop code point says the cut was
   at the switch facing this NIC (emu's convention: the code points are configuration).
+  A trimmed packet that carried AR (kept in its header) is also answered with an ACK of
+  the packets received since the last ACK, after the NACK.
 """
 
 from __future__ import annotations
@@ -142,7 +144,14 @@ class Target:
                 c.trimmed_lasthop += 1
             else:
                 c.trimmed += 1
-            return [self._nack(NackCode.TRIMMED_LASTHOP if last else NackCode.TRIMMED, f.psn)]
+            out: list[TxAck | TxNack] = [
+                self._nack(NackCode.TRIMMED_LASTHOP if last else NackCode.TRIMMED, f.psn)]
+            if f.flags & F_AR and self.since_ack:
+                # the trimmed header still asks for an ACK: without it the packets held
+                # since the last one stay in the sender's flight, its window (cut by the
+                # NACK) holds the retransmission back, and only the RTO ends the wait
+                out.append(self._ack(f.psn))
+            return out
         if f.ecn == ECN_CE:
             c.ce_seen += 1
             self.ce_since = True
