@@ -10,22 +10,26 @@ import sys
 
 import pytest
 
-#: the calibration, quiet and then beside a hog pinned to its CPU, in one child (one
-#: import); the hog ends with the child, whatever ends it
+#: the calibration, quiet and then beside a hog pinned to its CPU, three times in one
+#: child (one import); each hog ends with the child, whatever ends it. The least of each
+#: three: a wall clock would read ~2x in every busy one, while a single pair can differ by
+#: more than 1.5x from what else the machine ran (1.86x once, a full unit suite beside it)
 CHILD = """
 import os, subprocess, sys, time
 os.sched_setaffinity(0, {CPU})
 from emu.observe.calibrate import measure
-quiet = measure(0.3, path=PATH)
-hog = subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {CPU})\\n"
-                        "ppid = os.getppid()\\nwhile os.getppid() == ppid: pass"])
-try:
-    time.sleep(0.2)
-    busy = measure(0.3, path=PATH)
-finally:
-    hog.kill()
-    hog.wait()
-print(quiet, busy)
+quiet, busy = [], []
+for _ in range(3):
+    quiet.append(measure(0.3, path=PATH))
+    hog = subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {CPU})\\n"
+                            "ppid = os.getppid()\\nwhile os.getppid() == ppid: pass"])
+    try:
+        time.sleep(0.2)
+        busy.append(measure(0.3, path=PATH))
+    finally:
+        hog.kill()
+        hog.wait()
+print(min(quiet), min(busy))
 """
 
 
@@ -73,7 +77,8 @@ def test_an_unbuilt_c_pipeline_is_an_error_that_says_so(monkeypatch, capsys):
 def test_a_process_sharing_the_cpu_does_not_slow_the_calibration(path):
     """A hog pinned to the calibration's CPU takes about half its time slices (CFS, two
     runnable tasks): a wall clock would read ~2x. CPU time reads the same work; the
-    bound 1.5x sits between 1x (what CPU time should read) and the 2x of a wall clock."""
+    bound 1.5x sits between 1x (what CPU time should read) and the 2x of a wall clock; the
+    least of three alternating measurements of each (CHILD)."""
     code = CHILD.replace("{CPU}", f"{{{min(os.sched_getaffinity(0))}}}").replace(
         "PATH", repr(path))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
