@@ -331,36 +331,3 @@ def measure(n: int = 8) -> dict:
 if __name__ == "__main__":
     for mode, row in measure(int(sys.argv[1]) if len(sys.argv) > 1 else 8).items():
         print(f"{mode:>9}: {row}")
-
-
-@pytest.mark.parametrize("argv, trains", [
-    (["train.py", "--steps", "3"], True),                     # a script: it may train
-    (["--module", "collectives.workloads.train"], True),
-    (["--module", "collectives.workloads.overlap", "--x"], True),
-    (["--module", "collectives.workloads.models"], True),
-    (["--module", "collectives.workloads.allreduce", "--size", "1MB"], False),
-    (["--module", "collectives.workloads.pipeline"], False),
-    (["--module", "mypkg.train"], True),                      # a user's module
-    (["--module"], True),
-])
-def test_which_ranks_the_zygote_warms_for(argv, trains):
-    assert zygote.warms(argv) is trains
-
-
-WARM_SCRIPT = """\
-import json, os, sys
-json.dump({"warm": [m in sys.modules for m in sys.argv[2:]],
-           "threads": len(os.listdir("/proc/self/task"))}, open(sys.argv[1], "w"))
-"""
-
-
-def test_a_script_rank_starts_with_dynamo_imported_and_one_thread(zyg, tmp_path):
-    """A DDP rank imported torch._dynamo (~800 modules, 1.6-2.7 s CPU) after the fork;
-    the zygote imports it before forking a script's rank - and stays single-threaded."""
-    p = tmp_path / "warm.py"
-    p.write_text(WARM_SCRIPT)
-    pid = zyg.spawn([str(p), str(tmp_path / "w.json"), *zygote.WARM], {},
-                    tmp_path / "w.log", tmp_path)
-    assert wait(zyg, [pid]) == {pid: 0}, (tmp_path / "w.log").read_text()
-    seen = json.loads((tmp_path / "w.json").read_text())
-    assert seen == {"warm": [True] * len(zygote.WARM), "threads": 1}
