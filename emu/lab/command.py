@@ -124,11 +124,23 @@ def curves(lab: S.Lab, v: Variant, ev) -> list:
     return out
 
 
+def variant_plots(lab: S.Lab, v: Variant, ev) -> list:
+    """A variant's plots for lab.html: the event timeline, the queue depths (with the WRED
+    thresholds of queue 3) and the measured WRED curves."""
+    wred = v.qos.queuing.queues[3].wred if v.qos is not None else None
+    return [page.timeline_png(ev.events, f"{lab.id} {v.name}: events"),
+            page.depth_png(ev.metrics, ev.links, f"{lab.id} {v.name}",
+                           (wred.min_bytes, wred.max_bytes) if wred else None),
+            *curves(lab, v, ev)]
+
+
 def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
-            rejudge: bool = False, seed: int = 1) -> tuple[int, dict]:
+            rejudge: bool = False, seed: int = 1, plots: bool = True) -> tuple[int, dict]:
     """Run a lab (all variants or one) into `out` - or, with `rejudge`, judge the runs
     already there again (after editing the lab's checks); exit status and lab.json.
-    `seed`: the switches' and the NICs' random draws (`--seed`; a rejudged run keeps its own)."""
+    `seed`: the switches' and the NICs' random draws (`--seed`; a rejudged run keeps its own).
+    `plots=False`: lab.html without its plots (0.6-3.2 s each; the fabric tests that never
+    look at them, issue 30); the verdict and lab.json are the same."""
     term = Terminal(quiet)
     start = time.monotonic()
     todo = [v for v in lab.variants if variant is None or v.name == variant]
@@ -142,13 +154,8 @@ def run_one(lab: S.Lab, out: Path, variant: str | None, quiet: bool,
         runs[v.name] = run
         ev = runner.evidence(v, run)
         results += runner.judge_variant(lab, v, ev, many)
-        wred = v.qos.queuing.queues[3].wred if v.qos is not None else None
-        plots = [page.timeline_png(ev.events, f"{lab.id} {v.name}: events"),
-                 page.depth_png(ev.metrics, ev.links, f"{lab.id} {v.name}",
-                                (wred.min_bytes, wred.max_bytes) if wred else None)]
-        plots += curves(lab, v, ev)
         shown.append({"name": v.name, "title": v.title, "timeline": runner.timeline(ev),
-                      "plots": plots})
+                      "plots": variant_plots(lab, v, ev) if plots else []})
         fid = run["fidelity"]
         term.say(f"  traffic done in {run['lab_s']:.1f} s lab; fidelity guard: "
                  f"{'kept up' if fid.get('kept_up') else 'DID NOT keep up'} "
