@@ -306,3 +306,41 @@ def test_a_fabric_spread_over_servers_is_judged_per_server_and_combined():
     assert got["by_server"] == per
     fine = guard.combine(whole, {"a": per["a"]})
     assert fine["kept_up"] is True and fine["worst"] == whole["worst"]
+
+
+BOOK_QOS = {"queuing": {"queues": {"0": {"limit": 10_000_000},
+                                   "3": {"limit": 24_000_000,
+                                         "wred": {"min": 150_000, "max": 3_000_000}}}},
+            "pfc": {"no_drop": [3], "xoff": 3_200_000}}
+
+
+def test_thresholds_of_a_qos_policy():
+    assert guard.thresholds_of(BOOK_QOS) == {"limit q0": 10e6, "limit q3": 24e6,
+                                             "WRED min q3": 150e3, "PFC xOFF": 3.2e6}
+    lossy = {**BOOK_QOS, "pfc": {"no_drop": [], "xoff": 3_200_000}}
+    assert "PFC xOFF" not in guard.thresholds_of(lossy)  # no no-drop class: no pause
+    assert guard.thresholds_of(None) == {} and guard.thresholds_of({"name": "none"}) == {}
+
+
+def test_lost_service_is_a_signal_beside_a_kept_up_verdict():
+    """L9.1 beside a CPU hog at TDF 5000 (2026-11-28): kept up, while rail1's queue to h2
+    climbed to 153,698 B, past the book's WRED min. A port that lost 6.2 us of service
+    (155 KB at 200G) is named; the verdict stays kept up."""
+    c = counters([0.0] * 100)
+    c["rail1"]["fidelity"]["lost_service_model_s"] = {"eth2": 6.2e-6, "eth5": 1e-7}
+    out = guard.judge(FAB, c, thresholds=guard.thresholds_of(BOOK_QOS))
+    fid = out["fidelity"]
+    assert fid["kept_up"] is True
+    qd = fid["queue_drift"]
+    assert qd["measured"] == 2 and qd["reaching"] == ["rail1 eth2"]
+    assert qd["worst"]["port"] == "rail1 eth2" and qd["worst"]["queue_bytes"] == 155_000
+    assert guard.line({"tdf": 5000.0, **out}) == (
+        "Fidelity: kept up (p99 lag 0 us model <= 1 us bound; max 0 us at rail1; 300 actions)"
+        "; but rail1 eth2 lost 6.2 us of service: a queue up to 155.0 KB the model did not "
+        "have (>= WRED min q3 150 KB), so counts of CE marks, pauses or drops may be the lab's")
+    c["rail1"]["fidelity"]["lost_service_model_s"] = {"eth2": 3.8e-6}  # quiet: 95 KB
+    quiet = guard.judge(FAB, c, thresholds=guard.thresholds_of(BOOK_QOS))
+    assert quiet["fidelity"]["queue_drift"]["reaching"] == []
+    assert guard.line({"tdf": 5000.0, **quiet}).endswith("300 actions)")
+    del c["rail1"]["fidelity"]["lost_service_model_s"]  # agents that do not report it
+    assert "queue_drift" not in guard.judge(FAB, c)["fidelity"]
