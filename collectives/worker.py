@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     backend.register(default_for_cpu=target == "emu")
     aliases.install(target)
+    hold_groups()
     try:
         return run_target(args)
     finally:
@@ -78,7 +79,10 @@ def settle() -> None:
     destroy_process_group, or whose DDP model sits in a reference cycle, leaves gloo's
     worker threads to be torn down in Py_FinalizeEx - where torch 2.13 aborts now and then
     ("terminate called without an active exception", SIGABRT/SIGSEGV after the job's
-    results were written: 1 run in 6 of 4 local gloo ranks)."""
+    results were written: 1 run in 6 of 4 local gloo ranks). The groups held since their
+    creation (`hold_groups`) go last, after the collection has freed the script's DDP
+    Reducers: each Python reference torch drops releases the GIL first, so gloo's
+    threads can finish their work while this one joins them."""
     import gc
 
     import torch.distributed as dist
@@ -86,6 +90,42 @@ def settle() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
     gc.collect()
+    HELD.clear()
+
+
+#: every process group the script created, held from its creation until `settle`
+HELD: list = []
+
+
+def hold_groups() -> None:
+    """Hold a Python reference to every process group torch registers (idempotent), so
+    that the last reference to a group is never a C++ object freed with the GIL held.
+
+    A DDP model's Reducer (a pybind11 class with an ordinary holder) owns a reference to
+    its process group. When the script's destroy_process_group has dropped torch's and
+    the model dies - its function returns, the collector frees it - the Reducer's is the
+    last: ~ProcessGroupGloo runs on this thread with the GIL held, waits for the queue to
+    empty and joins its pt_gloo_runloop threads. A runloop thread that has just run the
+    script's last collective then drops the finished work, whose tensors have Python
+    objects: decref'ing them takes the GIL - which the joining thread holds. Both wait
+    forever (a rank hung at exit after writing its result: gdb showed ~Reducer ->
+    ~ProcessGroupGloo -> thread::join on the main thread, ~AsyncBroadcastWork ->
+    decref_pyobject -> take_gil on a runloop thread). torch binds ProcessGroup with a
+    holder that releases the GIL before destroying it (IntrusivePtrNoGilDestructor,
+    torch/csrc/distributed/c10d/init.cpp); while one is held here, the Reducer's is never
+    the last, and `settle` drops these when nothing else is left."""
+    from torch.distributed import distributed_c10d as c10d
+
+    register = c10d._register_process_group  # pylint: disable=protected-access
+    if getattr(register, "__emu_held__", False):
+        return
+
+    def held(name, pg):
+        HELD.append(pg)
+        return register(name, pg)
+
+    held.__emu_held__ = True  # type: ignore[attr-defined]
+    c10d._register_process_group = held  # pylint: disable=protected-access
 
 
 def run_target(args: list[str]) -> int:

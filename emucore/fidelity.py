@@ -22,19 +22,6 @@ A process that wants its wake-ups on time asks the kernel for a small timer slac
 (`emucore.rawsock.tighten_timer_slack`): by default Linux may defer a sleeping thread's timeout by
 50 us to batch wake-ups, a quarter of the bound above at TDF 2000.
 
-What the p99 cannot see - service a port lost for good (`queue_drift`): a switch's egress
-shaper books each frame from max(free_at, now) (switch_agent/shaper.py), so a late
-wake-up that finds the wire idle past its booked horizon loses that time for good, while
-the NIC feeding it keeps pacing at the line rate and catches up any lag below its slack
-(traffic/nic/datapath.py `pace`). At a port fed at its line rate C the arrivals of the lost
-time stay queued and are never worked off: after lost service L (model s) the queue is
-up to L x C / 8 bytes deeper than the model's. Many lags each far below the bound add up:
-L9.1 at TDF 5000 beside a CPU hog kept up (p99 0.75 us, max 1.66 us) while rail1's queue
-3 to h2 climbed in steps of 1-7 frames from 0 to 153,698 B (the book's WRED minimum is
-150 KB) where the model's stays at 0. A count the model decides by a queue threshold K
-(a CE mark at WRED min, a pause at xOFF, a drop at the buffer) is the model's only while
-L x C / 8 < K at every port; `queue_drift` says where it was not.
-
 `suggest_tdf` turns a run that did not keep up into the TDF that would have: CPU work
 per model second is fixed, so the lab's CPU demand scales as 1 / TDF; aim for
 `TARGET_LOAD` of the cores (docs/ARCHITECTURE.md "Time: model world and lab world").
@@ -57,8 +44,6 @@ P99 = 0.99
 TARGET_LOAD = 0.7
 #: a suggested TDF is rounded up to the next of these x 10^k
 NICE_STEPS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
-#: the snapshot field of lost service: {port: model seconds} (`LagMeter.lose`)
-LOST_KEY = "lost_service_model_s"
 
 
 def lag_bound_model_s(mtu: int, model_bps: float) -> float:
@@ -71,7 +56,7 @@ def lag_bound_model_s(mtu: int, model_bps: float) -> float:
 class LagMeter:
     """Lags of one process's scheduled actions, in model seconds (O(1) per record)."""
 
-    __slots__ = ("td", "count", "max_s", "hist", "worst_what", "lost")
+    __slots__ = ("td", "count", "max_s", "hist", "worst_what")
 
     def __init__(self, td: TimeDilation) -> None:
         self.td = td
@@ -80,8 +65,6 @@ class LagMeter:
         #: [on time, lag <= edge 0, <= edge 1, ..., above the top edge]
         self.hist = [0] * HIST_LEN
         self.worst_what = ""
-        #: port -> model seconds of service it lost for good (`lose`)
-        self.lost: dict[str, float] = {}
 
     def record(self, due_lab: float, done_lab: float, what: str = "") -> float:
         """An action due at `due_lab` happened at `done_lab` (lab seconds); returns the
@@ -103,24 +86,12 @@ class LagMeter:
         self.max_s = 0.0
         self.hist = [0] * HIST_LEN
         self.worst_what = ""
-        self.lost = {}
-
-    def lose(self, port: str, lost_lab_s: float) -> None:
-        """Port `port` left its wire idle for `lost_lab_s` lab seconds it cannot make up (a
-        late booking that started after the time the model would have): summed per port,
-        in model seconds (`queue_drift`)."""
-        if lost_lab_s > 0.0:
-            self.lost[port] = self.lost.get(port, 0.0) + self.td.model_time(lost_lab_s)
 
     def snapshot(self) -> dict:
-        """JSON-able state: count, max and p99 (model s), the histogram, the worst action;
-        LOST_KEY only when some port lost service."""
-        snap = {"count": self.count, "max_lag_model_s": self.max_s,
+        """JSON-able state: count, max and p99 (model s), the histogram, the worst action."""
+        return {"count": self.count, "max_lag_model_s": self.max_s,
                 "p99_lag_model_s": min(percentile(self.hist, P99), self.max_s), "hist": list(self.hist),
                 "worst": self.worst_what}
-        if self.lost:
-            snap[LOST_KEY] = dict(self.lost)
-        return snap
 
 
 def percentile(hist: list[int], q: float) -> float:
@@ -144,20 +115,14 @@ def merge(snapshots: Iterable[Mapping]) -> dict:
     """Several processes' snapshots as one (exact: the histograms add up)."""
     hist = [0] * HIST_LEN
     count, worst_s, worst = 0, 0.0, ""
-    lost: dict[str, float] = {}
     for s in snapshots:
-        for port, t in (s.get(LOST_KEY) or {}).items():
-            lost[port] = lost.get(port, 0.0) + t
         count += s["count"]
         for i, n in enumerate(s["hist"]):
             hist[i] += n
         if s["max_lag_model_s"] > worst_s:
             worst_s, worst = s["max_lag_model_s"], s.get("worst", "")
-    out = {"count": count, "max_lag_model_s": worst_s, "p99_lag_model_s": min(percentile(hist, P99), worst_s),
-           "hist": hist, "worst": worst}
-    if lost:
-        out[LOST_KEY] = lost
-    return out
+    return {"count": count, "max_lag_model_s": worst_s, "p99_lag_model_s": min(percentile(hist, P99), worst_s),
+            "hist": hist, "worst": worst}
 
 
 @dataclass(frozen=True)
@@ -210,52 +175,3 @@ def nice_up(x: float) -> float:
             if step * base >= x * (1 - 1e-12):
                 return step * base
     return 10.0 ** (k + 1)  # not reached
-
-
-def queue_error_bytes(lost_model_s: float, model_bps: float) -> float:
-    """The queue, bytes, that `lost_model_s` of service lost at a port of model rate
-    `model_bps` can leave that the model did not have: lost x C / 8 (module docstring)."""
-    if lost_model_s < 0 or model_bps <= 0:
-        raise ValueError(f"lost_model_s must be >= 0 and model_bps > 0, got "
-                         f"{lost_model_s!r}, {model_bps!r}")
-    return lost_model_s * model_bps / 8
-
-
-@dataclass(frozen=True)
-class Drift:
-    """One port's lost service and the queue it can have built, against the smallest
-    queue threshold a count depends on."""
-
-    port: str  # "rail1 eth2"
-    lost_model_s: float
-    queue_bytes: float
-    threshold: str  # its name, "WRED min" ("" when none was given)
-    threshold_bytes: float  # inf when none was given
-
-    @property
-    def reaches(self) -> bool:
-        """The lost service can have built a queue up to the threshold."""
-        return self.queue_bytes >= self.threshold_bytes
-
-    def to_dict(self) -> dict:
-        """JSON-able, in the units people read (µs, bytes)."""
-        return {"port": self.port, "lost_model_us": self.lost_model_s * 1e6,
-                "queue_bytes": round(self.queue_bytes), "threshold": self.threshold,
-                "threshold_bytes": (self.threshold_bytes if math.isfinite(self.threshold_bytes)
-                                    else None), "reaches": self.reaches}
-
-
-def queue_drift(lost: Mapping[str, float], rate_bps: Mapping[str, float],
-                thresholds: Mapping[str, float] | None = None) -> list[Drift]:
-    """Every port that lost service (port -> lost model s), worst queue first, judged
-    against the smallest of `thresholds` (name -> bytes: the WRED minimum, xOFF, ...).
-    A port whose rate is not in `rate_bps` is skipped: it is not a fabric link."""
-    name, bar = "", math.inf
-    for n, b in (thresholds or {}).items():
-        if b <= 0:
-            raise ValueError(f"threshold {n!r} must be > 0 bytes, got {b!r}")
-        if b < bar:
-            name, bar = n, float(b)
-    out = [Drift(port, s, queue_error_bytes(s, rate_bps[port]), name, bar)
-           for port, s in lost.items() if s > 0 and port in rate_bps]
-    return sorted(out, key=lambda d: (-d.queue_bytes, d.port))

@@ -6,20 +6,13 @@ kept up. Pure: counters in, dicts and text out.
 
 Processes that do not report (agents or NICs older than the guard) are listed as
 unmeasured; a run where none reports has `"kept_up": null`, which is said, not judged.
-
-Beside the verdict, `drift` reports service a switch port lost for good (a process's
-snapshot may carry `LOST_KEY`: ifname -> lost model seconds) as the queue it can have
-built that the model did not have, against the smallest queue threshold of the run's QoS
-(`thresholds_of`; emucore.fidelity.queue_drift says why). It is a signal, not part of
-`kept_up`: a lab whose checks count rare events (no CE mark, no pause, no drop) reads it
-(`fidelity["queue_drift"]`); every other result keeps its verdict.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from emucore.fidelity import LOST_KEY, lag_bound_model_s, queue_drift, suggest_tdf, verdict
+from emucore.fidelity import lag_bound_model_s, suggest_tdf, verdict
 from topologies.model import Fabric
 
 KEY = "fidelity"  # the counters field
@@ -59,66 +52,13 @@ def snapshots(counters: Mapping[str, Mapping]) -> tuple[dict[str, dict], list[st
     return got, sorted(missing)
 
 
-def port_rates(fab: Fabric) -> dict[str, float]:
-    """"<node> <ifname>" -> model bit/s of every fabric link's two ends (frontend
-    links excluded, as in bound_model_s)."""
-    out = {}
-    for lk in fab.links:
-        if lk.kind != "frontend":
-            for p in (lk.a, lk.b):
-                out[f"{p.node} {p.ifname}"] = lk.model_bps
-    return out
-
-
-def thresholds_of(qos: Mapping | None) -> dict[str, float]:
-    """The queue thresholds a count depends on, name -> bytes, from a QoS policy as
-    qos.json holds it (emucore.qos to_dict): each WRED queue's minimum (the first CE
-    mark), PFC's xOFF (the first pause) and each queue's limit (the first drop)."""
-    out: dict[str, float] = {}
-    if not isinstance(qos, Mapping):
-        return out
-    queues = (qos.get("queuing") or {}).get("queues") or {}
-    for q, cfg in queues.items():
-        if not isinstance(cfg, Mapping):
-            continue
-        wred = cfg.get("wred")
-        if isinstance(wred, Mapping) and wred.get("min"):
-            out[f"WRED min q{q}"] = float(wred["min"])
-        if cfg.get("limit"):
-            out[f"limit q{q}"] = float(cfg["limit"])
-    pfc = qos.get("pfc")
-    if isinstance(pfc, Mapping) and pfc.get("no_drop") and pfc.get("xoff"):
-        out["PFC xOFF"] = float(pfc["xoff"])
-    return out
-
-
-def drift(fab: Fabric, counters: Mapping[str, Mapping],
-          thresholds: Mapping[str, float] | None = None) -> dict:
-    """summary.json's fidelity["queue_drift"]: {"measured": ports that reported lost
-    service, "worst": the port whose lost service can have built the deepest queue
-    (emucore.fidelity.Drift.to_dict) or None, "reaching": the ports whose queue can have
-    reached the smallest threshold}. "measured" 0 when no process reports LOST_KEY."""
-    lost = {}
-    for name, c in counters.items():
-        snap = c.get(KEY) if isinstance(c, Mapping) else None
-        ports = snap.get(LOST_KEY) if isinstance(snap, Mapping) else None
-        if isinstance(ports, Mapping):
-            for ifname, s in ports.items():
-                lost[f"{name} {ifname}"] = float(s)
-    ds = queue_drift(lost, port_rates(fab), thresholds)
-    return {"measured": len(lost), "worst": ds[0].to_dict() if ds else None,
-            "reaching": [d.port for d in ds if d.reaches]}
-
-
 def judge(fab: Fabric, counters: Mapping[str, Mapping], cpu: Mapping | None = None,
-          cores: int = 1, thresholds: Mapping[str, float] | None = None) -> dict:
+          cores: int = 1) -> dict:
     """summary.json's "fidelity" object, plus "suggested_tdf" when the run did not
     keep up: {"fidelity": {...}, "suggested_tdf": float | None}.
 
     `cpu` is emu.observe.procstat's report (its "cores_used", the cores the run's processes
-    kept busy on average, sizes the suggestion: emucore.fidelity.suggest_tdf).
-    `thresholds` (`thresholds_of` the run's QoS) are what `drift` judges lost service
-    against; "queue_drift" is added when some process reports lost service."""
+    kept busy on average, sizes the suggestion: emucore.fidelity.suggest_tdf)."""
     bound = bound_model_s(fab)
     per, missing = snapshots(counters)
     if not per:
@@ -129,9 +69,6 @@ def judge(fab: Fabric, counters: Mapping[str, Mapping], cpu: Mapping | None = No
     v = verdict(per, bound)
     fid = {**v.to_dict(), "measured": len(per), "unmeasured": missing,
            "process_cpu_s": round(sum(s.get("cpu_s", 0.0) or 0.0 for s in per.values()), 2)}
-    qd = drift(fab, counters, thresholds)
-    if qd["measured"]:
-        fid["queue_drift"] = qd
     suggested = None
     if not v.kept_up:
         used = (cpu or {}).get("cores_used", 0.0)
@@ -173,21 +110,6 @@ def _us(x: float) -> str:
     return f"{x:.2g} us" if x < 10 else f"{x:,.0f} us"
 
 
-def drift_words(fid: Mapping) -> str:
-    """The clause `line` adds when lost service can have built a queue up to a threshold:
-    "; but <port> lost <t> of service: a queue up to <b> the model did not have (<thr>),
-    so counts of CE marks, pauses or drops may be the lab's"; "" otherwise."""
-    qd = fid.get("queue_drift")
-    w = qd.get("worst") if isinstance(qd, Mapping) else None
-    if not w or not w.get("reaches"):
-        return ""
-    more = len(qd.get("reaching") or []) - 1
-    return (f"; but {w['port']} lost {_us(w['lost_model_us'])} of service: a queue up to "
-            f"{w['queue_bytes'] / 1e3:,.1f} KB the model did not have (>= {w['threshold']} "
-            f"{w['threshold_bytes'] / 1e3:,.0f} KB" + (f"; {more} more ports" if more > 0 else "")
-            + "), so counts of CE marks, pauses or drops may be the lab's")
-
-
 def line(summary: Mapping) -> str | None:
     """The one terminal line about fidelity of a summary.json (None for runs from
     before the guard)."""
@@ -203,8 +125,7 @@ def line(summary: Mapping) -> str | None:
     p99, bound, mx = fid["p99_lag_model_us"], fid["bound_model_us"], fid["max_lag_model_us"]
     if fid["kept_up"]:
         return (f"Fidelity: kept up (p99 lag {_us(p99)} model <= {_us(bound)} bound; max "
-                f"{_us(mx)} at {fid['worst'] or '-'}; {fid['actions']:,} actions)"
-                + drift_words(fid) + tail)
+                f"{_us(mx)} at {fid['worst'] or '-'}; {fid['actions']:,} actions){tail}")
     sug = fid.get("suggested_tdf") or summary.get("suggested_tdf")
     if fid.get("binding") is False:
         return (f"Fidelity: behind (p99 lag {_us(p99)} model > {_us(bound)} bound, worst "

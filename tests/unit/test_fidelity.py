@@ -5,8 +5,7 @@ import math
 
 import pytest
 
-from emucore.fidelity import (BUCKET_EDGES, HIST_LEN, LOST_KEY, Drift, LagMeter, lag_bound_model_s, merge, nice_up, percentile,
-                              queue_drift, queue_error_bytes, suggest_tdf, verdict)
+from emucore.fidelity import (BUCKET_EDGES, HIST_LEN, LagMeter, lag_bound_model_s, merge, nice_up, percentile, suggest_tdf, verdict)
 from emucore.rawsock import TIMER_SLACK_NS, tighten_timer_slack
 from emucore.timedil import TimeDilation
 
@@ -130,59 +129,3 @@ def test_suggest_tdf(tdf, used, cores, want):
                                      (14286, 15000), (600, 700), (8000, 10000), (0.03, 0.03)])
 def test_nice_up(x, want):
     assert nice_up(x) == pytest.approx(want)
-
-
-def test_lost_service_is_summed_per_port_in_model_time():
-    m = LagMeter(TD)
-    assert LOST_KEY not in m.snapshot()  # nothing lost: the snapshot is as before
-    m.lose("eth2", 0.005)  # 5 ms lab at TDF 5000 = 1 us model
-    m.lose("eth2", 0.0025)
-    m.lose("eth1", 0.0)  # on time: nothing lost
-    m.lose("eth1", -0.001)  # early: nothing lost
-    assert m.snapshot()[LOST_KEY] == pytest.approx({"eth2": 1.5e-6})
-    assert m.snapshot()["count"] == 0  # lost service is not an action of the histogram
-    other = LagMeter(TD)
-    other.lose("eth2", 0.005)
-    other.lose("eth5", 0.01)
-    assert merge([m.snapshot(), other.snapshot()])[LOST_KEY] == pytest.approx(
-        {"eth2": 2.5e-6, "eth5": 2e-6})  # C's meter and the Python agent's add up
-    assert LOST_KEY not in merge([LagMeter(TD).snapshot()])
-    m.reset()
-    assert m.snapshot() == LagMeter(TD).snapshot()
-
-
-@pytest.mark.parametrize("lost_s, bps, want", [
-    (6e-6, 200e9, 150_000),   # the book's WRED min (150 KB) is 6 us of a 200G port's service
-    (1e-6, 400e9, 50_000),
-    (0.0, 200e9, 0.0),
-    (1.66e-6, 200e9, 41_500),  # L9.1's largest single lag beside a hog: 10 frames of 4154 B
-])
-def test_queue_error_is_lost_service_times_the_rate(lost_s, bps, want):
-    assert queue_error_bytes(lost_s, bps) == pytest.approx(want)
-
-
-@pytest.mark.parametrize("lost_s, bps", [(-1e-9, 200e9), (1e-6, 0.0)])
-def test_queue_error_rejects_nonsense(lost_s, bps):
-    with pytest.raises(ValueError):
-        queue_error_bytes(lost_s, bps)
-
-
-BOOK = {"WRED min q3": 150_000, "PFC xOFF": 3_200_000, "limit q3": 24_000_000}
-
-
-def test_queue_drift_judges_each_port_against_the_smallest_threshold():
-    """rail1 eth2 lost 6.2 us (155 KB at 200G, past the book's WRED min), eth5 2 us at 400G
-    (100 KB), h9's port is not a fabric link (skipped), eth3 lost nothing."""
-    rates = {"rail1 eth2": 200e9, "rail1 eth5": 400e9, "rail1 eth3": 200e9}
-    got = queue_drift({"rail1 eth5": 2e-6, "rail1 eth2": 6.2e-6, "h9 nic1": 1.0,
-                       "rail1 eth3": 0.0}, rates, BOOK)
-    assert [d.port for d in got] == ["rail1 eth2", "rail1 eth5"]  # deepest queue first
-    assert got[0] == Drift("rail1 eth2", 6.2e-6, pytest.approx(155_000), "WRED min q3", 150_000)
-    assert got[0].reaches and not got[1].reaches
-    assert got[0].to_dict() == {"port": "rail1 eth2", "lost_model_us": pytest.approx(6.2),
-                                "queue_bytes": 155_000, "threshold": "WRED min q3",
-                                "threshold_bytes": 150_000, "reaches": True}
-    bare = queue_drift({"rail1 eth2": 6.2e-6}, rates)  # no thresholds: reported, never reaching
-    assert not bare[0].reaches and bare[0].to_dict()["threshold_bytes"] is None
-    with pytest.raises(ValueError):
-        queue_drift({}, rates, {"WRED min q3": 0})

@@ -79,3 +79,35 @@ def test_ranks_waiting_for_a_slow_peer_use_no_cpu(tmp_path):
         # the barrier lets ranks go a few ms apart (measured 1.9957 s of a 2 s sleep)
         assert rec["wall_s"] >= 0.9 * wait, f"rank {r} did not wait for the slow one: {rec}"
         assert rec["cpu_s"] < 0.05 * wait, f"rank {r} used CPU while waiting: {rec}"
+
+
+HOLD_SCRIPT = r'''
+import atexit, gc, json, os, weakref
+import torch.distributed as dist
+dist.init_process_group()
+r = dist.get_rank()
+sub = dist.new_group()
+dist.barrier(group=sub)  # no rank leaves (and takes the store) before the others joined
+groups = [weakref.ref(dist.group.WORLD), weakref.ref(sub)]
+del sub
+dist.destroy_process_group()
+gc.collect()
+seen = {"after_destroy": [g() is not None for g in groups]}
+def at_exit():  # leave() runs the atexit handlers after collectives.worker.settle
+    seen["at_exit"] = [g() is not None for g in groups]
+    with open(os.path.join(os.environ["EMU_RESULT_DIR"], f"rank{r}.json"), "w") as f:
+        json.dump(seen, f)
+atexit.register(at_exit)
+'''
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+def test_the_worker_holds_every_process_group_until_the_script_is_done(tmp_path, backend):
+    """A DDP Reducer dropping the last reference to a gloo group joins gloo's threads with
+    the GIL held while one of them waits for the GIL to free a finished work's tensors
+    (collectives.worker.hold_groups): the worker holds each group the script created,
+    past the script's destroy_process_group, and lets go of them in settle."""
+    script = tmp_path / "hold.py"
+    script.write_text(HOLD_SCRIPT)
+    _, res = run_ranks(2, [str(script)], tmp_path, backend)
+    assert res == [{"after_destroy": [True, True], "at_exit": [False, False]}] * 2
