@@ -23,8 +23,13 @@ EX = ROOT / "examples" / "gpu"
 def emu_gpu_run(out: Path, cwd: Path, *script: str, fabric: tuple[str, ...] = ("rail2x4",),
                 tdf: int = 10000) -> subprocess.CompletedProcess:
     # TDF 10000: the model's compute regions then take seconds, not the ~30 s per step of
-    # the auto TDF's 70,000-100,000 on a busy machine; the AMP test's event-vs-wall check
-    # keeps it (fixed per-step Python weighs more at a lower TDF), the DDP tutorial gives 5000
+    # the auto TDF's 70,000-100,000 on a busy machine. The AMP test keeps it: at 5000 the
+    # guard found the ranks' compute ops behind (p99 lag 2.37 us model, worst h4g2's, 2 of
+    # 2 runs, exit 3; 10000: kept up, 0.75 / 1.00 us) and the test took as long (45.0 s
+    # against 45.2 s, 2026-11-28 17:09-17:12 UTC; a step's lab time is mostly the ranks'
+    # CPU, which a lower TDF does not shorten: its model time went 0.38-0.73 -> 0.65-1.11
+    # ms). Its event-vs-wall check read 1.000 at both TDFs (both clocks are the worker's
+    # monotonic clock, collectives.compute.gpuemu.timing). The DDP tutorial gives 5000
     return subprocess.run([sys.executable, "-m", "emu", "run", *fabric, "--quiet", "--tdf",
                            str(tdf), "--pcap", "none", "--gpu", "h100", "--out", str(out),
                            "--cwd", str(cwd),
