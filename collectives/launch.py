@@ -177,15 +177,7 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     for path in logs.values():
         path.write_text("")
     t0 = time.monotonic()
-    here = [s.rank for s in slots if s.host not in far]
-    by_rank: dict[int, Any] = {}
-    if here:
-        local = (Popened(fnet) if os.environ.get("EMU_ZYGOTE", "1") == "0"
-                 else Forked(fnet, [envs[r] for r in here], out_dir / "zygote.log", timeout))
-        by_rank.update(dict.fromkeys(here, local))
-    if far:
-        by_rank.update(dict.fromkeys([s.rank for s in slots if s.host in far], Spawned(fnet)))
-    workers = Split(by_rank)
+    workers = Split(_runners(fnet, slots, envs, far, out_dir, timeout))
     done = threading.Event()
     follow = threading.Thread(target=_follow, args=(logs[0], echo, done), daemon=True)
     if echo is not None:
@@ -238,6 +230,47 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
             "failed_tails": tails, "slots": [s.__dict__ for s in slots], "job": job,
             "master": f"{frontend_ip(fab, slots[0].host)}:{port}",
             "master_addr_by_rank": {r: e["MASTER_ADDR"] for r, e in envs.items()}}
+
+
+def _runners(fnet: Any, slots: list[Slot], envs: dict[int, dict], far: dict[str, str],
+             out_dir: Path, timeout: float) -> dict[int, Any]:
+    """rank -> what starts it: one zygote here (`Forked`) and one on every other server
+    (its hosts' `forked`, emu.cluster.farzygote: each rank's log streamed here), all
+    importing torch at once (~3 s each); with EMU_ZYGOTE=0 every rank its own process
+    (`Popened` here, `Spawned` there). A zygote that fails stops the others."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    here = [s.rank for s in slots if s.host not in far]
+    there: dict[int, list[int]] = {}  # a server (its part's id) -> its ranks
+    for s in slots:
+        if s.host in far:
+            there.setdefault(id(fnet.host(s.host).part), []).append(s.rank)
+    if os.environ.get("EMU_ZYGOTE", "1") == "0":
+        spawned = Spawned(fnet)
+        return {**dict.fromkeys(here, Popened(fnet)),
+                **{r: spawned for ranks in there.values() for r in ranks}}
+    host_of = {s.rank: s.host for s in slots}
+    runners: list[tuple[list[int], Any]] = []
+    mine = None
+    try:  # the zygotes there started first, from this thread (FarZygote says why)
+        for ranks in there.values():
+            h = host_of[ranks[0]]
+            runners.append((ranks, fnet.host(h).forked(fnet, [envs[r] for r in ranks],
+                                                       out_dir, far[h])))
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            mine = pool.submit(Forked, fnet, [envs[r] for r in here], out_dir / "zygote.log",
+                               timeout) if here else None
+            for _, runner in runners:
+                runner.zygote.wait(timeout)
+        if mine is not None:
+            runners.append((here, mine.result()))
+    except BaseException:
+        for _, runner in runners:  # each stops what it started, by pid
+            runner.stop()
+        if mine is not None and mine.exception() is None:
+            mine.result().stop()
+        raise
+    return {r: runner for ranks, runner in runners for r in ranks}
 
 
 def _follow(path: Path, echo: Callable[[str], None], done: threading.Event) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+from pathlib import Path
 
+from emu.cluster.farzygote import FarForked
 from emu.cluster.partclient import RemotePart
 from emu.realise import nsutil
 
@@ -42,6 +44,13 @@ class RemoteNode:
                   "rc=$?; kill $w 2>/dev/null; exit $rc")
         return self.popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=out,
                           stderr=subprocess.STDOUT)
+
+    def forked(self, fnet, envs: list[dict], out_dir: Path, far_dir: str):
+        """The ranks of a job on this node's server, forked from one zygote there
+        (emu.cluster.farzygote.FarForked; its log out_dir/zygote-<server>.log here),
+        `envs` theirs, their logs and results written in `far_dir` there."""
+        return FarForked(fnet, self.part, envs,
+                         Path(out_dir) / f"zygote-{self.part.server.name}.log", far_dir)
 
     def scratch(self, name: str) -> str:
         """A directory there for a job's files (in its part's state directory, removed
