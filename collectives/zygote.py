@@ -37,6 +37,9 @@ What a child inherits that a fresh `python -m collectives.worker` would make its
   to fork, with more than one (numpy's OpenBLAS starts one at import unless
   OMP_NUM_THREADS=1: launch.WORKER_THREADS_ENV). torch's OpenMP pool does not exist
   yet; torch's own at-fork hook (get_num_threads) sets OpenMP up in the child.
+* torch._dynamo and torch.profiler already imported (WARM), for a script or a training
+  workload: DDP and torch.optim import them on first use, ~800 modules (sympy, onnx, ...)
+  and 1.6-2.7 s of CPU that every rank repeated after the fork.
 * sys.path, the imported modules, and the zygote's mount namespace: Mininet's popen
   also entered the host's, whose /sys shows that host's interfaces; here /sys/class/net
   is the root namespace's (nothing of emu reads it; getifaddrs and netlink are right).
@@ -47,6 +50,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import gc
+import importlib
 import io
 import json
 import os
@@ -67,6 +71,13 @@ from emucore import netns
 
 GRACE = 10.0  #: seconds between SIGTERM and SIGKILL
 PR_SET_PDEATHSIG = 1
+#: what a rank that trains imports on its first DDP / optimizer step (torch.distributed's
+#: DDP and torch.optim import torch._dynamo, which brings sympy, torch.onnx, ...: ~800
+#: modules, 1.6-2.7 s of CPU, paid by every rank); imported once in the zygote instead
+WARM = ("torch._dynamo", "torch.profiler")
+#: the workload modules that train (DDP, optimizers); the others never import WARM
+TRAINS = ("collectives.workloads.train", "collectives.workloads.overlap",
+          "collectives.workloads.models")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -139,6 +150,7 @@ class Server:
         return {"error": f"unknown op {req['op']!r}"}
 
     def _spawn(self, req: dict) -> dict:
+        warm(list(req["argv"]))
         names = threads()
         if len(names) > 1:
             return {"error": f"the zygote runs {len(names)} threads ({', '.join(names)}); "
@@ -181,6 +193,22 @@ class Server:
                 self._reap()
         self._reap(block=True)
         return self.children
+
+
+def warms(argv: list[str]) -> bool:
+    """Whether a rank of `argv` may train: a script (unknown: it may) or a training
+    workload module; a workload module that does not train (allreduce, pipeline, tensor,
+    ...) never imports WARM, which would cost its job ~1.7 s of CPU for nothing."""
+    return not (argv[:1] == ["--module"] and len(argv) > 1
+                and argv[1].startswith("collectives.workloads.") and argv[1] not in TRAINS)
+
+
+def warm(argv: list[str]) -> None:
+    """Import WARM before forking a rank of `argv` that may train (once per zygote).
+    Importing starts no thread; the fork's thread check holds that."""
+    if warms(argv):
+        for name in WARM:
+            importlib.import_module(name)
 
 
 def child(req: dict, zygote: int) -> int:
