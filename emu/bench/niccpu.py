@@ -41,9 +41,15 @@ from pathlib import Path
 #: kernel entry points, leaf-first: the first one met names the bucket
 WAIT_CALLS = ("__x64_sys_pselect6", "__x64_sys_select", "__x64_sys_poll", "__x64_sys_ppoll",
               "__x64_sys_epoll_wait", "__x64_sys_epoll_pwait", "__x64_sys_epoll_pwait2",
-              "__x64_sys_clock_nanosleep", "__x64_sys_nanosleep")
-SEND_CALLS = ("__x64_sys_sendto", "__x64_sys_sendmsg", "__x64_sys_sendmmsg")
-RECV_CALLS = ("__x64_sys_recvmsg", "__x64_sys_recvfrom", "__x64_sys_recvmmsg")
+              "__x64_sys_clock_nanosleep", "__x64_sys_nanosleep", "core_sys_select",
+              "do_sys_poll", "do_epoll_wait")
+#: with the inner __sys_* names: the compiler may fold __x64_sys_X into its caller
+SEND_CALLS = ("__x64_sys_sendto", "__x64_sys_sendmsg", "__x64_sys_sendmmsg", "__sys_sendto",
+              "__sys_sendmsg")
+RECV_CALLS = ("__x64_sys_recvmsg", "__x64_sys_recvfrom", "__x64_sys_recvmmsg", "__sys_recvmsg",
+              "__sys_recvfrom")
+#: the way back to user space after a call (rescheduling, rseq, signals)
+RETURN = ("exit_to_user_mode_loop", "syscall_exit_to_user_mode", "irqentry_exit_to_user_mode")
 IRQ_ENTRIES = ("asm_sysvec_apic_timer_interrupt", "asm_common_interrupt",
                "asm_sysvec_call_function_single", "asm_sysvec_reschedule_ipi",
                "asm_sysvec_call_function", "asm_sysvec_irq_work")
@@ -86,8 +92,12 @@ def classify(frames: list[tuple[str, str]]) -> str:
                 return "kernel: recv"
             if s == "__x64_sys_futex":
                 return "kernel: futex"
+            if s in RETURN:
+                return "kernel: return to user"
             if s.startswith("__x64_sys_"):
                 return "kernel: other call (" + s[len("__x64_sys_"):] + ")"
+        if syms[0] in ("do_syscall_64", "entry_SYSCALL_64_after_hwframe", "entry_SYSCALL_64"):
+            return "kernel: call entry"
         return "kernel: other"
     name = _dso_name(dso)
     if name.startswith("libpython") or name.startswith("python3"):
@@ -205,6 +215,11 @@ def profile(tdf: float, out: Path, nics: int, freq: int, extra: list[str]) -> di
         if perf.poll() is None:
             perf.send_signal(signal.SIGINT)
         perf.wait()
+    return analyse(out, tdf, rc, pids)
+
+
+def analyse(out: Path, tdf: float, rc: int, pids: dict[str, int]) -> dict:
+    """Splits OUT/perf.data per NIC and writes OUT/niccpu.json."""
     text = subprocess.run(["perf", "script", "-i", str(out / "perf.data"), "-F",
                            "comm,pid,tid,period,ip,sym,dso"], capture_output=True,
                           text=True).stdout
@@ -316,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="directory for the run and perf.data")
     p.add_argument("--nics", type=int, default=8, help="NIC processes to wait for (rail2x4: 8)")
     p.add_argument("--freq", type=int, default=1000, help="perf's sampling rate, Hz")
-    p.add_argument("--split-only", action="store_true", help="re-split OUT/perf.data only")
+    p.add_argument("--split-only", action="store_true", help="split OUT/perf.data again (the pids from OUT/niccpu.json)")
     f = sub.add_parser("floor", help="the paced C sender's CPU per frame")
     f.add_argument("--period-us", default="830,332,166")
     f.add_argument("--wait", default="sleep,poll", help="sleep (clock_nanosleep), poll (ppoll)")
@@ -328,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.mode == "profile":
         if a.split_only:
-            res = json.loads((a.out / "niccpu.json").read_text())
+            old = json.loads((a.out / "niccpu.json").read_text())
+            res = analyse(a.out, old["tdf"], old["rc"], old["pids"])
         else:
             res = profile(a.tdf, a.out, a.nics, a.freq, [])
         print(report(res))

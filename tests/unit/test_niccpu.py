@@ -33,7 +33,12 @@ def _chain(*syms, user=(("__send", LIBC),)):
      "kernel: interrupt"),
     (_chain("clear_page_erms", "do_anonymous_page", "exc_page_fault", "asm_exc_page_fault",
             user=(("memcpy", LIBC),)), "kernel: page fault"),
-    (_chain("schedule", "exit_to_user_mode_loop", user=()), "kernel: other"),
+    # the compiler folded __x64_sys_recvmsg into do_syscall_64: the inner name counts
+    (_chain("_copy_to_iter", "packet_recvmsg", "__sys_recvmsg", "do_syscall_64"), "kernel: recv"),
+    (_chain("finish_task_switch.isra.0", "__schedule", "schedule", "exit_to_user_mode_loop",
+            "do_syscall_64"), "kernel: return to user"),
+    (_chain("do_syscall_64", "entry_SYSCALL_64_after_hwframe"), "kernel: call entry"),
+    (_chain("ret_from_fork", user=()), "kernel: other"),
     ([("_PyEval_EvalFrameDefault", PY)], "user: interpreter"),
     ([("main", "/root/.pyenv/versions/3.11.7/bin/python3.11")], "user: interpreter"),
     ([("nic_step", "/x/traffic/fast/_nicstep.cpython-311-x86_64-linux-gnu.so")],
