@@ -284,10 +284,11 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
     def service(self, now: float) -> float | None:
         """Move frames queue -> shaper -> delay line -> wire; return the next wake time.
 
-        A frame booked at `now` starts at the shaper's slot, max(free_at, now); had the
-        loop been on time it would have started at max(free_at, eligible_at), the time
-        the port could first have sent it. The difference (a port left idle by a late
-        wake-up) makes its model-schedule release time earlier than its booked one."""
+        A frame booked at `now` after the wire sat idle would have started, had the loop
+        been on time, at max(free_at, eligible_at), the time the port could first have
+        sent it: the shaper books it from there when that is within its burst_s of now
+        (the lost service is made up, `Shaper.book`), else from now - and then the
+        difference makes its model-schedule release time earlier than its booked one."""
         wake = None
         done = []
         sink = self.sink
@@ -315,13 +316,11 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
                         sink.cbfc_block(p, prio, cb.credits[prio], now)
                     if ingress is not None:
                         release(ingress, prio, len(frame), now)
-                    free = sh.free_at
-                    due = sh.depart(len(frame), now) + p.delay
-                    if now > free and now > p.eligible_at:  # booked late: model due earlier
-                        start = free if free > p.eligible_at else p.eligible_at
-                        p.inflight.append((due, frame, due - now + start))
+                    booked, start = sh.book(len(frame), now, p.eligible_at)
+                    due = sh.free_at + p.delay
+                    if booked != start:  # booked from now, too late: model due earlier
+                        p.inflight.append((due, frame, due - booked + start))
                     else:
-                        start = free if free > now else now
                         p.inflight.append((due, frame, due))
                     wait = (start - queued) * us if start > queued else 0.0
                     pq.note_sojourn(q, wait)

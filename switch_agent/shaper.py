@@ -1,11 +1,23 @@
 """Egress shaping to a link's lab rate: a virtual-finish-time token bucket (pure).
 
 A link of model rate R runs in the lab at R / TDF (emucore.timedil). The shaper keeps the
-time at which the wire is free again; `depart` books a frame's serialisation and
-returns when its last bit has left, which is when it reaches the far end (plus the
+time at which the wire is free again; `book` books a frame's serialisation (`depart`
+returns when its last bit has left, which is when it reaches the far end, plus the
 propagation delay): the agent hands it to the veth then, so the wire carries frames at
 exactly the link rate. `can_send` lets the agent book frames up to `burst_s` ahead of
 time, which absorbs the poll loop's timer granularity without exceeding the rate.
+
+A booking made late - the wire idle since before now and the frame eligible since before
+now - starts where the model would have started it, max(free_at, the port's
+eligible_at), if that is no more than `burst_s` before now: the service a late wake-up
+left idle is made up, not lost (lost service is what lets a port fed at exactly its line
+rate build a queue in the lab that the model never has, docs/ARCHITECTURE.md "The
+fidelity guard"). The window is `burst_s`, max(1 ms, 2 MTU at the lab rate): the same
+as the slack within which the NIC's pacer catches up (traffic/nic/datapath.py `pace`,
+`NicDatapath.slack`), so both ends of a link make up the same lateness, and a catch-up
+hands the wire at most the burst `can_send` already allows. Further behind, the booking
+starts at now, as the NIC restarts from now beyond its slack: that lateness is the
+fidelity guard's to count.
 """
 
 from __future__ import annotations
@@ -34,8 +46,22 @@ class Shaper:
         """True when a frame may be booked now (the wire is free within burst_s)."""
         return self.free_at - now <= self.burst_s
 
-    def depart(self, nbytes: int, now: float) -> float:
-        """Book a frame's serialisation; return the time its last bit leaves (>= now)."""
-        start = self.free_at if self.free_at > now else now
+    def book(self, nbytes: int, now: float, eligible_at: float = math.inf) -> tuple[float, float]:
+        """Book a frame's serialisation at `now` for a port whose frames are eligible
+        since `eligible_at`; return (booked start, model start). The model start is
+        max(free_at, eligible_at) when both are before now (booked late), else
+        max(free_at, now); the booking starts there too unless that is more than
+        `burst_s` before now (then at now). free_at = booked start + nbytes / rate."""
+        free = self.free_at
+        if now > free and now > eligible_at:  # booked late: the wire sat idle
+            model = free if free > eligible_at else eligible_at
+            start = model if now - model <= self.burst_s else now
+        else:
+            model = start = free if free > now else now
         self.free_at = start + nbytes / self.rate_Bps
+        return start, model
+
+    def depart(self, nbytes: int, now: float, eligible_at: float = math.inf) -> float:
+        """Book a frame (`book`); return the time its last bit leaves."""
+        self.book(nbytes, now, eligible_at)
         return self.free_at

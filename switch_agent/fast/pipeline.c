@@ -899,6 +899,22 @@ static int flush(Pipeline *P, Port *p, PyObject *sent, int idx, double now, doub
     return line_flush(P, p, &p->inflight, sent, idx, now, nxt, METER_TX);
 }
 
+/* Shaper.book: book n bytes at now for a port eligible since eligible_at; the booked
+ * start (returned) and the model start (*model): max(free_at, eligible_at) when both are
+ * before now, else max(free_at, now); the booking starts there too unless that is more
+ * than burst_s before now (then at now) */
+static double shaper_book(Port *p, Py_ssize_t n, double now, double *model) {
+    double free = p->free_at, start;
+    if (now > free && now > p->eligible_at) { /* booked late: the wire sat idle */
+        *model = free > p->eligible_at ? free : p->eligible_at;
+        start = now - *model <= p->burst_s ? *model : now;
+    } else {
+        *model = start = free > now ? free : now;
+    }
+    p->free_at = start + (double)n / p->rate_Bps;
+    return start;
+}
+
 /* Agent.service: queue -> shaper -> delay line -> wire; next wake (NAN: none) */
 static int service(Pipeline *P, double now, PyObject *sent, double *wake) {
     *wake = NAN;
@@ -923,17 +939,10 @@ static int service(Pipeline *P, double now, PyObject *sent, double *wake) {
                     Py_DECREF(e.frame);
                     return -1;
                 }
-                double free = p->free_at; /* Shaper.depart */
-                double start0 = p->free_at > now ? p->free_at : now;
-                p->free_at = start0 + (double)n / p->rate_Bps;
-                double due = p->free_at + p->delay, start, model_due;
-                if (now > free && now > p->eligible_at) {
-                    start = free > p->eligible_at ? free : p->eligible_at;
-                    model_due = due - now + start;
-                } else {
-                    start = free > now ? free : now;
-                    model_due = due;
-                }
+                double start;
+                double booked = shaper_book(p, n, now, &start);
+                double due = p->free_at + p->delay;
+                double model_due = booked != start ? due - booked + start : due;
                 if (line_push(&p->inflight, (Line){due, e.frame, model_due}) < 0) {
                     Py_DECREF(e.frame);
                     return -1;

@@ -77,16 +77,37 @@ def test_on_time_run_records_no_lag():
     assert s["p99_lag_model_s"] == 0.0 and s["worst"] == ""
 
 
-def test_backlog_serviced_10ms_late_records_10us_for_its_first_frame():
+#: the shaper's catch-up window (Shaper.burst_s): 2 MTU of 9216 B at 1 MB/s, 18.432 ms
+WINDOW = 2 * 9216 / 1e6
+
+
+def test_backlog_serviced_10ms_late_catches_up_within_the_window():
     a = with_clock(make_agent())
     for _ in range(5):
         a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
-    drive(a, 10 * MS, 1.0)  # the loop's first look at the backlog comes 10 ms late
+    assert a.ports["eth4"].shaper.burst_s == pytest.approx(WINDOW, rel=1e-12)
+    drive(a, 10 * MS, 1.0)  # the loop's first look at the backlog comes 10 ms late (< WINDOW)
     s = snap(a)
-    # frame 1 started 10 ms late; frames 2..5 follow it back to back on their slots
+    # booked from the ideal start 0: frame 1 (due 9 ms) leaves at 10 ms, 1 ms late;
+    # frames 2..5 (due 18, 27, 36, 45 ms) on their slots - the idle 10 ms is made up
+    assert len(a.ports["eth4"].sock.sent) == 5
     assert s["count"] == 5 and s["hist"][0] == 4
-    assert s["max_lag_model_s"] == pytest.approx(10 * US, rel=1e-9)
+    assert s["max_lag_model_s"] == pytest.approx(1 * US, rel=1e-9)
     assert s["worst"] == "eth4 tx" and sum(lags(a).values()) == 1
+    assert a.ports["eth4"].shaper.free_at == pytest.approx(5 * SER, rel=1e-12)
+
+
+def test_backlog_serviced_past_the_window_books_from_now():
+    a = with_clock(make_agent())
+    for _ in range(5):
+        a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
+    drive(a, 20 * MS, 1.0)  # 20 ms late: more than WINDOW (18.432 ms) behind
+    s = snap(a)
+    # frame 1 starts at 20 ms (model 0); frames 2..5 follow it back to back on its slots
+    assert s["count"] == 5 and s["hist"][0] == 4
+    assert s["max_lag_model_s"] == pytest.approx(20 * US, rel=1e-9)
+    assert s["worst"] == "eth4 tx" and sum(lags(a).values()) == 1
+    assert a.ports["eth4"].shaper.free_at == pytest.approx(20 * MS + 5 * SER, rel=1e-12)
 
 
 def test_delay_line_released_late_records_the_lateness():
@@ -130,17 +151,32 @@ def paused_backlog(n):
 
 def test_pause_expiry_acted_on_late():
     a, expiry = paused_backlog(3)
-    drive(a, expiry + 4 * MS, 1.0)  # the wake-up at the expiry comes 4 ms late
+    drive(a, expiry + 4 * MS, 1.0)  # the wake-up at the expiry comes 4 ms late (< WINDOW)
+    s = snap(a)
+    # booked from the expiry (eligible_at): frame 1 due expiry + 9 ms, after the wake-up
+    assert s["count"] == 3 and s["hist"][0] == 3 and s["max_lag_model_s"] == 0.0
+    assert a.ports["eth4"].shaper.free_at == pytest.approx(expiry + 3 * SER, rel=1e-12)
+
+
+def test_pause_expiry_acted_on_past_the_window():
+    a, expiry = paused_backlog(3)
+    drive(a, expiry + 30 * MS, 1.0)  # 30 ms late: more than WINDOW behind
     s = snap(a)
     assert s["count"] == 3 and s["hist"][0] == 2
-    assert s["max_lag_model_s"] == pytest.approx(4 * US, rel=1e-9)
+    assert s["max_lag_model_s"] == pytest.approx(30 * US, rel=1e-9)
 
 
 def test_resume_makes_queued_frames_eligible_at_once():
     a, _ = paused_backlog(1)
     a.mac_control.on_frame(a.ports["eth4"], pause_frame(mac(H[3]), 3, 0), 50 * US)  # resume
-    drive(a, 50 * US + 1 * MS, 1.0)  # serviced 1 ms after the resume arrived
-    assert snap(a)["max_lag_model_s"] == pytest.approx(1 * US, rel=1e-9)
+    drive(a, 50 * US + 1 * MS, 1.0)  # serviced 1 ms after the resume arrived (< WINDOW)
+    assert snap(a)["max_lag_model_s"] == 0.0  # booked from the resume, due 9 ms after it
+    assert a.ports["eth4"].shaper.free_at == pytest.approx(50 * US + SER, rel=1e-12)
+    b, expiry = paused_backlog(1)
+    b.mac_control.on_frame(b.ports["eth4"], pause_frame(mac(H[3]), 3, 0), 50 * US)
+    drive(b, 50 * US + 30 * MS, 1.0)  # 30 ms after the resume (> WINDOW), before the expiry
+    assert 50 * US + 30 * MS < expiry
+    assert snap(b)["max_lag_model_s"] == pytest.approx(30 * US, rel=1e-9)
 
 
 def test_pause_frame_sent_late_after_xoff():

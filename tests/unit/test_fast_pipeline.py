@@ -44,6 +44,7 @@ from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig, PortConfig
 from switch_agent.forward import FibRoute, ipv4_checksum
 from switch_agent.fast.pipeline import FastPipeline, Unsupported, time_frames
+from switch_agent.shaper import Shaper
 from traffic.tools.rawgen import build_frame
 
 ROUTER, SPINE_MAC, DLB_MAC = "02:00:00:00:05:00", "02:00:00:00:07:01", "02:00:00:00:0d:1b"
@@ -241,17 +242,20 @@ LATE = (0.0,) * 6 + (2e-6, 30e-6, 300e-6)  #: lab s a wake-up may come late
 
 
 def differential(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
-                 actions: dict[float, Callable] | None = None) -> dict:
+                 actions: dict[float, Callable] | None = None,
+                 late: tuple[float, ...] = LATE) -> dict:
     """Run both on `frames`, serving at every arrival and every wake time (and installing
     running `actions[t](ref, fast)` at the first step from t on), each writing its event
     log; assert them equal (the two event files byte for byte); return what happened (for
-    the tests' own checks; "events": the records)."""
+    the tests' own checks; "events": the records). A wake-up comes late by one of `late`
+    (lab s) now and then."""
     with tempfile.TemporaryDirectory() as d:
-        return run_both(cfg, frames, actions, Path(d))
+        return run_both(cfg, frames, actions, Path(d), late)
 
 
 def run_both(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
-             actions: dict[float, Callable] | None, logs: Path) -> dict:
+             actions: dict[float, Callable] | None, logs: Path,
+             late_by: tuple[float, ...] = LATE) -> dict:
     now, py_sent, c_sent = [0.0], [], []
     ref = reference(replace(cfg, events_path=str(logs / "py.jsonl")), now, py_sent)
     fast = FastPipeline(replace(cfg, events_path=str(logs / "c.jsonl")), monotonic=False)
@@ -260,7 +264,8 @@ def run_both(cfg: AgentConfig, frames: list[tuple[float, str, bytes]],
     late = random.Random(len(frames)).choice  # a loop that wakes up late now and then
     while i < len(frames) or wake is not None:  # timers alone do not keep it going
         t = min(frames[i][0] if i < len(frames) else math.inf,
-                wake + late(LATE) if wake is not None else math.inf, deadline + late(LATE))
+                wake + late(late_by) if wake is not None else math.inf,
+                deadline + late(late_by))
         now[0] = t
         for at in sorted(k for k in actions or () if k <= t):
             actions.pop(at)(ref, fast)
@@ -337,6 +342,27 @@ CASES = {"book-small": lambda: config(small_qos()),
 def test_differential(case: str, seed: int) -> None:
     r = differential(CASES[case](), trace(seed))
     assert r["sent"]
+
+
+def test_late_wakeups_inside_and_outside_the_window() -> None:
+    """Wake-ups also 1.2 and 5 ms late: past the host ports' catch-up window (Shaper.burst_s
+    1 ms; the uplinks' 1.47 ms) and past both. The shaper both catches up (booked from
+    max(free_at, eligible_at) before now) and books from now; the C does the same."""
+    seen = {"caught_up": 0, "from_now": 0}
+    book = Shaper.book
+
+    def counting(self, nbytes, now, eligible_at=math.inf):
+        start, model = book(self, nbytes, now, eligible_at)
+        if model < now:  # booked late (the model start is before now only then)
+            seen["caught_up" if start == model else "from_now"] += 1
+        return start, model
+
+    Shaper.book = counting
+    try:
+        r = differential(CASES["book-small"](), trace(5), late=LATE + (1.2e-3, 5e-3))
+    finally:
+        Shaper.book = book
+    assert r["sent"] and seen["caught_up"] and seen["from_now"], seen
 
 
 def test_fib_change_mid_trace() -> None:
@@ -524,6 +550,7 @@ t.test_fib_change_mid_trace()
 t.test_degraded_link()
 t.test_cnps_and_headroom_in_the_log()
 t.test_drop_hook_switched_mid_trace()
+t.test_late_wakeups_inside_and_outside_the_window()
 print("sanitized ok")
 """
 

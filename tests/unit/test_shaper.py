@@ -49,3 +49,63 @@ def test_unshaped():
 def test_bad_rate():
     with pytest.raises(ValueError, match="rate_bps"):
         Shaper(0)
+
+
+#: 1 byte/us with a 2 ms catch-up window (burst_s)
+def slow() -> Shaper:
+    return Shaper(8e6, burst_s=0.002, mtu=1)
+
+
+@pytest.mark.parametrize("free, eligible, now, start, model", [
+    # on time (the wire busy until after now): from free_at
+    (5.0, 0.0, 4.0, 5.0, 5.0),
+    # idle wire, the frame eligible from now: from now
+    (1.0, 4.0, 4.0, 4.0, 4.0),
+    # eligible not yet passed (a pause's expiry ahead): from now, as before
+    (1.0, 4.5, 4.0, 4.0, 4.0),
+    # woken 1 ms late after the frame became eligible at 3 s: caught up from 3 s
+    (1.0, 3.0, 3.001, 3.0, 3.0),
+    # woken late with free_at after the eligibility: caught up from free_at
+    (3.0, 2.0, 3.0015, 3.0, 3.0),
+    # exactly the window (2 ms) late: still caught up
+    (1.0, 3.0, 3.002, 3.0, 3.0),
+    # more than the window late: from now; the model start stays the ideal one
+    (1.0, 3.0, 3.003, 3.003, 3.0),
+    (3.0, 2.0, 3.5, 3.5, 3.0),
+])
+def test_book_late_within_the_window_starts_at_the_ideal_start(free, eligible, now, start,
+                                                                  model):
+    sh = slow()
+    sh.free_at = free
+    assert sh.book(1000, now, eligible) == (start, model)
+    assert sh.free_at == start + 1000 / sh.rate_Bps
+
+
+def test_caught_up_frames_go_back_to_back_from_the_ideal_start():
+    """Woken 1.5 ms after the frame became eligible (within the 2 ms window): frame k
+    (1000 B, 1 ms each) ends at 3 s + k ms; the first is already due (it leaves at the
+    next flush), the rest follow on their slots."""
+    sh = slow()
+    now = 3.0015
+    ends = []
+    while sh.can_send(now):
+        ends.append(sh.depart(1000, now, 3.0))
+    assert ends == pytest.approx([3.0 + k * 1e-3 for k in range(1, len(ends) + 1)], rel=1e-12)
+    assert ends[0] < now < ends[1]
+    assert len(ends) == 4  # booked up to burst_s (2 ms) past now: ends 3.001 .. 3.004
+
+
+def test_beyond_the_window_books_back_to_back_from_now():
+    sh = slow()
+    now = 3.0025  # 2.5 ms after eligibility: beyond the 2 ms window
+    ends = [sh.depart(1000, now, 3.0) for _ in range(3)]
+    assert ends == pytest.approx([now + k * 1e-3 for k in range(1, 4)], rel=1e-12)
+
+
+def test_a_lone_late_frame_does_not_pull_the_next_booking_back():
+    """A frame booked late from its ideal start leaves free_at where a punctual loop
+    would: the next frame, eligible only later, starts at its own eligibility."""
+    sh = slow()
+    assert sh.book(1000, 3.0015, 3.0) == (3.0, 3.0)  # free_at 3.001
+    assert sh.book(1000, 4.0005, 4.0) == (4.0, 4.0)
+    assert sh.free_at == pytest.approx(4.001, rel=1e-12)
