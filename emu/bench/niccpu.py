@@ -286,7 +286,10 @@ def _sh(*a: str) -> None:
 
 
 def floor(periods: list[float], waits: list[str], echos: list[int], touch_mb: int,
-          seconds: float, rounds: int, length: int) -> list[dict]:
+          seconds: float, rounds: int, length: int, perf_dir: Path | None = None) -> list[dict]:
+    """Each configuration once a round; with `perf_dir`, the sender runs under `perf record
+    -e cpu-clock -g` and its row gets the samples' buckets (`classify`) per frame, its
+    set-up (the buffer's first touch) included."""
     tag = f"npf{os.getpid()}"
     a, b = tag + "a", tag + "b"
     rows = []
@@ -308,12 +311,27 @@ def floor(periods: list[float], waits: list[str], echos: list[int], touch_mb: in
                                                      "pfb", str(seconds + 1.5), str(e)],
                                                     stdout=subprocess.PIPE, text=True)
                             time.sleep(0.3)
-                            o = subprocess.run(["ip", "netns", "exec", a, str(exe), "send", "pfa",
-                                                str(p), str(n), str(length), w, str(touch_mb)],
-                                               capture_output=True, text=True, check=True).stdout
+                            cmd = ["ip", "netns", "exec", a, str(exe), "send", "pfa", str(p),
+                                   str(n), str(length), w, str(touch_mb)]
+                            data = None
+                            if perf_dir is not None:
+                                perf_dir.mkdir(parents=True, exist_ok=True)
+                                data = perf_dir / f"floor-{p:g}-{w}-{e}-{r}.data"
+                                cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "1000",
+                                       "-g", "-o", str(data), "--", *cmd]
+                            o = subprocess.run(cmd, capture_output=True, text=True,
+                                               check=True).stdout
                             sink.wait()
                             row = {"round": r, "period_us": p, "wait": w, "echo": e,
-                                   **parse_floor(o.strip())}
+                                   **parse_floor(o.strip().splitlines()[-1])}
+                            if data is not None:
+                                sp = split_of(subprocess.run(
+                                    ["perf", "script", "-i", str(data), "-F",
+                                     "comm,pid,tid,period,ip,sym,dso"], capture_output=True,
+                                    text=True).stdout)
+                                tot = sum(sp.buckets.values(), Counter())
+                                row["perf_us_per_frame"] = {k: round(v / 1e3 / n, 2)
+                                                            for k, v in tot.most_common()}
                             rows.append(row)
                             print(json.dumps(row), flush=True)
         finally:
@@ -340,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--seconds", type=float, default=3.0)
     f.add_argument("--rounds", type=int, default=2)
     f.add_argument("--len", type=int, default=4154)
+    f.add_argument("--perf", type=Path, help="record the sender with perf into this directory")
     a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `finally` removes the namespaces
     if a.mode == "profile":
         if a.split_only:
             old = json.loads((a.out / "niccpu.json").read_text())
@@ -350,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report(res))
         return 0
     rows = floor([float(x) for x in a.period_us.split(",")], a.wait.split(","),
-                 [int(x) for x in a.echo.split(",")], a.touch_mb, a.seconds, a.rounds, a.len)
+                 [int(x) for x in a.echo.split(",")], a.touch_mb, a.seconds, a.rounds, a.len,
+                 a.perf)
     print("| period us | wait | echo | CPU us/frame (rounds) | late mean us | nvcsw/frame |")
     print("|---:|---|---:|---|---:|---:|")
     key = lambda r: (r["period_us"], r["wait"], r["echo"])  # noqa: E731
