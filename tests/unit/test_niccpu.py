@@ -85,15 +85,15 @@ def test_the_floor_line_parses_to_its_fields():
                                    "nivcsw": 50, "rx": 0}
 
 
-def test_the_report_counts_only_the_nics_that_carried_data():
+def test_the_report_puts_all_nics_cpu_over_all_data_frames():
     res = {"tdf": 5000, "rc": 0, "fidelity": {"kept_up": True, "p99_lag_model_us": 0.5,
                                               "worst": "h1g1 (pacer)"},
            "cpu": {"nics": {"cpu_s": 3.0, "cores": 1.0}},
-           "nics": {"h1g1": {"data_frames": 2000, "sampled_ns": {"user: interpreter": 3000000,
+           "nics": {"h1g1": {"data_frames": 1990, "sampled_ns": {"user: interpreter": 3000000,
                                                                  "kernel: send, own": 1000000}},
-                    "h1g2": {"data_frames": 10, "sampled_ns": {"user: interpreter": 9000000}}}}
+                    "h1g2": {"data_frames": 10, "sampled_ns": {"user: interpreter": 4000000}}}}
     out = N.report(res)
-    assert "data frames 2000" in out and "= 2.0 us/data frame" in out
-    assert "| user: interpreter | 1.5 | 75.0 % |" in out
-    assert "| kernel: send, own | 0.5 | 25.0 % |" in out
-    assert out.endswith("groups: interpreter 75.0 %, kernel 25.0 %")
+    assert "data frames 2000; sampled 0.01 s = 4.0 us/data frame" in out
+    assert "| user: interpreter | 3.5 | 87.5 % |" in out
+    assert "| kernel: send, own | 0.5 | 12.5 % |" in out
+    assert out.endswith("groups: interpreter 87.5 %, kernel 12.5 %")
