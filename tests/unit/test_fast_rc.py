@@ -25,6 +25,7 @@ from traffic.rc import endpoint
 from traffic.rc.rcconfig import RcConfig
 from traffic.rc.requester import Requester
 from traffic.rc.responder import Responder
+from traffic.verbs import MR
 from traffic.workreq import WR, WROpcode
 
 C_WRITE = fast.in_order_write("fast")
@@ -198,6 +199,47 @@ def test_a_clean_write_is_c_but_for_its_first_packet(mtu):
     assert CRequester.acked - before[2] == acks == pr.eb.responder.counters.acks
     assert pr.dst == pr.src and acks >= 50_000 // (mtu or 4096) // 4
     assert [wc.status.value for wc in pr.a.send_cq.poll(8)] == ["SUCCESS"]
+
+
+def _second_packet(shadow=None, shrink=False):
+    """A 3-packet WRITE whose first packet the Python sent; its MR's `view` replaced by
+    a subclass's calling `shadow` and / or its length cut to one packet (`shrink`); then the
+    second packet by the C and, on an identical pair, by the Python: both outcomes."""
+    out = []
+    for nxt in (C_NEXT, Requester.next_packet):
+        pr = Pair(3 * 4096, RcConfig(), seed=3)
+        pr.write(1, 0, 3 * 4096)
+        req = pr.ea.requester
+        assert Requester.next_packet(req, 0.0).opcode == Op.WRITE_FIRST
+        calls = []
+        if shadow is not None:
+            class Own(MR):  # MR is slotted: an instance cannot shadow view, a subclass can
+                __slots__ = ()
+
+                def view(self, va, n):
+                    calls.append((va - self.addr, n))
+                    return shadow(self, va, n)
+            pr.mra.__class__ = Own
+        if shrink:
+            pr.mra.length = 4096
+        try:
+            p = nxt(req, 1e-6)
+            out.append((pkt_rec(p), calls, [getattr(req, f) for f in REQ_STATE]))
+        except Exception as e:  # the Python's error, by type and message
+            out.append((type(e).__name__, str(e), calls))
+    return out
+
+
+def test_the_payload_view_is_the_mrs_own():
+    """next_write takes the payload through MR.view as the Python does: in C for an MR
+    with the class's view and contains; a subclass's `view` is called (once, with the
+    same arguments); a payload outside the MR raises the Python's VerbsError."""
+    c, py = _second_packet()
+    assert c == py and len(c[0][13]) == 4096 and c[0][0] == Op.WRITE_MIDDLE and c[1] == []
+    c, py = _second_packet(shadow=lambda mr, va, n: memoryview(b"\x07" * n))
+    assert c == py and c[1] == [(4096, 4096)] and c[0][13] == b"\x07" * 4096
+    c, py = _second_packet(shrink=True)
+    assert c == py and c[0] == "VerbsError" and "outside MR" in c[1]
 
 
 def test_other_packets_change_nothing_in_c():

@@ -518,6 +518,78 @@ static int arm(PyObject *self, PyObject *qp, PyObject *now)
     return rc;
 }
 
+/* traffic.workreq.WROpcode, its members in IMM_WR_OPS / SEND_WR_OPS, and traffic.verbs.MR
+ * with its own view / contains (module init). */
+static PyObject *WROPCODE, *MR_TYPE, *MR_VIEW, *MR_CONTAINS, *s_contains;
+static PyObject *imm_ops[8], *send_ops[8];
+static int n_imm_ops = -1, n_send_ops = -1; /* -1: always PySet_Contains */
+
+/* `wop in ops` as the Python's set membership: 1, 0, -1 an error. A WROpcode member (an
+ * Enum with object's identity equality, so a member equals only itself) is looked up by
+ * identity among the set's members, which skips Enum.__hash__'s Python call; anything
+ * else goes to PySet_Contains. */
+static int op_in(PyObject *ops, PyObject *const *members, int n, PyObject *wop)
+{
+    if (n < 0 || Py_TYPE(wop) != (PyTypeObject *)WROPCODE)
+        return PySet_Contains(ops, wop);
+    for (int k = 0; k < n; k++)
+        if (members[k] == wop)
+            return 1;
+    return 0;
+}
+
+/* The members of frozenset `ops` into `out` (at most 8), or -1 when one is not a WROpcode
+ * or WROpcode compares otherwise than by identity (then op_in asks the set). */
+static int op_members(PyObject *ops, PyObject **out)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key;
+    Py_hash_t h;
+    int n = 0;
+    if (((PyTypeObject *)WROPCODE)->tp_richcompare != PyBaseObject_Type.tp_richcompare)
+        return -1;
+    while (_PySet_NextEntry(ops, &pos, &key, &h)) {
+        if (n == 8 || Py_TYPE(key) != (PyTypeObject *)WROPCODE)
+            return -1;
+        out[n++] = key; /* borrowed: the set is held for the module's life */
+    }
+    return n;
+}
+
+/* mr.view(va, size) (traffic.verbs.MR.view: the bounds of MR.contains, then
+ * self.buf[off:off + length]). For an instance of MR itself (a slotted dataclass: no
+ * instance attribute can shadow a method; module init checks it has no __dict__) while
+ * the class's view and contains are the ones it had at import, in C when the bounds hold;
+ * otherwise (out of bounds: the Python raises VerbsError; a subclass) the Python method.
+ * A new reference, NULL on an error. */
+static PyObject *mr_view(PyObject *mr, long long va, long long size)
+{
+    PyTypeObject *t = Py_TYPE(mr);
+    if (t == (PyTypeObject *)MR_TYPE && _PyType_Lookup(t, s_view) == MR_VIEW
+        && _PyType_Lookup(t, s_contains) == MR_CONTAINS) {
+        long long addr, length, end, mend;
+        if (get_ll(mr, s_addr, &addr) < 0 || get_ll(mr, s_length, &length) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                return NULL;
+            PyErr_Clear(); /* beyond a long long: the Python's arbitrary integers */
+        } else if (!__builtin_add_overflow(va, size, &end) && !__builtin_add_overflow(addr, length, &mend)
+                   && addr <= va && end <= mend && size >= 0) {
+            PyObject *buf = PyObject_GetAttr(mr, s_buf);
+            if (buf == NULL)
+                return NULL;
+            PyObject *r = PySequence_GetSlice(buf, (Py_ssize_t)(va - addr), (Py_ssize_t)(va - addr + size));
+            Py_DECREF(buf);
+            return r;
+        }
+    }
+    PyObject *v = PyLong_FromLongLong(va), *n = PyLong_FromLongLong(size), *r = NULL;
+    if (v != NULL && n != NULL)
+        r = PyObject_CallMethodObjArgs(mr, s_view, v, n, NULL);
+    Py_XDECREF(v);
+    Py_XDECREF(n);
+    return r;
+}
+
 static PyObject *op_of(int code) /* the Op member of a BTH opcode */
 {
     if (op_obj[code] == NULL)
@@ -568,8 +640,8 @@ static PyObject *next_write(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     if (m == NULL)
         goto no;
     if ((wr = PyObject_GetAttr(m, s_wr)) == NULL || (wop = PyObject_GetAttr(wr, s_opcode)) == NULL
-        || (imm = PySet_Contains(IMM_WR_OPS, wop)) < 0
-        || (send = PySet_Contains(SEND_WR_OPS, wop)) < 0)
+        || (imm = op_in(IMM_WR_OPS, imm_ops, n_imm_ops, wop)) < 0
+        || (send = op_in(SEND_WR_OPS, send_ops, n_send_ops, wop)) < 0)
         goto out;
     if (send)
         goto no;
@@ -609,7 +681,7 @@ static PyObject *next_write(PyObject *mod, PyObject *const *args, Py_ssize_t nar
             Py_XDECREF(mr);
             goto out;
         }
-        payload = PyObject_CallMethod(mr, "view", "LL", la + off, size);
+        payload = mr_view(mr, la + off, size);
         Py_DECREF(mr);
         if (payload == NULL)
             goto out;
@@ -907,6 +979,27 @@ PyMODINIT_FUNC PyInit__rc(void)
     if (IMM_WR_OPS == NULL || SEND_WR_OPS == NULL || RocePkt == NULL || OpEnum == NULL
         || SUCCESS == NULL || WC_RECV == NULL || WC == NULL)
         goto out;
+    PyObject *wq2 = PyImport_ImportModule("traffic.workreq");
+    WROPCODE = wq2 ? PyObject_GetAttrString(wq2, "WROpcode") : NULL;
+    Py_XDECREF(wq2);
+    if (WROPCODE == NULL || !PyType_Check(WROPCODE) || !PyFrozenSet_Check(IMM_WR_OPS)
+        || !PyFrozenSet_Check(SEND_WR_OPS))
+        goto out;
+    n_imm_ops = op_members(IMM_WR_OPS, imm_ops);
+    n_send_ops = op_members(SEND_WR_OPS, send_ops);
+    if (INTERN(s_contains, "contains") || (MR_TYPE = PyObject_GetAttrString(verbs, "MR")) == NULL
+        || !PyType_Check(MR_TYPE)
+        || (MR_VIEW = _PyType_Lookup((PyTypeObject *)MR_TYPE, s_view)) == NULL
+        || (MR_CONTAINS = _PyType_Lookup((PyTypeObject *)MR_TYPE, s_contains)) == NULL
+        || ((PyTypeObject *)MR_TYPE)->tp_dictoffset != 0
+        || ((PyTypeObject *)MR_TYPE)->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ImportError,
+                            "_rc: traffic.verbs.MR with an instance __dict__ or without view / contains");
+        goto out;
+    }
+    Py_INCREF(MR_VIEW); /* _PyType_Lookup's are borrowed */
+    Py_INCREF(MR_CONTAINS);
     m = PyModule_Create(&module);
 out:
     Py_XDECREF(verbs);
