@@ -21,6 +21,8 @@ from unittest import mock
 import pytest
 
 from emu.bench.malformed import base_frames, malformed_frames
+from emucore.fidelity import BUCKET_EDGES, LagMeter
+from emucore.timedil import TimeDilation
 from emucore.wire.ib import Op
 from emucore.wire.pause import pause_frame
 from tests.unit.test_fast_dcqcn import run_sanitized
@@ -32,6 +34,7 @@ from traffic.nic.wakeup import RX_ANC, arrival, enable_rx_stamps
 from traffic.rc.endpoint import RcEndpoint
 
 C = nicrx.receive("fast")
+LAG_RECORD = nicrx.lag_record("fast")
 REALTIME = 1.7e9 + 0.123456789  #: the fake CLOCK_REALTIME of NIC b (the stamps' offset)
 
 
@@ -220,6 +223,59 @@ def test_each_stamp_is_its_arrival_on_the_monotonic_clock(fn):
         b.raw.close()
 
 
+class SubMeter(LagMeter):
+    """A LagMeter subclass: the C calls its own record (it may differ)."""
+
+    __slots__ = ()
+
+    def record(self, due, done, what=""):
+        return LagMeter.record(self, due, done, what + "!")
+
+
+#: (due, done) lab seconds: early, on time, late by 0 to far past the last bucket edge,
+#: a lag exactly on an edge, infinities and NaN (the Python's `lag <= 0.0` is false for NaN)
+RECORDS = [(1.0, 0.5), (2.0, 2.0), (0.0, 1e-12), (1.0, 1.0 + 3e-6), (5.0, 5.5), (0.0, 7e3),
+           (0.0, BUCKET_EDGES[17] * 5000), (0.0, float("inf")), (0.0, float("nan")),
+           (float("inf"), 1.0), (3.0, 3.0 + 2e-9), (0.0, 1e9)]
+
+
+@pytest.mark.parametrize("tdf", [5000.0, 3, 1e-3])
+@pytest.mark.parametrize("cls", [LagMeter, SubMeter])
+def test_the_meters_record_is_lagmeters(tdf, cls):
+    """The C record of each frame's "rx" wait (emucore/csrc/lagrec.h, also the pacer's in
+    nictx.c) leaves a LagMeter as LagMeter.record does - count, every histogram bucket, max
+    and worst - for early, on-time, late, edge, infinite and NaN lags, float and int TDFs;
+    a subclass's own record is called. After each record, all state equal."""
+    py, c = cls(TimeDilation(tdf)), cls(TimeDilation(tdf))
+    for i, (due, done) in enumerate(RECORDS):
+        what = f"w{i}"
+        py.record(due, done, what)
+        assert LAG_RECORD(c, due, done, what) is None
+        assert (c.count, c.hist, c.max_s, c.worst_what) == (py.count, py.hist, py.max_s,
+                                                             py.worst_what), (i, due, done)
+    assert py.count == len(RECORDS) and sum(py.hist) == len(RECORDS)
+    assert py.hist[0] == 3 and py.hist[-1] >= 2  # early / on time; past the last edge
+
+
+def test_receive_records_into_a_lagmeter_as_the_python():
+    """With a real LagMeter (the C's inline record) every stamped frame is one record, in
+    the Python and the C alike; the lags themselves are the kernel's stamps (not compared)."""
+    counts = []
+    for fn in (None, C):
+        with using(fn)[0], connected(4096, bytes(4096)) as c:
+            b = c.b
+            peer = wire(b, True)
+            b.meter = LagMeter(b.td)
+            for i in range(5):
+                for _ in range(i):
+                    peer.send(b"\x01" * 64)
+                assert b.receive(100.0 + i) == i
+            counts.append((b.meter.count, sum(b.meter.hist)))
+            peer.close()
+            b.raw.close()
+    assert counts == [(10, 10), (10, 10)]
+
+
 def test_a_failed_read_counts_rx_errors():
     """A read that fails (EINVAL: an unconnected stream socket) is counted and ends the
     loop, as the Python's `except OSError`."""
@@ -396,6 +452,10 @@ t.test_a_failed_read_counts_rx_errors()
 t.test_c_receives_acks_and_cnps_as_the_python(1)
 t.test_common_frames_run_in_c()
 t.test_what_the_c_does_not_do_changes_nothing()
+for tdf in (5000.0, 3):
+    for cls in (t.LagMeter, t.SubMeter):
+        t.test_the_meters_record_is_lagmeters(tdf, cls)
+t.test_receive_records_into_a_lagmeter_as_the_python()
 import gc; gc.collect()
 print("sanitized ok")
 """

@@ -41,6 +41,7 @@
 
 #include <structmember.h>
 
+#include "lagrec.h"
 #include "pyattr.h"
 
 #ifndef SO_TIMESTAMPNS
@@ -49,6 +50,7 @@
 
 #define MAX_FRAMES 256 /* the Python's `while k < 256` */
 
+static LagRec LAG; /* the fidelity meter's record (lagrec.h) */
 static PyObject *s_raw, *s__buf, *s_rx_stamps, *s_realtime, *s_meter, *s_record, *s_on_frame,
     *s_c, *s_get, *s_rx_errors, *s_rx, *s_fileno, *s_gettimeout, *ZERO, *ONE;
 static PyObject *SOCKET_TYPE; /* socket.socket, bound on first use */
@@ -587,8 +589,8 @@ static PyObject *receive(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     PyObject *nic, *now, *raw = NULL, *buf = NULL, *meter = NULL, *whole = NULL, *res = NULL,
              *of = NULL;
     Rx x = {0};
-    double offset = 0.0, t_now;
-    int fd = -1, stamped;
+    double offset = 0.0, t_now, mtdf = 0.0;
+    int fd = -1, stamped, minline = 0; /* minline: the meter's record inline (lagrec.h) */
     long k = 0;
     (void)mod;
     if (nargs != 2) {
@@ -597,7 +599,7 @@ static PyObject *receive(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     }
     nic = args[0];
     now = args[1];
-    if (bind_types() < 0 || bind_frame() < 0)
+    if (bind_types() < 0 || bind_frame() < 0 || lagrec_bind(&LAG) < 0)
         return NULL;
     if (PyFloat_CheckExact(now))
         t_now = PyFloat_AS_DOUBLE(now);
@@ -631,7 +633,8 @@ static PyObject *receive(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         if (r == -1.0 && PyErr_Occurred())
             goto out;
         offset = t_now - r;
-        if ((meter = PyObject_GetAttr(nic, s_meter)) == NULL) /* self.meter, once a call */
+        if ((meter = PyObject_GetAttr(nic, s_meter)) == NULL /* self.meter, once a call */
+            || (minline = lagrec_inline(&LAG, meter, &mtdf)) < 0)
             goto out;
     }
     if ((whole = PyMemoryView_FromObject(buf)) == NULL) /* memoryview(buf), once a call */
@@ -665,9 +668,14 @@ static PyObject *receive(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         k++;
         double t;
         if (stamped && arrival(&msg, offset, &t)) { /* self.meter.record(t, now, "rx") */
-            PyObject *tt = PyFloat_FromDouble(t);
-            int rc = tt == NULL ? -1 : call(meter, s_record, tt, now, s_rx);
-            Py_XDECREF(tt);
+            int rc;
+            if (minline)
+                rc = lagrec_record(&LAG, meter, mtdf, t, t_now, s_rx);
+            else {
+                PyObject *tt = PyFloat_FromDouble(t);
+                rc = tt == NULL ? -1 : lagrec_call(&LAG, meter, tt, now, s_rx);
+                Py_XDECREF(tt);
+            }
             if (rc < 0)
                 goto out;
         }
@@ -691,10 +699,39 @@ out:
     return res;
 }
 
+/* lag_record(meter, due, done, what): meter.record(due, done, what) as receive records a
+ * frame's "rx" wait (lagrec.h: LagMeter.record inline, else the meter's own); None. */
+static PyObject *lag_record(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    double tdf = 0.0, due, done;
+    (void)mod;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "lag_record(meter, due, done, what) takes 4 arguments");
+        return NULL;
+    }
+    if (lagrec_bind(&LAG) < 0)
+        return NULL;
+    int inl = lagrec_inline(&LAG, args[0], &tdf);
+    if (inl < 0)
+        return NULL;
+    if (inl && PyFloat_CheckExact(args[1]) && PyFloat_CheckExact(args[2])) {
+        due = PyFloat_AS_DOUBLE(args[1]);
+        done = PyFloat_AS_DOUBLE(args[2]);
+        if (lagrec_record(&LAG, args[0], tdf, due, done, args[3]) < 0)
+            return NULL;
+    } else if (lagrec_call(&LAG, args[0], args[1], args[2], args[3]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"receive", (PyCFunction)(void (*)(void))receive, METH_FASTCALL,
      "Nic.receive(now) of traffic/nic/datapath.py; the frames read, or NotImplemented having "
      "changed nothing."},
+    {"lag_record", (PyCFunction)(void (*)(void))lag_record, METH_FASTCALL,
+     "meter.record(due, done, what) as receive records a frame's rx wait: LagMeter.record "
+     "inline for an exact LagMeter with a TimeDilation and float times, else the meter's "
+     "own; None."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nicrx",

@@ -25,26 +25,24 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "lagrec.h"
 #include "pyattr.h"
 
 static PyObject *s_pause, *s_next_expiry, *s_expire_pauses, *s_mask, *s_resumed_at, *s_order,
     *s_rr, *s_port_next, *s_slack, *s_link_lab_bps, *s_meter, *s_clock, *s_td, *s_tdf,
     *s_send, *s_raw, *s_c, *s_blocked, *s_next_t, *s_prio, *s_ep, *s_requester,
     *s_next_packet, *s_build, *s_tmpl, *s_ready_at, *s_tx_frames, *s_tx_wire_bytes, *s_rp,
-    *s_on_bytes_sent, *s_rc, *s_record, *s_count, *s_hist, *s_max_s, *s_worst_what,
+    *s_on_bytes_sent, *s_rc,
     *s_tx_errors, *s_tx_bytes, *s_pacer, *s_opcode, *s_psn, *s_ackreq, *s_va, *s_rkey,
     *s_dlen, *s_syndrome, *s_msn, *s_imm, *s_payload, *s_becn, *KW_BECN, *ZERO;
 /* bound on first use (traffic.nic.datapath imports this module's selector) */
 static PyObject *NIC_TYPE, *NIC_SEND, *RC_ENDPOINT, *FAST_REQUESTER, *REQUESTER_NEXT, *NEXT_WRITE,
-    *LAG_METER, *TIME_DILATION;
+    *TIME_DILATION;
+static LagRec LAG; /* the fidelity meter's record (lagrec.h) */
 static PyObject *ROCE_PKT; /* emucore.wire.ib.RocePkt */
 enum { P_OPCODE, P_PSN, P_ACKREQ, P_IMM, P_PAYLOAD, P_BECN, P_VA, P_RKEY, P_DLEN, P_SYNDROME,
        P_MSN, N_P };
 static Py_ssize_t PKT_OFF[N_P]; /* its fields' slots, in frame_of's order */
-enum { M_COUNT, M_HIST, M_MAX_S, M_WORST_WHAT, M_TD, N_M };
-static Py_ssize_t METER_OFF[N_M]; /* LagMeter's */
-static double *EDGES; /* emucore.fidelity.BUCKET_EDGES */
-static Py_ssize_t N_EDGES;
 static int NIC_PLAIN; /* no name transmit reads of a Nic is a data descriptor of its class */
 
 static PyObject *attr_of(const char *module, const char *name)
@@ -113,49 +111,29 @@ static int bind(void)
 {
     if (NIC_SEND != NULL)
         return 0;
-    PyObject *nic = attr_of("traffic.nic.datapath", "Nic"), *edges = NULL;
+    PyObject *nic = attr_of("traffic.nic.datapath", "Nic");
     PyObject *req = attr_of("traffic.rc.requester", "Requester");
     RC_ENDPOINT = attr_of("traffic.rc.endpoint", "RcEndpoint");
     FAST_REQUESTER = attr_of("traffic.rc.requester", "FastRequester");
     NEXT_WRITE = attr_of("traffic.rc.requester", "NEXT_WRITE");
-    LAG_METER = attr_of("emucore.fidelity", "LagMeter");
     TIME_DILATION = attr_of("emucore.timedil", "TimeDilation");
-    edges = attr_of("emucore.fidelity", "BUCKET_EDGES");
     ROCE_PKT = attr_of("emucore.wire.ib", "RocePkt");
     REQUESTER_NEXT = req ? PyObject_GetAttr(req, s_next_packet) : NULL;
     PyObject *send = nic ? PyObject_GetAttr(nic, s_send) : NULL;
     Py_XDECREF(req);
     int rc = -1;
     if (send == NULL || RC_ENDPOINT == NULL || FAST_REQUESTER == NULL || NEXT_WRITE == NULL
-        || LAG_METER == NULL || TIME_DILATION == NULL || REQUESTER_NEXT == NULL || edges == NULL
+        || TIME_DILATION == NULL || REQUESTER_NEXT == NULL || lagrec_bind(&LAG) < 0
         || ROCE_PKT == NULL)
         goto out;
     PyObject *const pkt_names[N_P] = {s_opcode, s_psn, s_ackreq, s_imm, s_payload, s_becn,
                                       s_va, s_rkey, s_dlen, s_syndrome, s_msn};
-    PyObject *const meter_names[N_M] = {s_count, s_hist, s_max_s, s_worst_what, s_td};
-    if (!PyType_Check(ROCE_PKT) || !PyType_Check(LAG_METER)) {
-        PyErr_SetString(PyExc_TypeError, "RocePkt and LagMeter: classes are required");
+    if (!PyType_Check(ROCE_PKT)) {
+        PyErr_SetString(PyExc_TypeError, "RocePkt: a class is required");
         goto out;
     }
-    if (slot_offsets(ROCE_PKT, pkt_names, N_P, PKT_OFF) < 0
-        || slot_offsets(LAG_METER, meter_names, N_M, METER_OFF) < 0)
+    if (slot_offsets(ROCE_PKT, pkt_names, N_P, PKT_OFF) < 0)
         goto out;
-    if (!PyTuple_Check(edges)) {
-        PyErr_SetString(PyExc_TypeError, "emucore.fidelity.BUCKET_EDGES: a tuple is required");
-        goto out;
-    }
-    N_EDGES = PyTuple_GET_SIZE(edges);
-    if ((EDGES = PyMem_Calloc((size_t)N_EDGES + 1, sizeof *EDGES)) == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    for (Py_ssize_t i = 0; i < N_EDGES; i++) {
-        if (!PyFloat_CheckExact(PyTuple_GET_ITEM(edges, i))) {
-            PyErr_SetString(PyExc_TypeError, "emucore.fidelity.BUCKET_EDGES: floats required");
-            goto out;
-        }
-        EDGES[i] = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(edges, i));
-    }
     PyObject *const nic_names[] = {s_slack, s_pause, s_port_next, s_order, s_rr, s_td,
                                    s_link_lab_bps, s_meter, s_clock, s_raw, s_c};
     NIC_PLAIN = 1;
@@ -170,16 +148,16 @@ static int bind(void)
 out:
     Py_XDECREF(nic);
     Py_XDECREF(send);
-    Py_XDECREF(edges);
     return rc;
 }
 
 /* What one call reads once (the Python reads them per frame; nothing it calls changes
  * them): the NIC, its time, its port's numbers, the TDF, how to send and record. */
 typedef struct {
-    PyObject *nic, *now, *send, *meter, *mtd, *clock; /* send: NULL = Nic.send inline */
+    PyObject *nic, *now, *send, *meter, *clock; /* send: NULL = Nic.send inline */
     PyObject *dict;                           /* the Nic's __dict__ (NULL: getattr) */
-    double t, slack, link, tdf, mtdf;         /* mtdf: the meter's TDF, if a LagMeter */
+    double t, slack, link, tdf, mtdf;         /* mtdf: the meter's TDF, if minline */
+    int minline;                              /* the meter's record inline (lagrec.h) */
     int loaded;                               /* load() ran: send .. mtdf are set */
 } Tx;
 
@@ -270,62 +248,18 @@ out:
     return rc;
 }
 
-/* LagMeter.record(due, done, "pacer") of emucore/fidelity.py (bisect_left on its edges). */
+/* self.meter.record(due, done, "pacer"): LagMeter.record inline (lagrec.h) or its own. */
 static int record(Tx *x, double due, PyObject *done_o)
 {
     double done = PyFloat_AsDouble(done_o);
     if (done == -1.0 && PyErr_Occurred())
         return -1;
-    if (x->mtd == NULL) {
-        PyObject *d = PyFloat_FromDouble(due), *r = NULL;
-        if (d != NULL) {
-            PyObject *a[4] = {x->meter, d, done_o, s_pacer};
-            r = PyObject_VectorcallMethod(s_record, a, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        }
-        Py_XDECREF(d);
-        Py_XDECREF(r);
-        return r == NULL ? -1 : 0;
-    }
-    double lag = (done - due) / x->mtdf, max_s;
-    PyObject *m = x->meter, *hist, *k, *mx;
-    Py_ssize_t i = 0, lo = 0, hi = N_EDGES;
-    if (add(m, s_count, 1, METER_OFF[M_COUNT]) < 0)
-        return -1;
-    if (lag <= 0.0)
-        i = 0;
-    else {
-        while (lo < hi) {
-            Py_ssize_t mid = (lo + hi) / 2;
-            if (EDGES[mid] < lag)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        i = 1 + lo;
-    }
-    if ((hist = slot_get(m, s_hist, METER_OFF[M_HIST])) == NULL)
-        return -1;
-    k = PyLong_FromSsize_t(i);
-    int rc = k == NULL ? -1 : add(hist, k, 1, ITEM);
-    Py_XDECREF(k);
-    Py_DECREF(hist);
-    if (rc < 0 || lag <= 0.0)
-        return rc;
-    if ((mx = slot_get(m, s_max_s, METER_OFF[M_MAX_S])) == NULL)
-        return -1;
-    max_s = PyFloat_AsDouble(mx);
-    Py_DECREF(mx);
-    if (max_s == -1.0 && PyErr_Occurred())
-        return -1;
-    if (lag > max_s) {
-        PyObject *f = PyFloat_FromDouble(lag);
-        if (f == NULL)
-            return -1;
-        slot_set(m, s_max_s, METER_OFF[M_MAX_S], f);
-        Py_DECREF(f);
-        slot_set(m, s_worst_what, METER_OFF[M_WORST_WHAT], s_pacer);
-    }
-    return 0;
+    if (x->minline)
+        return lagrec_record(&LAG, x->meter, x->mtdf, due, done, s_pacer);
+    PyObject *d = PyFloat_FromDouble(due);
+    int rc = d == NULL ? -1 : lagrec_call(&LAG, x->meter, d, done_o, s_pacer);
+    Py_XDECREF(d);
+    return rc;
 }
 
 /* q.ep.next_packet(now): FastRequester.next_packet's C next_write, then the Python. */
@@ -457,7 +391,7 @@ out:
  * Nic.send). 1 loaded, 0 NotImplemented, -1 an error. */
 static int load(Tx *x)
 {
-    PyObject *td = NULL, *tdf = NULL, *mtdf = NULL;
+    PyObject *td = NULL, *tdf = NULL;
     int rc = -1;
     if ((td = nic_get(x, s_td)) == NULL)
         goto out;
@@ -472,16 +406,8 @@ static int load(Tx *x)
         || (x->clock = nic_get(x, s_clock)) == NULL
         || (x->send = PyObject_GetAttr(x->nic, s_send)) == NULL)
         goto out;
-    if (Py_TYPE(x->meter) == (PyTypeObject *)LAG_METER) { /* its record, inline */
-        if ((x->mtd = PyObject_GetAttr(x->meter, s_td)) == NULL)
-            goto out;
-        if (Py_TYPE(x->mtd) != (PyTypeObject *)TIME_DILATION
-            || (mtdf = PyObject_GetAttr(x->mtd, s_tdf)) == NULL || as_double(mtdf, &x->mtdf) <= 0) {
-            if (PyErr_Occurred())
-                goto out;
-            Py_CLEAR(x->mtd); /* its record, the Python's */
-        }
-    }
+    if ((x->minline = lagrec_inline(&LAG, x->meter, &x->mtdf)) < 0)
+        goto out;
     if (PyMethod_Check(x->send) && PyMethod_GET_FUNCTION(x->send) == NIC_SEND
         && PyMethod_GET_SELF(x->send) == x->nic)
         Py_CLEAR(x->send); /* Nic.send, inline */
@@ -489,7 +415,6 @@ static int load(Tx *x)
 out:
     Py_XDECREF(td);
     Py_XDECREF(tdf);
-    Py_XDECREF(mtdf);
     return rc;
 }
 
@@ -659,7 +584,6 @@ no:
 out:
     Py_XDECREF(x.dict);
     Py_XDECREF(x.meter);
-    Py_XDECREF(x.mtd);
     Py_XDECREF(x.clock);
     Py_XDECREF(x.send);
     Py_XDECREF(pause);
@@ -696,9 +620,7 @@ PyMODINIT_FUNC PyInit__nictx(void)
         || INTERN(s_tx_frames, "tx_frames") || INTERN(s_tx_wire_bytes, "tx_wire_bytes")
         || INTERN(s_rp, "rp") || INTERN(s_on_bytes_sent, "on_bytes_sent") || INTERN(s_rc, "rc"))
         return NULL;
-    if (INTERN(s_record, "record") || INTERN(s_count, "count") || INTERN(s_hist, "hist")
-        || INTERN(s_max_s, "max_s") || INTERN(s_worst_what, "worst_what")
-        || INTERN(s_tx_errors, "tx_errors") || INTERN(s_tx_bytes, "tx_bytes")
+    if (INTERN(s_tx_errors, "tx_errors") || INTERN(s_tx_bytes, "tx_bytes")
         || INTERN(s_pacer, "pacer") || INTERN(s_opcode, "opcode") || INTERN(s_psn, "psn")
         || INTERN(s_ackreq, "ackreq") || INTERN(s_va, "va") || INTERN(s_rkey, "rkey")
         || INTERN(s_dlen, "dlen") || INTERN(s_syndrome, "syndrome") || INTERN(s_msn, "msn")
