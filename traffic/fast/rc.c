@@ -41,6 +41,8 @@
 #include <limits.h>
 #include <string.h>
 
+#include <structmember.h>
+
 #include "pyattr.h"
 
 enum {
@@ -590,6 +592,50 @@ static PyObject *mr_view(PyObject *mr, long long va, long long size)
     return r;
 }
 
+/* emucore.wire.ib.RocePkt's fields in its dataclass order (checked against its
+ * __dataclass_fields__ at import) and their __slots__ offsets: next_write fills a new
+ * RocePkt's slots as its dataclass __init__ stores them (as traffic/fast/nicrx.c's pkt_of). */
+#define N_PKT 16
+static const char *const PKT_NAMES[N_PKT] = {"opcode", "dqpn", "psn", "ackreq", "becn", "fecn",
+                                             "pkey", "va", "rkey", "dlen", "syndrome", "msn",
+                                             "imm", "payload", "src", "dst"};
+static Py_ssize_t PKT_OFF[N_PKT];
+
+static int pkt_offsets(PyObject *type)
+{
+    PyObject *fields = PyObject_GetAttrString(type, "__dataclass_fields__");
+    if (fields == NULL)
+        return -1;
+    int ok = PyDict_Check(fields) && PyDict_GET_SIZE(fields) == N_PKT;
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *val;
+    while (ok && PyDict_Next(fields, &pos, &key, &val)) {
+        PyObject *d = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, key);
+        ok = PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, PKT_NAMES[i]) == 0
+             && d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)
+             && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok)
+            PKT_OFF[i++] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    Py_DECREF(fields);
+    if (!ok && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ImportError, "_rc: emucore.wire.ib.RocePkt's slotted fields are "
+                                           "not the ones rc.c fills");
+    return ok ? 0 : -1;
+}
+
+/* A RocePkt of the 16 values in field order (borrowed), as RocePkt(*a) stores them. */
+static PyObject *pkt_new(PyObject *const *a)
+{
+    PyTypeObject *t = (PyTypeObject *)RocePkt;
+    PyObject *p = t->tp_alloc(t, 0);
+    if (p == NULL)
+        return NULL;
+    for (int i = 0; i < N_PKT; i++)
+        *(PyObject **)((char *)p + PKT_OFF[i]) = Py_NewRef(a[i]);
+    return p;
+}
+
 static PyObject *op_of(int code) /* the Op member of a BTH opcode */
 {
     if (op_obj[code] == NULL)
@@ -727,7 +773,7 @@ static PyObject *next_write(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     {
         PyObject *a[16] = {o, dqpn, psn, ackreq ? Py_True : Py_False, Py_False, Py_False, pkey,
                            va, rkey, dlen, Py_None, Py_None, immv, payload, src, dst};
-        pkt = PyObject_Vectorcall(RocePkt, a, 16, NULL);
+        pkt = pkt_new(a);
     }
 pkt_out:
     Py_XDECREF(va);
@@ -977,7 +1023,8 @@ PyMODINIT_FUNC PyInit__rc(void)
     Py_XDECREF(wq);
     Py_XDECREF(ib);
     if (IMM_WR_OPS == NULL || SEND_WR_OPS == NULL || RocePkt == NULL || OpEnum == NULL
-        || SUCCESS == NULL || WC_RECV == NULL || WC == NULL)
+        || SUCCESS == NULL || WC_RECV == NULL || WC == NULL || !PyType_Check(RocePkt)
+        || pkt_offsets(RocePkt) < 0)
         goto out;
     PyObject *wq2 = PyImport_ImportModule("traffic.workreq");
     WROPCODE = wq2 ? PyObject_GetAttrString(wq2, "WROpcode") : NULL;
