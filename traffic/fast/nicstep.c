@@ -13,9 +13,11 @@
  *             deadline changed, q.blocked / q.ready_at;
  *   transmit  as receive: TRANSMIT(nic, now) directly (traffic/fast/nictx.c), else / on
  *             NotImplemented nic.transmit(now);
- *   notify    with CQ waiters (nic.waiters), the sum of the CQs' `pushed`; if it is not
+ *   notify    with CQ waiters (nic.waiters), the sum of the CQs' `pushed` (an exact dict's
+ *             values walked by PyDict_Next, their order); if it is not
  *             nic.notified, nic.notified = it and nic.cond.notify_all();
- *   timeout   the next wake-up: now + 0.05, pause.paused_mask(now), each sending QP's
+ *   timeout   the next wake-up: now + 0.05, pause.paused_mask(now) (an EgressPause's
+ *             cached mask read in C while now < its next_expiry), each sending QP's
  *             max(q.next_t, port_next - slack), each armed deadline after now, a pause's
  *             expiry; max(0.0, wake - now).
  * The arithmetic and comparisons are the Python's own number protocol and rich comparisons
@@ -31,12 +33,15 @@ static PyObject *s_receive, *s_transmit, *s_RECEIVE, *s_TRANSMIT, *s_rx_read, *s
     *s_order, *s_ep, *s_deadline, *s_on_timer, *s_meter, *s_record, *s_rto, *s_blocked,
     *s_ready_at, *s_waiters, *s_cqs, *s_pushed, *s_notified, *s_cond, *s_notify_all,
     *s_pause, *s_paused_mask, *s_prio, *s_requester, *s_idle, *s__msgs, *s_qp, *s_sq,
-    *s_next_t, *s_port_next, *s_slack, *s_mask, *s_next_expiry;
+    *s_next_t, *s_port_next, *s_slack, *s_mask, *s_next_expiry, *s_values;
 static PyObject *ZERO, *ONE, *F_ZERO, *F_WAKE; /* 0, 1, 0.0, 0.05 */
 /* bound on first use: traffic.nic.datapath's globals, Nic.receive, Nic.transmit,
  * RcEndpoint, its `deadline` property, Requester, FastRequester, Requester.idle */
 static PyObject *DP_GLOBALS, *NIC_RECEIVE, *NIC_TRANSMIT, *RC_ENDPOINT, *EP_DEADLINE,
     *REQUESTER, *FAST_REQUESTER, *REQ_IDLE;
+/* emucore.qos.pfc.EgressPause (a __slots__ class: no instance attribute shadows a method)
+ * and its paused_mask */
+static PyObject *EGRESS_PAUSE, *PAUSED_MASK;
 
 static PyObject *attr_of(const char *module, const char *name)
 {
@@ -58,10 +63,17 @@ static int bind(void)
     RC_ENDPOINT = attr_of("traffic.rc.endpoint", "RcEndpoint");
     REQUESTER = attr_of("traffic.rc.requester", "Requester");
     FAST_REQUESTER = attr_of("traffic.rc.requester", "FastRequester");
+    EGRESS_PAUSE = attr_of("emucore.qos.pfc", "EgressPause");
     int rc = -1;
     if (glob == NULL || NIC_RECEIVE == NULL || NIC_TRANSMIT == NULL || RC_ENDPOINT == NULL
-        || REQUESTER == NULL || FAST_REQUESTER == NULL)
+        || REQUESTER == NULL || FAST_REQUESTER == NULL || EGRESS_PAUSE == NULL)
         goto out;
+    if (!PyType_Check(EGRESS_PAUSE) || ((PyTypeObject *)EGRESS_PAUSE)->tp_dictoffset != 0
+        || ((PyTypeObject *)EGRESS_PAUSE)->tp_flags & Py_TPFLAGS_MANAGED_DICT
+        || (PAUSED_MASK = Py_XNewRef(_PyType_Lookup((PyTypeObject *)EGRESS_PAUSE, s_paused_mask))) == NULL) {
+        PyErr_SetString(PyExc_TypeError, "EgressPause: a __slots__ class with paused_mask required");
+        goto out;
+    }
     if (!PyType_Check(RC_ENDPOINT) || !PyType_Check(REQUESTER) || !PyType_Check(FAST_REQUESTER)) {
         PyErr_SetString(PyExc_TypeError, "RcEndpoint, Requester, FastRequester: classes required");
         goto out;
@@ -281,12 +293,28 @@ static int notify(PyObject *nic)
     Py_XDECREF(w);
     if (waiting <= 0)
         return waiting;
-    if ((cqs = PyObject_GetAttr(nic, s_cqs)) == NULL
-        || (vals = PyObject_CallMethod(cqs, "values", NULL)) == NULL
-        || (it = PyObject_GetIter(vals)) == NULL)
+    if ((cqs = PyObject_GetAttr(nic, s_cqs)) == NULL)
         goto out;
     pushed = Py_NewRef(ZERO); /* sum(c.pushed for c in ...): start 0, left to right */
-    while ((c = PyIter_Next(it)) != NULL) {
+    Py_ssize_t pos = 0;
+    PyObject *cv;
+    if (PyDict_CheckExact(cqs)) { /* dict.values() iterates in PyDict_Next's order */
+        while (PyDict_Next(cqs, &pos, NULL, &cv)) {
+            Py_INCREF(cv);
+            PyObject *p = PyObject_GetAttr(cv, s_pushed);
+            Py_DECREF(cv);
+            if (p == NULL)
+                goto out;
+            PyObject *s = PyNumber_Add(pushed, p);
+            Py_DECREF(p);
+            if (s == NULL)
+                goto out;
+            Py_SETREF(pushed, s);
+        }
+    } else if ((vals = PyObject_CallMethodNoArgs(cqs, s_values)) == NULL
+               || (it = PyObject_GetIter(vals)) == NULL)
+        goto out;
+    while (it != NULL && (c = PyIter_Next(it)) != NULL) {
         PyObject *p = PyObject_GetAttr(c, s_pushed);
         Py_CLEAR(c);
         if (p == NULL)
@@ -323,6 +351,24 @@ out:
     return rc;
 }
 
+/* pause.paused_mask(now): for an EgressPause whose paused_mask is the class's, its cached
+ * answer in C while `now < pause.next_expiry` (the Python's first branch: self.mask);
+ * otherwise, and for any other pause, the method. A new reference, NULL on an error. */
+static PyObject *paused_mask(PyObject *pause, PyObject *now)
+{
+    PyTypeObject *t = Py_TYPE(pause);
+    if (t == (PyTypeObject *)EGRESS_PAUSE && _PyType_Lookup(t, s_paused_mask) == PAUSED_MASK) {
+        PyObject *ne = PyObject_GetAttr(pause, s_next_expiry);
+        int lt = ne ? PyObject_RichCompareBool(now, ne, Py_LT) : -1;
+        Py_XDECREF(ne);
+        if (lt < 0)
+            return NULL;
+        if (lt)
+            return PyObject_GetAttr(pause, s_mask);
+    }
+    return PyObject_CallMethodOneArg(pause, s_paused_mask, now);
+}
+
 /* The seconds to sleep: max(0.0, next wake-up - now). A new reference, NULL on an error. */
 static PyObject *timeout(PyObject *nic, PyObject *now)
 {
@@ -330,7 +376,7 @@ static PyObject *timeout(PyObject *nic, PyObject *now)
              *q = NULL, *ep = NULL, *v = NULL, *port = NULL, *slack = NULL, *lo = NULL,
              *d = NULL, *res = NULL;
     if (wake == NULL || (pause = PyObject_GetAttr(nic, s_pause)) == NULL
-        || (paused = PyObject_CallMethodOneArg(pause, s_paused_mask, now)) == NULL
+        || (paused = paused_mask(pause, now)) == NULL
         || (order = PyObject_GetAttr(nic, s_order)) == NULL)
         goto out;
     if (!PyList_Check(order)) {
@@ -477,7 +523,8 @@ PyMODINIT_FUNC PyInit__nicstep(void)
         || INTERN(s_requester, "requester") || INTERN(s_idle, "idle") || INTERN(s__msgs, "_msgs")
         || INTERN(s_qp, "qp") || INTERN(s_sq, "sq") || INTERN(s_next_t, "next_t")
         || INTERN(s_port_next, "port_next") || INTERN(s_slack, "slack")
-        || INTERN(s_mask, "mask") || INTERN(s_next_expiry, "next_expiry"))
+        || INTERN(s_mask, "mask") || INTERN(s_next_expiry, "next_expiry")
+        || INTERN(s_values, "values"))
         return NULL;
     if ((ZERO = PyLong_FromLong(0)) == NULL || (ONE = PyLong_FromLong(1)) == NULL
         || (F_ZERO = PyFloat_FromDouble(0.0)) == NULL || (F_WAKE = PyFloat_FromDouble(0.05)) == NULL)
