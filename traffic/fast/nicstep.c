@@ -284,6 +284,20 @@ out:
     return rc;
 }
 
+/* *sum = *sum + cq.pushed (the Python's sum, left to right). 0, -1 an error. */
+static int add_pushed(PyObject **sum, PyObject *cq)
+{
+    PyObject *p = PyObject_GetAttr(cq, s_pushed);
+    if (p == NULL)
+        return -1;
+    PyObject *s = PyNumber_Add(*sum, p);
+    Py_DECREF(p);
+    if (s == NULL)
+        return -1;
+    Py_SETREF(*sum, s);
+    return 0;
+}
+
 /* The CQ waiters woken after a completion. 0, -1 an error. */
 static int notify(PyObject *nic)
 {
@@ -301,29 +315,19 @@ static int notify(PyObject *nic)
     if (PyDict_CheckExact(cqs)) { /* dict.values() iterates in PyDict_Next's order */
         while (PyDict_Next(cqs, &pos, NULL, &cv)) {
             Py_INCREF(cv);
-            PyObject *p = PyObject_GetAttr(cv, s_pushed);
+            int rc2 = add_pushed(&pushed, cv);
             Py_DECREF(cv);
-            if (p == NULL)
+            if (rc2 < 0)
                 goto out;
-            PyObject *s = PyNumber_Add(pushed, p);
-            Py_DECREF(p);
-            if (s == NULL)
-                goto out;
-            Py_SETREF(pushed, s);
         }
     } else if ((vals = PyObject_CallMethodNoArgs(cqs, s_values)) == NULL
                || (it = PyObject_GetIter(vals)) == NULL)
         goto out;
     while (it != NULL && (c = PyIter_Next(it)) != NULL) {
-        PyObject *p = PyObject_GetAttr(c, s_pushed);
+        int rc2 = add_pushed(&pushed, c);
         Py_CLEAR(c);
-        if (p == NULL)
+        if (rc2 < 0)
             goto out;
-        PyObject *s = PyNumber_Add(pushed, p);
-        Py_DECREF(p);
-        if (s == NULL)
-            goto out;
-        Py_SETREF(pushed, s);
     }
     if (PyErr_Occurred() || (notified = PyObject_GetAttr(nic, s_notified)) == NULL)
         goto out;
