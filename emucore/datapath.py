@@ -41,8 +41,9 @@ COMPILED = ("switch agents (per-frame pipeline and poll loop)",
             "NIC transmit loop (round robin, pacer, PFC pause checks, per-frame accounting)",
             "NIC receive loop (reads, arrival stamps to the fidelity meter; data, ACK and CNP "
             "frames of a known QP: CE -> CNP, the RC endpoint's C, its replies sent)",
-            "NIC loop iteration (receive and transmit called C to C, the RC timers' checks, the "
-            "CQ waiters' notify, the next wake-up)")
+            "NIC loop (the lock, the clock, the wait in select without the GIL; each iteration: "
+            "receive and transmit called C to C, the RC timers' checks, the CQ waiters' notify, "
+            "the next wake-up)")
 #: the stages compiled only under `fast` (switch_agent.fastagent)
 FAST_ONLY: tuple[str, ...] = ()
 #: the stages that run Python on every path, for now

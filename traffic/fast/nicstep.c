@@ -1,5 +1,5 @@
-/* One iteration of the NIC's data-path loop in C: traffic/nic/datapath.py's Nic.step, stage
- * by stage under the same names (issue 30).
+/* The NIC's data-path loop in C: traffic/nic/datapath.py's Nic.run and its iteration
+ * Nic.step, stage by stage under the same names (issue 30).
  *
  * `step(nic, now, rx)` does what the Python does, in the same order:
  *   receive   nic.rx_read = the receive's count if rx and nic.raw is not None, else 0. When
@@ -25,15 +25,39 @@
  * the Python's; the Requester's idle() (`not self._msgs and not self.qp.sq`) is read in C
  * when the requester's class is Requester or FastRequester and its idle is Requester.idle.
  * `now` neither float nor int answers NotImplemented having changed nothing, and the Python
- * runs. tests/unit/test_fast_nicstep.py holds the two equal, also under ASan + UBSan. */
+ * runs. tests/unit/test_fast_nicstep.py holds the two equal, also under ASan + UBSan.
+ *
+ * `run(nic)` is Nic.run's loop (what the Python's bytecode and select's list wrapping cost
+ * per wake-up: a few % of a NIC's CPU, docs/PERFORMANCE.md): while nic.running (signal
+ * handlers run first, as the eval loop would), with nic.lock (a threading.Lock: its acquire
+ * and release) the monotonic clock as time.monotonic reads and rounds it, then nic.step(now,
+ * rx) - this module's step directly when nic.step is the class's and datapath's STEP is it;
+ * with a timeout > 0: nic.wakeups += 1, polling (rx_read > 0 and rx_stamps and grid > 0),
+ * next_wake (traffic.nic.wakeup's, in C: `next_wake`), select(2) on the raw socket and
+ * wake_r (only wake_r while polling) with the GIL released and select.select's rounding
+ * (up to ns, then to us; EINTR: the signal handlers, then the rest of the wait), one recv
+ * of wake_r; with none, the GIL offered to a thread that asked for it. nic.raw, wake_r,
+ * lock and grid are read once. It answers NotImplemented before the first iteration, having
+ * changed nothing, where that would not be the Python's loop exactly: no raw socket or an
+ * fd past FD_SETSIZE, a grid not a float, a lock not a threading.Lock, or datapath's
+ * select.select, time.monotonic or next_wake not the originals (emu.bench.nicloop --split
+ * patches select). tests/unit/test_fast_nicrun.py, also under ASan + UBSan. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <time.h>
 
 static PyObject *s_receive, *s_transmit, *s_RECEIVE, *s_TRANSMIT, *s_rx_read, *s_raw,
     *s_order, *s_ep, *s_deadline, *s_on_timer, *s_meter, *s_record, *s_rto, *s_blocked,
     *s_ready_at, *s_waiters, *s_cqs, *s_pushed, *s_notified, *s_cond, *s_notify_all,
     *s_pause, *s_paused_mask, *s_prio, *s_requester, *s_idle, *s__msgs, *s_qp, *s_sq,
-    *s_next_t, *s_port_next, *s_slack, *s_mask, *s_next_expiry, *s_values;
+    *s_next_t, *s_port_next, *s_slack, *s_mask, *s_next_expiry, *s_values, *s_step, *s_STEP,
+    *s_running, *s_lock, *s_acquire, *s_release, *s_wakeups, *s_rx_stamps, *s_grid, *s_wake_r,
+    *s_select, *s_monotonic;
 static PyObject *ZERO, *ONE, *F_ZERO, *F_WAKE; /* 0, 1, 0.0, 0.05 */
 /* bound on first use: traffic.nic.datapath's globals, Nic.receive, Nic.transmit,
  * RcEndpoint, its `deadline` property, Requester, FastRequester, Requester.idle */
@@ -51,7 +75,7 @@ static PyObject *attr_of(const char *module, const char *name)
     return v;
 }
 
-static int bind(void)
+static int bind_step(void)
 {
     if (DP_GLOBALS != NULL)
         return 0;
@@ -475,7 +499,7 @@ static PyObject *step(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     PyObject *nic = args[0], *now = args[1], *k = NULL, *raw = NULL, *r = NULL;
     if (!PyFloat_CheckExact(now) && !PyLong_CheckExact(now))
         Py_RETURN_NOTIMPLEMENTED;
-    if (bind() < 0)
+    if (bind_step() < 0)
         return NULL;
     int rx = PyObject_IsTrue(args[2]);
     if (rx < 0)
@@ -500,10 +524,297 @@ static PyObject *step(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return timeout(nic, now);
 }
 
+/* ---- The loop: Nic.run ------------------------------------------------------------ */
+
+/* bound on first use: Nic.step, the originals of select.select, time.monotonic and
+ * traffic.nic.wakeup.next_wake (run checks that datapath uses them), _thread.LockType */
+static PyObject *NIC_STEP, *SELECT_SELECT, *TIME_MONOTONIC, *NEXT_WAKE, *LOCK_TYPE;
+
+static int bind_run(void)
+{
+    if (NIC_STEP != NULL)
+        return 0;
+    PyObject *nic = attr_of("traffic.nic.datapath", "Nic");
+    NIC_STEP = nic ? PyObject_GetAttr(nic, s_step) : NULL;
+    Py_XDECREF(nic);
+    if (NIC_STEP == NULL || (SELECT_SELECT = attr_of("select", "select")) == NULL
+        || (TIME_MONOTONIC = attr_of("time", "monotonic")) == NULL
+        || (NEXT_WAKE = attr_of("traffic.nic.wakeup", "next_wake")) == NULL
+        || (LOCK_TYPE = attr_of("_thread", "LockType")) == NULL) {
+        Py_CLEAR(NIC_STEP);
+        return -1;
+    }
+    return 0;
+}
+
+/* time.monotonic()'s clock and rounding (CPython's _PyTime_AsSecondsDouble): ns, seconds. */
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double seconds(int64_t t)
+{
+    return t % 1000000000 == 0 ? (double)(t / 1000000000) : (double)t / 1e9;
+}
+
+/* traffic.nic.wakeup.next_wake: the deadline now + timeout; while polling and the deadline
+ * more than one grid step away, no later than the next grid point after now
+ * ((floor(now / grid) + 1) * grid: the Python's int is exact in a double below 2**53). */
+static double next_wake_of(double now, double timeout, double grid, int polling)
+{
+    double wake = now + timeout;
+    if (polling && grid > 0 && timeout > grid) {
+        double g = (floor(now / grid) + 1) * grid;
+        if (g < wake)
+            wake = g;
+    }
+    return wake;
+}
+
+static PyObject *next_wake(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "next_wake(now, timeout, grid, polling) takes 4 arguments");
+        return NULL;
+    }
+    double now = PyFloat_AsDouble(args[0]), timeout = PyFloat_AsDouble(args[1]),
+           grid = PyFloat_AsDouble(args[2]);
+    int polling = PyObject_IsTrue(args[3]);
+    if (PyErr_Occurred() || polling < 0)
+        return NULL;
+    return PyFloat_FromDouble(next_wake_of(now, timeout, grid, polling));
+}
+
+/* select.select([raw, wake_r] or, while polling, [wake_r], [], [], secs) as the Python's:
+ * the timeout rounded up to ns, then to us, the GIL released; on EINTR the signal handlers
+ * run and the wait resumes until the same deadline. 0 (*raw_in, *wake_in: which are
+ * readable), -1 an error. */
+static int wait_readable(int raw, int wake, int polling, double secs, int *raw_in, int *wake_in)
+{
+    int64_t left = (int64_t)ceil(secs * 1e9), deadline = mono_ns() + left;
+    for (;;) {
+        int64_t us = (left + 999) / 1000;
+        struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
+        fd_set rd;
+        FD_ZERO(&rd);
+        if (!polling)
+            FD_SET(raw, &rd);
+        FD_SET(wake, &rd);
+        int n, err;
+        Py_BEGIN_ALLOW_THREADS
+        n = select((polling || wake > raw ? wake : raw) + 1, &rd, NULL, NULL, &tv);
+        err = errno;
+        Py_END_ALLOW_THREADS
+        if (n >= 0) {
+            *raw_in = !polling && FD_ISSET(raw, &rd);
+            *wake_in = FD_ISSET(wake, &rd);
+            return 0;
+        }
+        if (err != EINTR) {
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+        left = deadline - mono_ns();
+        if (left < 0)
+            left = 0;
+    }
+}
+
+/* self.wake_r.recv(4096) of a non-blocking socket, BlockingIOError ignored: 0, -1 an error. */
+static int drain_wake(int fd)
+{
+    char buf[4096];
+    for (;;) {
+        if (recv(fd, buf, sizeof buf, 0) >= 0 || errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        if (errno != EINTR) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+    }
+}
+
+/* self.step(now, rx): this module's C step directly when nic.step is the class's and
+ * datapath's STEP is that C step, else (or on NotImplemented) the method. */
+static PyObject *step_of(PyObject *mod, PyObject *mystep, PyObject *nic, PyObject *now, int rx)
+{
+    PyObject *a[3] = {nic, now, rx ? Py_True : Py_False};
+    int plain = is_class_attr(nic, s_step, NIC_STEP);
+    if (plain < 0)
+        return NULL;
+    if (plain) {
+        PyObject *c = PyDict_GetItemWithError(DP_GLOBALS, s_STEP); /* borrowed */
+        if (c == NULL && PyErr_Occurred())
+            return NULL;
+        if (c == mystep) {
+            PyObject *r = step(mod, a, 3);
+            if (r != Py_NotImplemented)
+                return r;
+            Py_DECREF(r);
+        }
+    }
+    return PyObject_VectorcallMethod(s_step, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* getattr(o, name) is `want` (o's attribute of the module global `global`): 1, 0, -1. */
+static int global_attr_is(const char *global, PyObject *name, PyObject *want)
+{
+    PyObject *g = PyDict_GetItemString(DP_GLOBALS, global); /* borrowed */
+    if (g == NULL)
+        return 0;
+    if (name == NULL)
+        return g == want;
+    PyObject *v = PyObject_GetAttr(g, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int rc = v == want;
+    Py_DECREF(v);
+    return rc;
+}
+
+/* The fds of nic.raw and nic.wake_r (sockets: their fileno()), each below FD_SETSIZE as
+ * select.select requires: 1, 0 not so, -1 an error. */
+static int fds_of(PyObject *nic, int *raw, int *wake)
+{
+    PyObject *r = PyObject_GetAttr(nic, s_raw), *w = r ? PyObject_GetAttr(nic, s_wake_r) : NULL;
+    int rc = -1;
+    if (w == NULL)
+        goto out;
+    rc = 0;
+    if (r == Py_None || w == Py_None)
+        goto out;
+    if ((*raw = PyObject_AsFileDescriptor(r)) < 0 || (*wake = PyObject_AsFileDescriptor(w)) < 0) {
+        rc = -1;
+        goto out;
+    }
+    rc = *raw < FD_SETSIZE && *wake < FD_SETSIZE;
+out:
+    Py_XDECREF(r);
+    Py_XDECREF(w);
+    return rc;
+}
+
+/* Nic.run: the loop until nic.running is false; None, or NotImplemented having changed
+ * nothing when it is not the Python's loop exactly (see the module docstring). */
+static PyObject *run(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "run(nic) takes 1 argument");
+        return NULL;
+    }
+    PyObject *nic = args[0], *lock = NULL, *mystep = NULL, *g = NULL, *now = NULL, *t = NULL,
+             *v = NULL, *res = NULL;
+    int raw = -1, wake = -1, ok;
+    if (bind_step() < 0 || bind_run() < 0)
+        return NULL;
+    if ((ok = fds_of(nic, &raw, &wake)) <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    if ((lock = PyObject_GetAttr(nic, s_lock)) == NULL || (g = PyObject_GetAttr(nic, s_grid)) == NULL
+        || (mystep = PyObject_GetAttr(mod, s_step)) == NULL)
+        goto out;
+    if (Py_TYPE(lock) != (PyTypeObject *)LOCK_TYPE || !PyFloat_CheckExact(g)
+        || global_attr_is("select", s_select, SELECT_SELECT) != 1
+        || global_attr_is("time", s_monotonic, TIME_MONOTONIC) != 1
+        || global_attr_is("next_wake", NULL, NEXT_WAKE) != 1) {
+        res = Py_NewRef(Py_NotImplemented);
+        goto out;
+    }
+    double grid = PyFloat_AS_DOUBLE(g);
+    int rx = 1;
+    for (;;) {
+        if (PyErr_CheckSignals() < 0 || (v = PyObject_GetAttr(nic, s_running)) == NULL
+            || (ok = PyObject_IsTrue(v)) < 0)
+            goto out;
+        Py_CLEAR(v);
+        if (!ok)
+            break;
+        /* with self.lock: */
+        if ((v = PyObject_CallMethodNoArgs(lock, s_acquire)) == NULL)
+            goto out;
+        Py_CLEAR(v);
+        double now_s = seconds(mono_ns());
+        if ((now = PyFloat_FromDouble(now_s)) != NULL)
+            t = step_of(mod, mystep, nic, now, rx);
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        v = PyObject_CallMethodNoArgs(lock, s_release);
+        if (et != NULL) {
+            if (v == NULL)
+                _PyErr_ChainExceptions(et, ev, tb);
+            else
+                PyErr_Restore(et, ev, tb);
+        }
+        if (v == NULL || t == NULL)
+            goto out;
+        Py_CLEAR(v);
+        Py_CLEAR(now);
+        rx = 1;
+        ok = PyObject_RichCompareBool(t, ZERO, Py_GT);
+        double timeout = ok > 0 ? PyFloat_AsDouble(t) : 0.0;
+        Py_CLEAR(t);
+        if (ok < 0 || (timeout == -1.0 && PyErr_Occurred()))
+            goto out;
+        if (!ok) { /* no wait: let a thread that asked for the GIL have it, as the eval loop does */
+            Py_BEGIN_ALLOW_THREADS
+            Py_END_ALLOW_THREADS
+            continue;
+        }
+        /* self.wakeups += 1 */
+        if ((v = PyObject_GetAttr(nic, s_wakeups)) == NULL || (t = PyNumber_InPlaceAdd(v, ONE)) == NULL
+            || PyObject_SetAttr(nic, s_wakeups, t) < 0)
+            goto out;
+        Py_CLEAR(v);
+        Py_CLEAR(t);
+        /* polling = self.rx_read > 0 and self.rx_stamps and grid > 0 */
+        int polling;
+        if ((v = PyObject_GetAttr(nic, s_rx_read)) == NULL
+            || (polling = PyObject_RichCompareBool(v, ZERO, Py_GT)) < 0)
+            goto out;
+        Py_CLEAR(v);
+        if (polling && ((v = PyObject_GetAttr(nic, s_rx_stamps)) == NULL
+                        || (polling = PyObject_IsTrue(v)) < 0))
+            goto out;
+        Py_CLEAR(v);
+        polling = polling && grid > 0;
+        double wake_at = next_wake_of(now_s, timeout, grid, polling), left = wake_at - seconds(mono_ns());
+        int raw_in = 0, wake_in = 0;
+        if (wait_readable(raw, wake, polling, left > 0.0 ? left : 0.0, &raw_in, &wake_in) < 0)
+            goto out;
+        rx = polling || raw_in;
+        if (wake_in && drain_wake(wake) < 0)
+            goto out;
+    }
+    res = Py_NewRef(Py_None);
+out:
+    Py_XDECREF(lock);
+    Py_XDECREF(mystep);
+    Py_XDECREF(g);
+    Py_XDECREF(now);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL,
      "Nic.step(now, rx) of traffic/nic/datapath.py: the seconds to sleep, or NotImplemented "
      "having changed nothing."},
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,
+     "Nic.run() of traffic/nic/datapath.py: the loop until nic.running is false; None, or "
+     "NotImplemented having changed nothing."},
+    {"next_wake", (PyCFunction)(void (*)(void))next_wake, METH_FASTCALL,
+     "traffic.nic.wakeup.next_wake(now, timeout, grid, polling) as run computes it."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nicstep",
@@ -528,7 +839,11 @@ PyMODINIT_FUNC PyInit__nicstep(void)
         || INTERN(s_qp, "qp") || INTERN(s_sq, "sq") || INTERN(s_next_t, "next_t")
         || INTERN(s_port_next, "port_next") || INTERN(s_slack, "slack")
         || INTERN(s_mask, "mask") || INTERN(s_next_expiry, "next_expiry")
-        || INTERN(s_values, "values"))
+        || INTERN(s_values, "values") || INTERN(s_step, "step") || INTERN(s_STEP, "STEP")
+        || INTERN(s_running, "running") || INTERN(s_lock, "lock") || INTERN(s_acquire, "acquire")
+        || INTERN(s_release, "release") || INTERN(s_wakeups, "wakeups")
+        || INTERN(s_rx_stamps, "rx_stamps") || INTERN(s_grid, "grid") || INTERN(s_wake_r, "wake_r")
+        || INTERN(s_select, "select") || INTERN(s_monotonic, "monotonic"))
         return NULL;
     if ((ZERO = PyLong_FromLong(0)) == NULL || (ONE = PyLong_FromLong(1)) == NULL
         || (F_ZERO = PyFloat_FromDouble(0.0)) == NULL || (F_WAKE = PyFloat_FromDouble(0.05)) == NULL)

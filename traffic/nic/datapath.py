@@ -63,7 +63,7 @@ from emucore.framing import FrameTemplate, malformed, parse
 from emucore.wire.templates import RoceFields
 from emucore.wire.uet_codes import UET_UDP_PORT
 from traffic.fast.nicrx import RECEIVE
-from traffic.fast.nicstep import STEP
+from traffic.fast.nicstep import RUN, STEP
 from traffic.fast.nictx import TRANSMIT
 from traffic.nic.nicconfig import NicConfig
 from traffic.nic.uetrx import UetRx, is_uet
@@ -349,8 +349,12 @@ class Nic(NicVerbs, UetRx):
         return max(0.0, wake - now)
 
     def run(self) -> None:
-        """The data-path loop, until stopped."""
+        """The data-path loop, until stopped. Under EMU_DATAPATH auto / fast the C of
+        traffic.fast.nicstep runs this loop, iteration by iteration the same, unless it
+        answers NotImplemented before its first iteration (nothing changed)."""
         tighten_timer_slack()
+        if RUN is not None and RUN(self) is not NotImplemented:
+            return
         rl, quiet = [self.raw, self.wake_r], [self.wake_r]
         rx, grid = True, self.grid
         while self.running:
