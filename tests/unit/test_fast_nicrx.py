@@ -11,7 +11,8 @@ responder) received by the C and by the Python, with the same frames sent, event
 entries and QP / DCQCN state. The common frames (data and ACK for a known QP, CNP) run in
 C: no Python Nic.on_frame, pkt_of or RcEndpoint.on_packet for them. Each stamped frame's
 arrival is the stamp + now - realtime() exactly (traffic.nic.wakeup.arrival, checked
-against a MSG_PEEK of the same frame). Also under ASan + UBSan."""
+against a MSG_PEEK of the same frame). A RocePkt that pkt_of cannot fill is an ImportError
+at the first receive. Also under ASan + UBSan."""
 
 import random
 import socket
@@ -26,6 +27,7 @@ from emucore.timedil import TimeDilation
 from emucore.wire.ib import Op
 from emucore.wire.pause import pause_frame
 from tests.unit.test_fast_dcqcn import run_sanitized
+from tests.unit.test_fast_rc import WRONG_ROCE_PKT, with_roce_pkt
 from tests.unit.test_fast_nictx import mark_ce
 from tests.unit.test_nic import connected, own_qps
 from traffic.fast import nicrx
@@ -440,6 +442,15 @@ def test_common_frames_run_in_c():
     trace, state, _ = scenario(1, rx)
     assert set(seen) == {"on_frame"}
     assert 0 < len(seen) < sum(t[1] for t in trace)
+
+
+@pytest.mark.parametrize("names, slots, said", WRONG_ROCE_PKT)
+def test_a_roce_pkt_pkt_of_does_not_fill_is_an_import_error(names, slots, said):
+    """pkt_of fills RocePkt's slots by slots.h's field list: the first receive binds it and
+    checks that list against the class (each a slot, the dataclass's fields exactly, in
+    order); `now` a str, receive then answers NotImplemented."""
+    imports = "import traffic.fast._nicrx as m, traffic.fast._rc, traffic.nic.datapath"
+    assert with_roce_pkt(names, slots, imports, "m.receive(None, 'x')") == said.format(who="_nicrx")
 
 
 SANITIZED_CHILD = """

@@ -7,16 +7,19 @@ bad R_Key and write-only mode give the same packets both ways (every field and p
 byte), the same memory, completions, counters and responder and requester state; the C
 takes every in-order WRITE and SEND opcode and every ACK of new PSNs, and changes
 nothing for the rest; the NIC takes it under auto and fast; all of it also under ASan +
-UBSan."""
+UBSan. A RocePkt whose fields are not slots.h's ROCE_PKT_FIELDS, slotted, in that order, is
+an ImportError of the module."""
 
 import collections
 import dataclasses
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 
-from emucore import datapath
+from emucore import cbuild, datapath
 from emucore.wire.ib import NAK_PSN_SEQ, PSN_MASK, Op
 from tests.unit.test_fast_dcqcn import run_sanitized
 from tests.unit.test_rc import Pair
@@ -378,3 +381,55 @@ print("sanitized ok", t.CResponder.taken, t.CRequester.taken, t.CRequester.acked
 def test_sanitized(asan_dir):
     """The differential transfers against an ASan + UBSan build, in a child Python."""
     run_sanitized(fast.MODULE, SANITIZED_CHILD, asan_dir)
+
+
+#: emucore/csrc/slots.h's ROCE_PKT_FIELDS: emucore.wire.ib.RocePkt's fields, in order
+ROCE_PKT_FIELDS = ("opcode", "dqpn", "psn", "ackreq", "becn", "fecn", "pkey", "va", "rkey",
+                   "dlen", "syndrome", "msn", "imm", "payload", "src", "dst")
+ROCE_PKT_CHILD = """
+import dataclasses
+import emucore.wire.ib as ib
+{imports}
+@dataclasses.dataclass(slots={slots})
+class RocePkt:
+{fields}
+ib.RocePkt = RocePkt
+try:
+    {call}
+except ImportError as e:
+    print(e)
+else:
+    print("no error")
+"""
+
+
+def with_roce_pkt(names, slots, imports, call):
+    """What line `call` of a child Python says (its ImportError, or "no error") when
+    emucore.wire.ib.RocePkt is a dataclass of `names` (each None by default; slotted or
+    not) of the child's __main__, after `imports` ran with the real one."""
+    fields = "\n".join(f"    {n}: object = None" for n in names)
+    code = ROCE_PKT_CHILD.format(imports=imports, slots=slots, fields=fields, call=call)
+    r = subprocess.run([sys.executable, "-c", code], cwd=cbuild.ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return r.stdout.strip()
+
+
+#: (the child's RocePkt fields, slotted, what the C module says of it)
+WRONG_ROCE_PKT = [
+    (ROCE_PKT_FIELDS, True, "no error"),
+    (ROCE_PKT_FIELDS[:-2] + ("dst", "src"), True,
+     "{who}: <class '__main__.RocePkt'>'s dataclass fields are not the 16 it fills, in that order"),
+    (ROCE_PKT_FIELDS + ("extra",), True,
+     "{who}: <class '__main__.RocePkt'>'s dataclass fields are not the 16 it fills, in that order"),
+    (ROCE_PKT_FIELDS[:6] + ROCE_PKT_FIELDS[7:], True,
+     "{who}: <class '__main__.RocePkt'>.pkey is not a slot"),
+    (ROCE_PKT_FIELDS, False, "{who}: <class '__main__.RocePkt'>.opcode is not a slot"),
+]
+
+
+@pytest.mark.parametrize("names, slots, said", WRONG_ROCE_PKT)
+def test_a_roce_pkt_the_c_does_not_fill_is_an_import_error(names, slots, said):
+    """next_write fills RocePkt's slots by slots.h's field list: importing _rc checks that
+    list against the class (each a slot, the dataclass's fields exactly, in order)."""
+    assert with_roce_pkt(names, slots, "", "import traffic.fast._rc") == said.format(who="_rc")

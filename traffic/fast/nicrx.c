@@ -43,6 +43,7 @@
 
 #include "lagrec.h"
 #include "pyattr.h"
+#include "slots.h"
 
 #ifndef SO_TIMESTAMPNS
 #define SO_TIMESTAMPNS 35 /* asm-generic/socket.h, as traffic.nic.wakeup */
@@ -156,15 +157,12 @@ static PyObject *s_rx_frames, *s_rx_bytes, *s_cfg, *s_ip, *s_qps, *s_tmpl, *s_cn
 static PyObject *PARSE, *NIC_ON_FRAME, *FRAME_OF, *RC_ENDPOINT, *FAST_REQUESTER, *FAST_RESPONDER,
     *ON_RESPONSE, *RESP_ON_PACKET, *IN_ORDER_WRITE, *IN_ORDER_SEND, *ON_ACK;
 static PyTypeObject *ROCE_FIELDS, *ROCE_PKT;
-/* pkt_of: RocePkt's fields in order, from the RoceFields fields of the same index */
-#define N_PKT 16
-static const char *const PKT_NAMES[N_PKT] = {"opcode", "dqpn", "psn", "ackreq", "becn", "fecn",
-    "pkey", "va", "rkey", "dlen", "syndrome", "msn", "imm", "payload", "src", "dst"};
-enum { F_OPCODE, F_DQPN, F_DST_IP = 15, F_ECN = N_PKT, F_ICRC_OK, F_CSUM_OK, N_F };
-static const char *const FIELD_NAMES[N_F] = {"opcode", "dqpn", "psn", "ackreq", "becn", "fecn",
-    "pkey", "va", "rkey", "dlen", "syndrome", "msn", "imm", "payload", "src_ip", "dst_ip",
-    "ecn", "icrc_ok", "csum_ok"};
-static Py_ssize_t PKT_OFF[N_PKT], FIELD_OFF[N_F];
+/* pkt_of: RocePkt's fields in order (slots.h), from the RoceFields fields of the same index */
+static const char *const PKT_NAMES[N_ROCE_PKT] = {ROCE_PKT_FIELDS};
+enum { F_OPCODE, F_DQPN, F_DST_IP = 15, F_ECN = N_ROCE_PKT, F_ICRC_OK, F_CSUM_OK, N_F };
+static const char *const FIELD_NAMES[N_F] = {ROCE_PKT_HEAD, "src_ip", "dst_ip", "ecn", "icrc_ok",
+                                             "csum_ok"};
+static Py_ssize_t PKT_OFF[N_ROCE_PKT], FIELD_OFF[N_F];
 
 static PyObject *attr_of(const char *module, const char *name)
 {
@@ -172,28 +170,6 @@ static PyObject *attr_of(const char *module, const char *name)
     Py_XDECREF(m);
     return v;
 }
-
-/* The offsets of a dataclass(slots=True)'s fields: plain object slots, each read and
- * written as getattr / setattr would (an unset one is an AttributeError). */
-static int offsets(PyObject *type, const char *const *names, int n, Py_ssize_t *off)
-{
-    if (!PyType_Check(type)) {
-        PyErr_Format(PyExc_ImportError, "_nicrx: %R is not a class", type);
-        return -1;
-    }
-    for (int i = 0; i < n; i++) {
-        PyObject *d = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict, names[i]);
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)
-            || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_ImportError, "_nicrx: %R.%s is not a slot", type, names[i]);
-            return -1;
-        }
-        off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-    }
-    return 0;
-}
-
-#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
 /* The Python objects on_frame recognises. */
 static int bind_frame(void)
@@ -217,8 +193,9 @@ static int bind_frame(void)
         || (ON_ACK = attr_of("traffic.fast.rc", "ON_ACK")) == NULL
         || (pkt = attr_of("emucore.wire.ib", "RocePkt")) == NULL
         || (fields = attr_of("emucore.wire.templates", "RoceFields")) == NULL
-        || offsets(pkt, PKT_NAMES, N_PKT, PKT_OFF) < 0
-        || offsets(fields, FIELD_NAMES, N_F, FIELD_OFF) < 0
+        || slot_offsets(pkt, PKT_NAMES, N_ROCE_PKT, PKT_OFF, "_nicrx") < 0
+        || dataclass_order(pkt, PKT_NAMES, N_ROCE_PKT, "_nicrx") < 0
+        || slot_offsets(fields, FIELD_NAMES, N_F, FIELD_OFF, "_nicrx") < 0
         || (of = PyObject_GetAttrString(nic, "on_frame")) == NULL)
         goto out;
     ROCE_PKT = (PyTypeObject *)Py_NewRef(pkt);
@@ -376,19 +353,13 @@ out:
 /* pkt_of(f): a RocePkt whose slots are f's (what its dataclass __init__ stores). */
 static PyObject *pkt_of(PyObject *f)
 {
-    PyObject *p = ROCE_PKT->tp_alloc(ROCE_PKT, 0);
-    if (p == NULL)
-        return NULL;
-    for (int i = 0; i < N_PKT; i++) {
-        PyObject *v = SLOT(f, FIELD_OFF[i]);
-        if (v == NULL) {
+    PyObject *v[N_ROCE_PKT];
+    for (int i = 0; i < N_ROCE_PKT; i++)
+        if ((v[i] = SLOT(f, FIELD_OFF[i])) == NULL) {
             PyErr_SetString(PyExc_AttributeError, FIELD_NAMES[i]);
-            Py_DECREF(p);
             return NULL;
         }
-        SLOT(p, PKT_OFF[i]) = Py_NewRef(v);
-    }
-    return p;
+    return slots_new(ROCE_PKT, v, PKT_OFF, N_ROCE_PKT);
 }
 
 /* a[0].name(a[1], a[2]) of the transport side a[0]: when it is exactly `fast_type` (a Fast

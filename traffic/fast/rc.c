@@ -44,6 +44,7 @@
 #include <structmember.h>
 
 #include "pyattr.h"
+#include "slots.h"
 
 enum {
     OP_SEND_FIRST = 0x00, OP_SEND_MIDDLE = 0x01, OP_SEND_LAST = 0x02, OP_SEND_LAST_IMM = 0x03,
@@ -592,49 +593,11 @@ static PyObject *mr_view(PyObject *mr, long long va, long long size)
     return r;
 }
 
-/* emucore.wire.ib.RocePkt's fields in its dataclass order (checked against its
+/* emucore.wire.ib.RocePkt's fields (slots.h's ROCE_PKT_FIELDS, checked against its
  * __dataclass_fields__ at import) and their __slots__ offsets: next_write fills a new
  * RocePkt's slots as its dataclass __init__ stores them (as traffic/fast/nicrx.c's pkt_of). */
-#define N_PKT 16
-static const char *const PKT_NAMES[N_PKT] = {"opcode", "dqpn", "psn", "ackreq", "becn", "fecn",
-                                             "pkey", "va", "rkey", "dlen", "syndrome", "msn",
-                                             "imm", "payload", "src", "dst"};
-static Py_ssize_t PKT_OFF[N_PKT];
-
-static int pkt_offsets(PyObject *type)
-{
-    PyObject *fields = PyObject_GetAttrString(type, "__dataclass_fields__");
-    if (fields == NULL)
-        return -1;
-    int ok = PyDict_Check(fields) && PyDict_GET_SIZE(fields) == N_PKT;
-    Py_ssize_t pos = 0, i = 0;
-    PyObject *key, *val;
-    while (ok && PyDict_Next(fields, &pos, &key, &val)) {
-        PyObject *d = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, key);
-        ok = PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, PKT_NAMES[i]) == 0
-             && d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)
-             && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-        if (ok)
-            PKT_OFF[i++] = ((PyMemberDescrObject *)d)->d_member->offset;
-    }
-    Py_DECREF(fields);
-    if (!ok && !PyErr_Occurred())
-        PyErr_SetString(PyExc_ImportError, "_rc: emucore.wire.ib.RocePkt's slotted fields are "
-                                           "not the ones rc.c fills");
-    return ok ? 0 : -1;
-}
-
-/* A RocePkt of the 16 values in field order (borrowed), as RocePkt(*a) stores them. */
-static PyObject *pkt_new(PyObject *const *a)
-{
-    PyTypeObject *t = (PyTypeObject *)RocePkt;
-    PyObject *p = t->tp_alloc(t, 0);
-    if (p == NULL)
-        return NULL;
-    for (int i = 0; i < N_PKT; i++)
-        *(PyObject **)((char *)p + PKT_OFF[i]) = Py_NewRef(a[i]);
-    return p;
-}
+static const char *const PKT_NAMES[N_ROCE_PKT] = {ROCE_PKT_FIELDS};
+static Py_ssize_t PKT_OFF[N_ROCE_PKT];
 
 static PyObject *op_of(int code) /* the Op member of a BTH opcode */
 {
@@ -771,9 +734,9 @@ static PyObject *next_write(PyObject *mod, PyObject *const *args, Py_ssize_t nar
         || src == NULL || dst == NULL || psn == NULL)
         goto pkt_out;
     {
-        PyObject *a[16] = {o, dqpn, psn, ackreq ? Py_True : Py_False, Py_False, Py_False, pkey,
-                           va, rkey, dlen, Py_None, Py_None, immv, payload, src, dst};
-        pkt = pkt_new(a);
+        PyObject *a[N_ROCE_PKT] = {o, dqpn, psn, ackreq ? Py_True : Py_False, Py_False, Py_False,
+                                   pkey, va, rkey, dlen, Py_None, Py_None, immv, payload, src, dst};
+        pkt = slots_new((PyTypeObject *)RocePkt, a, PKT_OFF, N_ROCE_PKT);
     }
 pkt_out:
     Py_XDECREF(va);
@@ -1024,7 +987,8 @@ PyMODINIT_FUNC PyInit__rc(void)
     Py_XDECREF(ib);
     if (IMM_WR_OPS == NULL || SEND_WR_OPS == NULL || RocePkt == NULL || OpEnum == NULL
         || SUCCESS == NULL || WC_RECV == NULL || WC == NULL || !PyType_Check(RocePkt)
-        || pkt_offsets(RocePkt) < 0)
+        || slot_offsets(RocePkt, PKT_NAMES, N_ROCE_PKT, PKT_OFF, "_rc") < 0
+        || dataclass_order(RocePkt, PKT_NAMES, N_ROCE_PKT, "_rc") < 0)
         goto out;
     PyObject *wq2 = PyImport_ImportModule("traffic.workreq");
     WROPCODE = wq2 ? PyObject_GetAttrString(wq2, "WROpcode") : NULL;
