@@ -986,7 +986,7 @@ PyMODINIT_FUNC PyInit__rc(void)
     Py_XDECREF(wq);
     Py_XDECREF(ib);
     if (IMM_WR_OPS == NULL || SEND_WR_OPS == NULL || RocePkt == NULL || OpEnum == NULL
-        || SUCCESS == NULL || WC_RECV == NULL || WC == NULL || !PyType_Check(RocePkt)
+        || SUCCESS == NULL || WC_RECV == NULL || WC == NULL
         || slot_offsets(RocePkt, PKT_NAMES, N_ROCE_PKT, PKT_OFF, "_rc") < 0
         || dataclass_order(RocePkt, PKT_NAMES, N_ROCE_PKT, "_rc") < 0)
         goto out;
