@@ -591,8 +591,8 @@ static PyObject *next_wake(PyObject *mod, PyObject *const *args, Py_ssize_t narg
 
 /* select.select([raw, wake_r] or, while polling, [wake_r], [], [], secs) as the Python's:
  * the timeout rounded up to ns, then to us, the GIL released; on EINTR the signal handlers
- * run and the wait resumes until the same deadline. 0 (*raw_in, *wake_in: which are
- * readable), -1 an error. */
+ * run and the wait resumes until the same deadline (past it: nothing ready, no select, as
+ * CPython's select does). 0 (*raw_in, *wake_in: which are readable), -1 an error. */
 static int wait_readable(int raw, int wake, int polling, double secs, int *raw_in, int *wake_in)
 {
     int64_t left = (int64_t)ceil(secs * 1e9), deadline = mono_ns() + left;
@@ -622,8 +622,10 @@ static int wait_readable(int raw, int wake, int polling, double secs, int *raw_i
         if (PyErr_CheckSignals() < 0)
             return -1;
         left = deadline - mono_ns();
-        if (left < 0)
-            left = 0;
+        if (left < 0) { /* as select.select: past the deadline, nothing is ready */
+            *raw_in = *wake_in = 0;
+            return 0;
+        }
     }
 }
 
