@@ -15,8 +15,8 @@ with the GIL released, until `running` is false. It answers NotImplemented befor
 iteration when the loop would not be the Python's exactly (no raw socket, a patched select,
 clock or next_wake, a lock that is not a threading.Lock); tests/unit/test_fast_nicrun.py.
 
-`EMU_DATAPATH` chooses (emucore.datapath), read once at import: `STEP` is the C function
-under auto and fast, None under python; with auto or fast and the C not built from today's
+`EMU_DATAPATH` chooses (emucore.datapath), read once at import: `STEP` and `RUN` are the
+C functions under auto and fast, None under python; with auto or fast and the C not built from today's
 sources, importing this module is emucore.datapath.NotBuilt.
 """
 
