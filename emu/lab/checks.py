@@ -9,7 +9,12 @@ primitive (docs/LABS.md "Checks") and an expectation (emu.lab.expect):
   of the next group (Figure 11-7's t1 < t2 < ...; Figure 11-5's cascade)
 * span: {from: SEL, to: SEL} -> µs from the first of one to the first of the other
 * rate: {flow, window?} -> model bit/s (the flow's bytes over its duration; over a
-  window [a, b] µs: the mean of its QPs' sampled tx_bps); `of_link: true` -> fraction
+  window [a, b] µs: the mean of its QPs' sampled tx_bps); `of_link: true` -> fraction;
+  `paced: true` -> the rate its sender's own DCQCN allowed: the flow's bytes over the time
+  from its post until each QP had put its wire bytes (tx_wire_bytes) on the link at the
+  rates its `rate` events set (line rate before the first) - what a lossless fabric with
+  no delay would deliver, so measured / paced isolates the fabric from the congestion
+  control (L13.9, L10.4)
 * util: {link: "A->B", window?} -> mean sampled tx_bps of A's port towards B / link rate
 * max: {metric, link, queue?, window?} over metrics, or {ev..., field} over events
 * pct: {ev..., field, p} -> the p-th percentile (nearest rank; p 50 if not given) of an
@@ -65,7 +70,9 @@ def rate(ev: Evidence, spec: dict) -> float | None:
     fr = ev.flows.get(spec.get("flow"))
     if fr is None:
         raise ValueError(f"rate.flow: no flow {spec.get('flow')!r}")
-    if "window" not in spec:
+    if spec.get("paced"):
+        r = paced(ev, fr)
+    elif "window" not in spec:
         r = fr.get("rate_model_bps")
     else:
         rows = _rows(ev, fr["src"], [f"qp{q}" for q in fr["qps"]], "tx_bps", spec)
@@ -76,6 +83,41 @@ def rate(ev: Evidence, spec: dict) -> float | None:
     if r is not None and spec.get("of_link"):
         r /= fr["link_bps"]
     return r
+
+
+def paced(ev: Evidence, fr: dict) -> float | None:
+    """The model bit/s a flow's sender's DCQCN rate timeline allowed (`rate.paced`): each
+    QP sends its wire bytes at Rc(t) - the link rate from its `wr_post`, then each `rate`
+    event's rate_bps - and the flow is done when the last QP is; None without a post."""
+    start, end = fr.get("start_us"), None
+    for qp in fr["qps"]:
+        evs = [e for e in ev.events if e.get("node") == fr["src"] and e.get("qp") == qp]
+        post = next((e["t"] for e in evs if e["ev"] == "wr_post"), None)
+        bits = 8 * _wire_bytes(ev.counters.get(fr["src"], {}), qp)
+        if post is None or not bits:
+            return None
+        steps = [(post, fr["link_bps"])] + [(e["t"], e["rate_bps"]) for e in evs
+                                            if e["ev"] == "rate" and e["t"] >= post]
+        t_done = math.inf
+        for (t, r), nxt in zip(steps, steps[1:] + [(math.inf, 0.0)]):
+            if r > 0 and bits <= r * (nxt[0] - t) * 1e-6:
+                t_done = t + bits / r * 1e6
+                break
+            bits -= r * (nxt[0] - t) * 1e-6
+        end = t_done if end is None else max(end, t_done)
+        start = post if start is None else start
+    if end is None or not math.isfinite(end) or end <= start or not fr.get("bytes"):
+        return None
+    return fr["bytes"] * 8 / ((end - start) * 1e-6)
+
+
+def _wire_bytes(nic: dict, qp: int) -> int:
+    """A QP's tx_wire_bytes in a NIC's last counters (live or destroyed), 0 if absent."""
+    live = (nic.get("qps") or {}).get(str(qp)) or {}
+    if live.get("tx_wire_bytes"):
+        return live["tx_wire_bytes"]
+    return next((q.get("tx_wire_bytes") or 0 for q in nic.get("closed_qps") or []
+                 if q.get("qpn") == qp), 0)
 
 
 def util(ev: Evidence, spec: dict) -> float | None:

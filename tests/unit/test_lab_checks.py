@@ -244,3 +244,37 @@ def test_an_order_with_expect_any_is_shown_not_judged():
     assert C.judge([60.0, 20.0], False, {**c, "expect": "any"}) == (
         True, "(shown: in this order - no)")
     assert C.judge([1.0, 2.0], True, {**c, "expect": "any"})[1] == "(shown: in this order - yes)"
+
+
+def paced_ev(counters, rates, post=0.0):
+    """One flow of 2 MB from h1g1 (QP 7) whose NIC logged `rates` [(t, bit/s)] after a
+    post at `post` µs, its last counters `counters`."""
+    evs = [{"t": post, "node": "h1g1", "ev": "wr_post", "qp": 7}]
+    evs += [{"t": t, "node": "h1g1", "ev": "rate", "qp": 7, "rate_bps": r, "why": "cut"}
+            for t, r in rates]
+    evs.append({"t": 5.0, "node": "h2g1", "ev": "rate", "qp": 7, "rate_bps": 1.0})  # another NIC
+    fl = {"a": {"src": "h1g1", "qps": [7], "bytes": 2_000_000, "start_us": 0.0,
+                "link_bps": 2e11, "rate_model_bps": 1e11}}
+    return E.Evidence(evs, counters={"h1g1": counters}, flows=fl)
+
+
+LIVE = {"qps": {"7": {"tx_wire_bytes": 2_500_000}}}
+CLOSED = {"qps": {}, "closed_qps": [{"qpn": 7, "tx_wire_bytes": 2_500_000}]}
+
+
+@pytest.mark.parametrize("counters,rates,post,bps", [
+    # 20 Mbit on the wire: 10 at 200G in 50 us, then 10 at 100G in 100 us -> 16 Mbit / 150 us
+    (LIVE, [(50.0, 1e11)], 0.0, 16e6 / 150e-6),
+    (CLOSED, [(50.0, 1e11)], 0.0, 16e6 / 150e-6),  # a destroyed QP's counters
+    (LIVE, [], 0.0, 16e6 / 100e-6),  # never cut: line rate, 100 us
+    (LIVE, [(50.0, 1e11), (60.0, 2e11)], 0.0, 16e6 / 105e-6),  # 10 us at half rate: +5 us
+    (LIVE, [(200.0, 1e11)], 0.0, 16e6 / 100e-6),  # a cut after the last byte changes nothing
+    (LIVE, [], 10.0, 16e6 / 110e-6),  # posted 10 us after the flow's start
+    ({}, [], 0.0, None),  # no wire bytes: not measured
+])
+def test_rate_paced_integrates_the_senders_rate_events(counters, rates, post, bps):
+    ev = paced_ev(counters, rates, post)
+    got = C.rate(ev, {"flow": "a", "paced": True})
+    assert got == (None if bps is None else pytest.approx(bps))
+    if bps is not None:
+        assert C.rate(ev, {"flow": "a", "paced": True, "of_link": True}) == pytest.approx(bps / 2e11)
