@@ -234,6 +234,7 @@ class Port:
                                               "tx_bytes": q["dequeued_bytes"]} for q in qc},
                 "wred_bins": self.queues.wred_bins(),
                 "pfc": {"mode": self.pfc_mode, "active": sorted(self.pfc_active),
+                        "lldp_rx": self.lldp_rx,  # > 0: DCBX has the neighbour's PFC TLV
                         "pause_tx": list(self.pause_tx), "resume_tx": list(self.resume_tx),
                         "pause_rx": ep["pauses_rx"], "resume_rx": ep["resumes_rx"],
                         "paused": [bool(mask >> p & 1) for p in range(8)],

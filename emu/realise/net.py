@@ -43,6 +43,17 @@ def refusal(log_path: str) -> str:
     return next((ln.split("refused: ", 1)[1] for ln in reversed(lines) if "refused: " in ln), "")
 
 
+def pfc_unsettled(ports: dict) -> tuple[list[str], list[str]]:
+    """(ports whose PFC is negotiated (mode auto) and not on, those of them that have not
+    yet heard their neighbour) from a switch's counters' "ports". A port's lossless
+    priorities are its own ANDed with those its neighbour's LLDPDU advertises
+    (emucore.qos.dcbx.pfc_active), so after that neighbour's first LLDPDU a port still off
+    stays off: a configuration that leaves PFC off (lab L11.12's unbound policies) is
+    settled at once instead of waiting out the timeout."""
+    off = [p for p, c in ports.items() if c["pfc"]["mode"] == "auto" and not c["pfc"]["active"]]
+    return off, [p for p in off if not ports[p]["pfc"].get("lldp_rx")]
+
+
 class FabricNet:
     """One realised fabric: build, configure, start agents, tear down.
 
@@ -272,18 +283,18 @@ class FabricNet:
             self.nics.stop()
 
     def wait_pfc(self, timeout: float = 10.0) -> dict[str, list[str]]:
-        """Wait until LLDP/DCBX turned PFC on for every fabric port (mode auto); returns
-        ports still without PFC per switch (empty when all negotiated)."""
+        """Wait until LLDP/DCBX has settled PFC on every fabric port (mode auto): on, or
+        off for good (`pfc_unsettled`); returns ports without PFC per switch (empty when
+        all negotiated it)."""
         deadline = time.monotonic() + timeout
         while True:
-            missing = {}
+            missing, waiting = {}, False
             for sw in self.fabric.switches():
-                ports = self.counters(sw.name)["ports"]
-                off = [p for p, c in ports.items()
-                       if c["pfc"]["mode"] == "auto" and not c["pfc"]["active"]]
+                off, unheard = pfc_unsettled(self.counters(sw.name)["ports"])
                 if off:
                     missing[sw.name] = off
-            if not missing or time.monotonic() > deadline:
+                waiting = waiting or bool(unheard)
+            if not waiting or time.monotonic() > deadline:
                 return missing
             time.sleep(0.05)  # LLDP answers a new neighbour at once (switch_agent.dcbx)
 

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 import topologies
-from emu.realise.net import FabricNet
+from emu.realise.net import FabricNet, pfc_unsettled
 from emucore.qos.qosconfig import QosConfig
 from emucore.qos.queuing import QueueConfig, Queuing, book_queues
 from emucore.qos.wred import Wred
@@ -233,6 +233,39 @@ def test_lldp_off_ports_send_no_lldp_but_still_listen(tmp_path):
     p2 = a.ports["eth2"]
     a.on_frame(p2, build_lldp_frame(mac(H[1]), mac(H[1]), "nic1", "h2", QosConfig()), 3.0)
     assert p2.lldp_rx == 1 and p2.pfc_active == frozenset({3})
+
+
+def test_pfc_is_settled_once_each_auto_port_has_heard_its_neighbour(tmp_path):
+    """emu.realise.net.pfc_unsettled (what FabricNet.wait_pfc waits for) from the agent's
+    own counters: an auto port is unsettled until its neighbour's first LLDPDU; then PFC is
+    on where both advertise priority 3, and off for good where the neighbour advertises no
+    PFC (no DCBX TLVs), so a run need not wait out the timeout for it."""
+    a = agent(tmp_path, qos(mode="auto"))
+    ports = lambda: a.snapshot()["ports"]  # noqa: E731
+    everyone = ["eth1", "eth2", "eth3", "eth4"]
+    assert pfc_unsettled(ports()) == (everyone, everyone)
+    assert all(ports()[p]["pfc"]["lldp_rx"] == 0 for p in everyone)
+    a.on_frame(a.ports["eth1"], build_lldp_frame(mac(H[0]), mac(H[0]), "nic1", "h1",
+                                                 QosConfig()), 1.0)
+    a.on_frame(a.ports["eth2"], build_lldp_frame(mac(H[1]), mac(H[1]), "nic1", "h2"), 1.0)
+    assert pfc_unsettled(ports()) == (["eth2", "eth3", "eth4"], ["eth3", "eth4"])
+    for i in (2, 3):
+        a.on_frame(a.ports[f"eth{i + 1}"], build_lldp_frame(mac(H[i]), mac(H[i]), "nic1",
+                                                            f"h{i + 1}", QosConfig()), 2.0)
+    assert pfc_unsettled(ports()) == (["eth2"], [])
+    assert ports()["eth2"]["pfc"]["lldp_rx"] == 1
+
+
+@pytest.mark.parametrize("pfc, want", [
+    ({"mode": "on", "active": [3]}, ([], [])),
+    ({"mode": "off", "active": []}, ([], [])),
+    ({"mode": "auto", "active": [3], "lldp_rx": 1}, ([], [])),
+    ({"mode": "auto", "active": [], "lldp_rx": 0}, (["eth1"], ["eth1"])),
+    ({"mode": "auto", "active": []}, (["eth1"], ["eth1"])),  # an agent without the count
+    ({"mode": "auto", "active": [], "lldp_rx": 2}, (["eth1"], [])),
+])
+def test_pfc_unsettled_table(pfc, want):
+    assert pfc_unsettled({"eth1": {"pfc": pfc}}) == want
 
 
 def test_a_new_neighbour_is_answered_at_once_where_we_advertise(tmp_path):
