@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from collectives.compute.summary import rank_split
-from collectives.launch import MASTER_PORT, run_job
+from collectives.launch import MASTER_PORT, Prestart, run_job
 from emucore.timedil import TimeDilation
 from traffic.nic.client import request
 
@@ -214,6 +214,15 @@ def qp_failure(fabric: Any, counters: dict[str, dict | None]) -> str | None:
             return (f"{gpu} QP {int(qpn):#x}: RDMA WRITE to {by_ip.get(ip, '?')} ({ip}) "
                     f"failed with {err}" + (f" - {QP_ERRORS[err]}" if err in QP_ERRORS else ""))
     return None
+
+
+def prestart(fnet: Any, args: Any) -> Prestart:
+    """The job's zygote, started now for `run_torch_workload` later (collectives.launch.
+    Prestart: run_job takes it only if its environment is what the job's would be)."""
+    return Prestart(fnet, Path(fnet.run_dir or ".") / "workers",
+                    port=getattr(args, "master_port", MASTER_PORT),
+                    ring=getattr(args, "ring", "rail"), backend=args.backend,
+                    gpu=getattr(args, "gpu", "none"))
 
 
 def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> dict:

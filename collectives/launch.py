@@ -18,7 +18,9 @@ emu import.
 Workers are forked from a zygote (collectives.zygote; issue 11 "Memory": torch is
 imported once per job, not once per GPU) unless EMU_ZYGOTE=0, which starts each as its
 own `python -m collectives.worker` with its host's Mininet popen (the runners:
-collectives.runners).
+collectives.runners). `emu run` starts the zygote before it builds the fabric (`Prestart`),
+so that torch's import runs beside the build; run_job takes it only if it was started with
+exactly the environment the ranks share.
 
 Each worker's output goes to RUNDIR/workers/rank<R>.log; rank 0's is also shown live.
 A worker that fails stops the job: the others are terminated (by pid: only processes
@@ -38,7 +40,7 @@ from typing import Any, Callable
 
 from collectives.rendezvous import global_rank, torchrun_env
 from collectives.ring import RING_KINDS
-from collectives.runners import REPO, Forked, Popened, Spawned, Split, tail
+from collectives.runners import REPO, Forked, Popened, Spawned, Split, shared_env, tail
 from emucore.runmark import marked_env
 
 MASTER_PORT = 29500  #: torchrun's default
@@ -128,6 +130,69 @@ def worker_env(fabric: Any, slot: Slot, nproc: int, nnodes: int, nic_sock: str,
     return marked_env(run, env)  # unchanged when `run` is no run tag
 
 
+def job_name(tag: str) -> str:
+    """A job's name (EMU_JOB, TORCHELASTIC_RUN_ID): the run's tag and the time."""
+    return f"emu-{tag}-{int(time.time())}"
+
+
+def job_envs(fnet: Any, slots: list[Slot], sockets: dict[str, str], far: dict[str, str],
+             out_dir: Path, job: str, port: int, ring: str, backend: str,
+             gpu: str) -> dict[int, dict]:
+    """rank -> its worker's environment (`worker_env`); `sockets`: GPU -> its NIC's
+    control socket where the worker runs; `far`: host -> the directory on its server."""
+    fab = fnet.fabric
+    nnodes = len({s.host for s in slots})
+    return {s.rank: worker_env(fab, s, len(slots) // nnodes, nnodes, sockets[s.gpu],
+                               Path(far.get(s.host, out_dir)), job, port, ring,
+                               run=fnet.tag, backend=backend, gpu=gpu)
+            for s in slots}
+
+
+class Prestart:
+    """A job's zygote started before its fabric is built (`emu run`, emu.run.build): its
+    torch import (~3.5 s of one core) runs beside the build, LLDP and the reachability
+    check instead of after them. It is built from the environments run_job will give the
+    ranks (the NICs' sockets where start_nics puts them); run_job takes it only when the
+    environment the zygote was started with is exactly the one it would start (otherwise
+    it stops this one and starts its own), so a prestarted job runs as any other.
+    `discard` stops it if no job took it (idempotent)."""
+
+    def __init__(self, fnet: Any, out_dir: Path, port: int = MASTER_PORT, ring: str = "rail",
+                 backend: str = "emu", gpu: str = "none", timeout: float = 600.0) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.job = job_name(fnet.tag)
+        slots = plan(fnet.fabric)
+        socks = {s.gpu: str(Path(fnet.state_dir) / f"nic-{s.gpu}.sock") for s in slots}
+        out_dir.mkdir(parents=True, exist_ok=True)
+        envs = job_envs(fnet, slots, socks, {}, out_dir, self.job, port, ring, backend, gpu)
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._future = self._pool.submit(Forked, fnet, [envs[s.rank] for s in slots],
+                                         out_dir / "zygote.log", timeout)
+        self._taken = False
+
+    def take(self, envs: list[dict]) -> Forked | None:
+        """The started zygote's runner, if it was started with exactly the environment
+        `envs` share and started well; else None, having stopped it."""
+        try:
+            forked = self._future.result()
+        except Exception:  # it failed to start: run_job starts its own, and says why
+            forked = None
+        self._pool.shutdown()
+        if forked is not None and forked.env == shared_env(envs) and not self._taken:
+            self._taken = True
+            return forked
+        if forked is not None and not self._taken:
+            forked.stop()
+        self._taken = True
+        return None
+
+    def discard(self) -> None:
+        """Stop the zygote if no job took it."""
+        if not self._taken:
+            self.take([{"": "no job"}])
+
+
 WATCH_S = 1.0  #: lab seconds between two asks of run_job's `watch`
 
 
@@ -157,10 +222,9 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
                          f"port {port!r} (1..65535)")
     fab = fnet.fabric
     slots = plan(fab)
-    nnodes = len({s.host for s in slots})
-    nproc = len(slots) // nnodes
     out_dir.mkdir(parents=True, exist_ok=True)
-    job = f"emu-{fnet.tag}-{int(time.time())}"
+    pre: Prestart | None = getattr(fnet, "zygote_prestart", None)
+    job = pre.job if pre is not None else job_name(fnet.tag)
     # hosts on other servers (emu.cluster.net): their workers run there, with their NICs'
     # own sockets, and write their results there (fetched below)
     nodes = {h: fnet.host(h) for h in {s.host for s in slots}}
@@ -168,16 +232,14 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
     for h, d in far.items():
         nodes[h].popen(["mkdir", "-p", d]).wait(60)
     wsock = getattr(fnet, "worker_sockets", None) or {}
-    envs = {s.rank: worker_env(fab, s, nproc, nnodes, wsock.get(s.gpu, sockets[s.gpu]),
-                               Path(far.get(s.host, out_dir)), job, port, ring,
-                               run=fnet.tag, backend=backend, gpu=gpu)
-            for s in slots}
+    envs = job_envs(fnet, slots, {g: wsock.get(g, p) for g, p in sockets.items()}, far,
+                    out_dir, job, port, ring, backend, gpu)
     cwd = Path(cwd or os.getcwd())
     logs = {s.rank: out_dir / f"rank{s.rank}.log" for s in slots}
     for path in logs.values():
         path.write_text("")
     t0 = time.monotonic()
-    workers = Split(_runners(fnet, slots, envs, far, out_dir, timeout))
+    workers = Split(_runners(fnet, slots, envs, far, out_dir, timeout, pre))
     done = threading.Event()
     follow = threading.Thread(target=_follow, args=(logs[0], echo, done), daemon=True)
     if echo is not None:
@@ -233,11 +295,12 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
 
 
 def _runners(fnet: Any, slots: list[Slot], envs: dict[int, dict], far: dict[str, str],
-             out_dir: Path, timeout: float) -> dict[int, Any]:
-    """rank -> what starts it: one zygote here (`Forked`) and one on every other server
-    (its hosts' `forked`, emu.cluster.farzygote: each rank's log streamed here), all
-    importing torch at once (~3 s each); with EMU_ZYGOTE=0 every rank its own process
-    (`Popened` here, `Spawned` there). A zygote that fails stops the others."""
+             out_dir: Path, timeout: float, pre: Prestart | None = None) -> dict[int, Any]:
+    """rank -> what starts it: one zygote here (`Forked`; `pre`'s when it fits, `Prestart`)
+    and one on every other server (its hosts' `forked`, emu.cluster.farzygote: each rank's
+    log streamed here), all importing torch at once (~3 s each); with EMU_ZYGOTE=0 every
+    rank its own process (`Popened` here, `Spawned` there). A zygote that fails stops the
+    others."""
     from concurrent.futures import ThreadPoolExecutor
 
     here = [s.rank for s in slots if s.host not in far]
@@ -245,10 +308,17 @@ def _runners(fnet: Any, slots: list[Slot], envs: dict[int, dict], far: dict[str,
     for s in slots:
         if s.host in far:
             there.setdefault(id(fnet.host(s.host).part), []).append(s.rank)
+    ready = pre.take([envs[r] for r in here]) if pre is not None and here and not far else None
+    if pre is not None and ready is None:
+        pre.discard()
     if os.environ.get("EMU_ZYGOTE", "1") == "0":
+        if ready is not None:
+            ready.stop()
         spawned = Spawned(fnet)
         return {**dict.fromkeys(here, Popened(fnet)),
                 **{r: spawned for ranks in there.values() for r in ranks}}
+    if ready is not None:
+        return dict.fromkeys(here, ready)
     host_of = {s.rank: s.host for s in slots}
     runners: list[tuple[list[int], Any]] = []
     mine = None

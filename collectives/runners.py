@@ -96,6 +96,12 @@ class Split:
         return {r: c for w in self._runners() for r, c in w.stop(grace).items()}
 
 
+def shared_env(envs: list[dict]) -> dict[str, str]:
+    """What every rank's environment shares: a zygote's own, so that what torch and the
+    interpreter read at start-up has the workers' values."""
+    return {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
+
+
 class Forked:
     """Every rank forked from one zygote that imported torch. The zygote runs in the
     launcher's own namespaces, not in a host's (plain Popen, not Mininet's): each child
@@ -106,10 +112,9 @@ class Forked:
     shared-memory resource tracker by the EMU_RUN mark every rank shares."""
 
     def __init__(self, fnet: Any, envs: list[dict], log: Path, timeout: float) -> None:
-        # what every rank shares is what torch and the interpreter read at start-up
-        shared = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
         self.fnet = fnet
-        self.zygote = Zygote(shared, log, timeout=timeout)
+        self.env = shared_env(envs)  # the zygote's
+        self.zygote = Zygote(self.env, log, timeout=timeout)
         self.ranks: dict[int, int] = {}  # pid -> rank
 
     def start(self, rank: int, host: str, target: list[str], env: dict, log: Path,

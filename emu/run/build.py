@@ -16,12 +16,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from collectives import jobresult
 from emu.realise import lbplan
 from emu.observe.capture import Captures
 from emu.cluster.net import ClusterNet
 from emu.observe.metrics import Sampler
 from emu.realise.net import FabricNet
 from emu.observe.procstat import CpuTracker
+from emu.run.options import TORCH_WORKLOADS
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
 from emucore import datapath
@@ -98,6 +100,9 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
     else:
         fnet_cm = FabricNet(fab, run_dir=plan.run_dir, shaping=not opts.no_shaping, qos=qos,
                             **extra)
+        if opts.workload in TORCH_WORKLOADS and os.environ.get("EMU_ZYGOTE", "1") != "0":
+            # its torch import beside the build (collectives.launch.Prestart)
+            fnet_cm.zygote_prestart = jobresult.prestart(fnet_cm, opts)
     t_down = None
     try:
         with fnet_cm as fnet:
@@ -106,6 +111,9 @@ def build(plan: RunPlan, term: Terminal) -> Iterator[Live]:
             finally:
                 t_down = time.monotonic()
     finally:
+        pre = getattr(fnet_cm, "zygote_prestart", None)
+        if pre is not None:  # a job that never ran (a failed build or check) leaves none
+            pre.discard()
         if t_down is not None:
             phases.add("teardown", time.monotonic() - t_down)
         steps = getattr(fnet_cm, "steps_s", {})

@@ -331,3 +331,83 @@ def measure(n: int = 8) -> dict:
 if __name__ == "__main__":
     for mode, row in measure(int(sys.argv[1]) if len(sys.argv) > 1 else 8).items():
         print(f"{mode:>9}: {row}")
+
+
+# -- a zygote started before the fabric is built (launch.Prestart) ------------------------
+
+def test_run_job_takes_a_prestarted_zygote_whose_environment_is_the_jobs(tmp_path, monkeypatch):
+    """`emu run` starts the job's zygote beside the build (emu.run.build); run_job forks
+    the ranks from it when it was started with exactly the environment the ranks share,
+    under the prestart's job name, and starts no other."""
+    monkeypatch.delenv("EMU_ZYGOTE", raising=False)
+    (tmp_path / "job.py").write_text(
+        "import json, os\nfrom pathlib import Path\n"
+        "rank, out = int(os.environ['RANK']), Path(os.environ['EMU_RESULT_DIR'])\n"
+        "(out / f'ppid{rank}').write_text(str(os.getppid()))\n"
+        "(out / f'rank{rank}.json').write_text(json.dumps({'ok': True}))\n")
+    net = fake_net()
+    net.state_dir = tmp_path / "state"
+    out = tmp_path / "workers"
+    pre = launch.Prestart(net, out)
+    started = []
+    monkeypatch.setattr(launch, "Forked", lambda *a: started.append(a))  # no second zygote
+    net.zygote_prestart = pre
+    job = launch.run_job(net, [str(tmp_path / "job.py")],
+                         {g: str(net.state_dir / f"nic-{g}.sock") for g in net.fabric.gpus},
+                         out, timeout=300, echo=None)
+    assert job["ok"] and job["returncodes"] == {0: 0, 1: 0, 2: 0, 3: 0}, job
+    assert job["job"] == pre.job and started == []
+    zpid = pre._future.result().zygote.pid
+    assert [int((out / f"ppid{r}").read_text()) for r in range(4)] == [zpid] * 4
+    pre.discard()  # taken (and stopped by run_job): nothing more
+
+
+class StubForked:
+    """What Prestart starts, without torch: its env is the shared env of `envs`."""
+    stopped: list = []
+
+    def __init__(self, fnet, envs, log, timeout):
+        if envs[0].get("FAIL"):
+            raise RuntimeError("no zygote")
+        self.env = launch.shared_env(envs)
+
+    def stop(self, grace: float = 10.0) -> dict:
+        StubForked.stopped.append(self)
+        return {}
+
+
+@pytest.mark.parametrize("given, taken, stops", [
+    ({}, True, 0),  # the environment run_job computes: taken, not stopped
+    ({"EMU_RING": "rank"}, False, 1),  # another ring: stopped, run_job starts its own
+    ({"FAIL": "1"}, False, 0),  # it did not start: nothing to stop
+])
+def test_prestart_is_taken_only_with_the_jobs_environment(tmp_path, monkeypatch, given, taken,
+                                                          stops):
+    monkeypatch.setattr(launch, "Forked", StubForked)
+    StubForked.stopped = []
+    net = fake_net()
+    net.state_dir = tmp_path
+    if "FAIL" in given:
+        monkeypatch.setenv("FAIL", "1")
+    pre = launch.Prestart(net, tmp_path / "w")
+    slots = launch.plan(net.fabric)
+    envs = launch.job_envs(net, slots, {s.gpu: str(tmp_path / f"nic-{s.gpu}.sock")
+                                        for s in slots}, {}, tmp_path / "w", pre.job,
+                           launch.MASTER_PORT, "rail", "emu", "none")
+    envs = [{**e, **{k: v for k, v in given.items() if k != "FAIL"}} for e in envs.values()]
+    got = pre.take(envs)
+    assert (got is not None) == taken and len(StubForked.stopped) == stops
+    pre.discard()  # once taken or stopped, never again
+    pre.discard()
+    assert len(StubForked.stopped) == stops
+
+
+def test_an_untaken_prestart_is_stopped_by_discard(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch, "Forked", StubForked)
+    StubForked.stopped = []
+    net = fake_net()
+    net.state_dir = tmp_path
+    pre = launch.Prestart(net, tmp_path / "w")
+    pre.discard()
+    pre.discard()
+    assert len(StubForked.stopped) == 1
