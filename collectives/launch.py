@@ -169,28 +169,34 @@ class Prestart:
         self._pool = ThreadPoolExecutor(max_workers=1)
         self._future = self._pool.submit(Forked, fnet, [envs[s.rank] for s in slots],
                                          out_dir / "zygote.log", timeout)
-        self._taken = False
+        self._claimed = False
+
+    def _claim(self) -> Forked | None:
+        """The started zygote's runner, once (None after, or if it failed to start)."""
+        if self._claimed:
+            return None
+        self._claimed = True
+        try:
+            return self._future.result()
+        except Exception:  # it failed to start: run_job starts its own, and says why
+            return None
+        finally:
+            self._pool.shutdown()
 
     def take(self, envs: list[dict]) -> Forked | None:
         """The started zygote's runner, if it was started with exactly the environment
         `envs` share and started well; else None, having stopped it."""
-        try:
-            forked = self._future.result()
-        except Exception:  # it failed to start: run_job starts its own, and says why
-            forked = None
-        self._pool.shutdown()
-        if forked is not None and forked.env == shared_env(envs) and not self._taken:
-            self._taken = True
-            return forked
-        if forked is not None and not self._taken:
+        forked = self._claim()
+        if forked is not None and forked.env != shared_env(envs):
             forked.stop()
-        self._taken = True
-        return None
+            return None
+        return forked
 
     def discard(self) -> None:
         """Stop the zygote if no job took it."""
-        if not self._taken:
-            self.take([{"": "no job"}])
+        forked = self._claim()
+        if forked is not None:
+            forked.stop()
 
 
 WATCH_S = 1.0  #: lab seconds between two asks of run_job's `watch`
@@ -308,8 +314,10 @@ def _runners(fnet: Any, slots: list[Slot], envs: dict[int, dict], far: dict[str,
     for s in slots:
         if s.host in far:
             there.setdefault(id(fnet.host(s.host).part), []).append(s.rank)
-    ready = pre.take([envs[r] for r in here]) if pre is not None and here and not far else None
-    if pre is not None and ready is None:
+    ready = None
+    if pre is not None and here and not far:
+        ready = pre.take([envs[r] for r in here])
+    elif pre is not None:
         pre.discard()
     if os.environ.get("EMU_ZYGOTE", "1") == "0":
         if ready is not None:
