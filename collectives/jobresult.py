@@ -245,6 +245,7 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
            "master_addr_by_rank": job["master_addr_by_rank"],
            "slots": rank_table(job["slots"]), "ring_kind": ring, "seconds_lab": job["seconds_lab"],
            "returncodes": job["returncodes"], "failed": job["failed"],
+           "zygote": job.get("zygote"),
            "unique_id": (w0 or {}).get("unique_id"),
            "unique_id_ranks": same_unique_id(job["backend"]), "ring": [
                w0["peers"][r]["gpu"] for r in w0["ring"]] if w0 else [],

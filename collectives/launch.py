@@ -170,6 +170,7 @@ class Prestart:
         self._future = self._pool.submit(Forked, fnet, [envs[s.rank] for s in slots],
                                          out_dir / "zygote.log", timeout)
         self._claimed = False
+        self.taken = False  #: a job took it (its result's "zygote": "prestarted")
 
     def _claim(self) -> Forked | None:
         """The started zygote's runner, once (None after, or if it failed to start)."""
@@ -190,6 +191,7 @@ class Prestart:
         if forked is not None and forked.env != shared_env(envs):
             forked.stop()
             return None
+        self.taken = forked is not None
         return forked
 
     def discard(self) -> None:
@@ -296,6 +298,8 @@ def run_job(fnet: Any, target: list[str], sockets: dict[str, str], out_dir: Path
             "seconds_lab": elapsed, "results": results, "backend": backend, "compute": compute,
             "failed": failed,
             "failed_tails": tails, "slots": [s.__dict__ for s in slots], "job": job,
+            "zygote": ("prestarted" if pre is not None and pre.taken else "started")
+            if os.environ.get("EMU_ZYGOTE", "1") != "0" else "per rank",
             "master": f"{frontend_ip(fab, slots[0].host)}:{port}",
             "master_addr_by_rank": {r: e["MASTER_ADDR"] for r, e in envs.items()}}
 

@@ -56,11 +56,14 @@ def links_of(fab) -> tuple[dict, dict]:
 
 
 def plan_of(v: Variant, run_dir: Path, pcap_limit_mb: float, seed: int = 1) -> RunPlan:
-    """The RunPlan `emu run` would make for this variant (no workload: the flows);
-    `seed`: the switches' and the NICs' random draws (`emu lab run --seed`)."""
+    """The RunPlan `emu run` would make for this variant (its torch workload's options,
+    so that the build starts the job's zygote beside it as for `emu run`:
+    collectives.launch.Prestart); `seed`: the switches' and the NICs' random draws
+    (`emu lab run --seed`)."""
     names, _ = links_of(v.fabric)
     targets = [tuple(c.split(":", 1)) if c not in names else names[c] for c in v.captures]
-    opts = RunOptions(v.fabric.name, pcap_limit=pcap_limit_mb, quiet=True, seed=seed)
+    opts = RunOptions(v.fabric.name, pcap_limit=pcap_limit_mb, quiet=True, seed=seed,
+                      **workload_options(v))
     plan = RunPlan(opts, v.fabric, v.qos, targets, None, INTERVAL_MODEL_S, run_dir,
                    run_dir.resolve(), {"mode": "given", "tdf": v.fabric.tdf}, lb=v.lb)
     if v.lldp_off:
@@ -179,12 +182,22 @@ def mac_tables(fnet) -> dict:
     return {sw: {v: sorted(m) for v, m in t.items()} for sw, t in out.items()}
 
 
+def workload_options(v: Variant) -> dict:
+    """The RunOptions fields of the variant's torch workload ({} for flows): one source for
+    the plan the build sees and the job run_workload starts, so a prestarted zygote's
+    environment is the job's."""
+    w = v.workload
+    if not w:
+        return {}
+    return {"workload": w["name"], "size": w["size"], "dtype": w["dtype"],
+            "iters": w["iters"], "ring": w["ring"], "master_port": w["master_port"]}
+
+
 def run_workload(lab: Lab, v: Variant, fnet, socks: dict, term: Terminal, log) -> dict:
     """The lab's torch job (collectives.jobresult, as `emu run --workload`), its result
     where flows put theirs: {"t0_model_us", "flows": {}, "workload": result + ok}."""
     w = v.workload
-    opts = RunOptions(v.fabric.name, workload=w["name"], size=w["size"], dtype=w["dtype"],
-                      iters=w["iters"], ring=w["ring"], master_port=w["master_port"])
+    opts = RunOptions(v.fabric.name, **workload_options(v))
     td = TimeDilation(v.fabric.tdf)
     t0 = model_us(time.monotonic(), td)
     log.emit("job_start", time.monotonic(), workload=w["name"])

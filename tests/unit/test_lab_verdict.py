@@ -191,3 +191,21 @@ def test_premises_are_settled_once_every_variant_ran(moved, q_a, want):
     assert [x["outcome"] for x in (results[2], *ratios)] == [want, want]
     assert ratios[0]["measured"] == r
     assert ratios[0]["differs"]["expected"] == "not asked: a.moved == 0"
+
+
+@pytest.mark.parametrize("lab_id", ["L14.3", "L9.1"])
+def test_a_torch_lab_plans_its_workload_so_the_build_prestarts_the_job_s_zygote(lab_id, tmp_path):
+    """The build starts a torch job's zygote when the plan names a torch workload (emu.run.
+    build, collectives.launch.Prestart), and the job takes it only if started alike: the
+    plan's options and the job's come from one place (runner.workload_options)."""
+    from emu.lab.runner import plan_of, workload_options
+    from emu.run.options import TORCH_WORKLOADS
+    lab = S.load(lab_id)
+    v = lab.variants[0]
+    opts = plan_of(v, tmp_path, 1.0).options
+    if v.workload:
+        assert opts.workload in TORCH_WORKLOADS and opts.workload == v.workload["name"]
+        assert {k: getattr(opts, k) for k in workload_options(v)} == workload_options(v)
+        assert (opts.size, opts.ring) == (v.workload["size"], v.workload["ring"])
+    else:
+        assert workload_options(v) == {} and opts.workload is None

@@ -272,6 +272,7 @@ def test_run_job_forks_every_rank_and_keeps_its_contract(tmp_path, monkeypatch):
     assert job["failed"] == [2] and not job["ok"] and "rank 2 gives up" in job["failed_tails"][2]
     assert "  [rank 0] hello from 0 of 4 on h1" in echoed
     assert sorted(job["results"]) == [0, 1, 2, 3] and job["master"] == "127.0.0.1:29500"
+    assert job["zygote"] == "started"
     assert (out / "zygote.log").exists() and "hello from 3 of 4 on h2" in (
         out / "rank3.log").read_text()
 
@@ -356,7 +357,7 @@ def test_run_job_takes_a_prestarted_zygote_whose_environment_is_the_jobs(tmp_pat
                          {g: str(net.state_dir / f"nic-{g}.sock") for g in net.fabric.gpus},
                          out, timeout=300, echo=None)
     assert job["ok"] and job["returncodes"] == {0: 0, 1: 0, 2: 0, 3: 0}, job
-    assert job["job"] == pre.job and started == []
+    assert job["job"] == pre.job and started == [] and job["zygote"] == "prestarted"
     zpid = pre._future.result().zygote.pid
     assert [int((out / f"ppid{r}").read_text()) for r in range(4)] == [zpid] * 4
     pre.discard()  # taken (and stopped by run_job): nothing more
@@ -396,7 +397,7 @@ def test_prestart_is_taken_only_with_the_jobs_environment(tmp_path, monkeypatch,
                            launch.MASTER_PORT, "rail", "emu", "none")
     envs = [{**e, **{k: v for k, v in given.items() if k != "FAIL"}} for e in envs.values()]
     got = pre.take(envs)
-    assert (got is not None) == taken and len(StubForked.stopped) == stops
+    assert (got is not None) == taken == pre.taken and len(StubForked.stopped) == stops
     pre.discard()  # once taken or stopped, never again
     pre.discard()
     assert len(StubForked.stopped) == stops
