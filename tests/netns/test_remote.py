@@ -84,5 +84,12 @@ def test_emu_show_check(second_server, capsys):
     line = next(x for x in err.splitlines() if x.startswith("server b: one-way latency"))
     us = float(line.split("latency ")[1].split(" us")[0])
     assert 0 < us < 2000 and "4 crossing links need TDF >=" in line and "fits" in line
-    assert main(["show", "rail2x4", "--servers", str(f), "--check", "--tdf", "1"]) == 2
-    assert "too low: rerun with --tdf" in capsys.readouterr().err
+    # at TDF 1 the links' 1 us covers a one-way latency of up to 1 us: usually a veth is
+    # slower (refused, exit 2), but a fast host's ping round trip can be under 2 us
+    # (2026-11-29); the exit code follows the printed verdict (tests/unit/test_cluster.py
+    # judges both with set latencies)
+    code = main(["show", "rail2x4", "--servers", str(f), "--check", "--tdf", "1"])
+    line = next(x for x in capsys.readouterr().err.splitlines()
+                if x.startswith("server b: one-way latency"))
+    assert (code, "too low: rerun with --tdf" in line, "fits" in line) in (
+        (2, True, False), (0, False, True)), (code, line)

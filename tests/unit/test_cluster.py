@@ -159,6 +159,26 @@ def test_emu_show_places_the_fabric_on_the_servers(tmp_path, capsys):
     assert "underlay_mtu: 1500 is too small" in capsys.readouterr().err
 
 
+
+@pytest.mark.parametrize("latency_us, tdf, code, verdict", [
+    (20.0, 1, 2, "need TDF >= 20 (TDF 1 too low: rerun with --tdf"),  # a veth away, most days
+    (20.0, 20, 0, "need TDF >= 20 (TDF 20 fits)"),
+    (0.8, 1, 0, "need TDF >= 1 (TDF 1 fits)"),  # a ping round trip under 2 us: rail2x4's 1 us links cover it
+])
+def test_emu_show_check_judges_the_crossing_links_by_the_measured_latency(
+        tmp_path, capsys, monkeypatch, latency_us, tdf, code, verdict):
+    """`emu show --servers F --check`: each server's one-way latency against its crossing
+    links' model delay x TDF (emu.realise.tunnel.min_tdf); exit 2 when the TDF is too low."""
+    from emu.cli import main
+    monkeypatch.setattr(remote, "check_all", lambda servers: [])
+    monkeypatch.setattr(remote, "one_way_latency",
+                        lambda s: 0.0 if s.local else latency_us * 1e-6)
+    f = tmp_path / "servers.yaml"
+    f.write_text("servers:\n  - {name: a, address: localhost}\n  - {name: b, address: 192.0.2.12}\n")
+    assert main(["show", "rail2x4", "--servers", str(f), "--check", "--tdf", str(tdf)]) == code
+    err = capsys.readouterr().err
+    assert f"server b: one-way latency {latency_us:.0f} us lab; its 4 crossing links {verdict}" in err
+
 class FakeRemote(remote.Remote):
     """Answers from a table: command word -> (returncode, stdout, stderr)."""
 
