@@ -80,10 +80,11 @@ def test_emu_show_check(second_server, capsys):
     assert main(["show", "rail2x4", "--servers", str(f), "--check"]) == 0
     err = capsys.readouterr().err
     assert "2 servers ready: a, b" in err
-    # a veth away: tens of us; rail2x4's 1 us links need a TDF of that many thousandths
+    # a veth away: ~1-50 us (printed to the us, so possibly 0); rail2x4's 1 us links need
+    # a TDF of that many
     line = next(x for x in err.splitlines() if x.startswith("server b: one-way latency"))
     us = float(line.split("latency ")[1].split(" us")[0])
-    assert 0 < us < 2000 and "4 crossing links need TDF >=" in line and "fits" in line
+    assert 0 <= us < 2000 and "4 crossing links need TDF >=" in line and "fits" in line
     # at TDF 1 the links' 1 us covers a one-way latency of up to 1 us: usually a veth is
     # slower (refused, exit 2), but a fast host's ping round trip can be under 2 us
     # (2026-11-29); the exit code follows the printed verdict (tests/unit/test_cluster.py
