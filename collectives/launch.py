@@ -18,7 +18,8 @@ emu import.
 Workers are forked from a zygote (collectives.zygote; issue 11 "Memory": torch is
 imported once per job, not once per GPU) unless EMU_ZYGOTE=0, which starts each as its
 own `python -m collectives.worker` with its host's Mininet popen (the runners:
-collectives.runners). `emu run` starts the zygote before it builds the fabric (`Prestart`),
+collectives.runners). `emu run` and `emu lab run` (a lab with a torch workload) start the
+zygote before they build the fabric (`Prestart`),
 so that torch's import runs beside the build; run_job takes it only if it was started with
 exactly the environment the ranks share.
 
