@@ -19,9 +19,8 @@ Workers are forked from a zygote (collectives.zygote; issue 11 "Memory": torch i
 imported once per job, not once per GPU) unless EMU_ZYGOTE=0, which starts each as its
 own `python -m collectives.worker` with its host's Mininet popen (the runners:
 collectives.runners). `emu run` and `emu lab run` (a lab with a torch workload) start the
-zygote before they build the fabric (`Prestart`),
-so that torch's import runs beside the build; run_job takes it only if it was started with
-exactly the environment the ranks share.
+zygote before they build the fabric (`Prestart`), so that torch's import runs beside the
+build; run_job takes it only if it was started with exactly the environment the ranks share.
 
 Each worker's output goes to RUNDIR/workers/rank<R>.log; rank 0's is also shown live.
 A worker that fails stops the job: the others are terminated (by pid: only processes
