@@ -9,7 +9,8 @@ primitive (docs/LABS.md "Checks") and an expectation (emu.lab.expect):
   of the next group (Figure 11-7's t1 < t2 < ...; Figure 11-5's cascade)
 * span: {from: SEL, to: SEL} -> µs from the first of one to the first of the other
 * rate: {flow, window?} -> model bit/s (the flow's bytes over its duration; over a
-  window [a, b] µs: the mean of its QPs' sampled tx_bps); `of_link: true` -> fraction;
+  window [a, b]: the mean of its QPs' sampled tx_bps; a and b are µs, durations or
+  {first: SEL, plus?} like a selector's after/before, e.g. from the first pause on a port); `of_link: true` -> fraction;
   `paced: true` -> the rate its sender's own DCQCN allowed: the flow's bytes over the time
   from its post until each QP had put its wire bytes (tx_wire_bytes) on the link at the
   rates its `rate` events set (line rate before the first) - what a lossless fabric with
@@ -42,8 +43,8 @@ from collections.abc import Callable
 from typing import Any
 
 from emu.lab.curve import curve_bins
-from emu.lab.evidence import Evidence, first, order, select, wanted
-from emu.lab.expect import parse_expect, value
+from emu.lab.evidence import Evidence, bound, first, order, select, wanted
+from emu.lab.expect import parse_expect
 from emu.observe.metrics import nic_sum
 
 
@@ -53,8 +54,9 @@ def _window(spec: dict, ev: Evidence) -> tuple[float, float]:
         done = [f["done_us"] for f in ev.flows.values() if f.get("done_us") is not None]
         return 0.0, max(done, default=math.inf)
     if not (isinstance(w, list) and len(w) == 2):
-        raise ValueError(f"window: [from, to] (µs or durations), got {w!r}")
-    return value(w[0]), value(w[1])
+        raise ValueError(f"window: [from, to] (µs, durations or {{first: SEL, plus: ...}}), "
+                         f"got {w!r}")
+    return bound(ev, w[0], "window"), bound(ev, w[1], "window")
 
 
 def _rows(ev: Evidence, node: str, ports: list[str], metric: str, spec: dict,

@@ -81,15 +81,15 @@ def matcher(ev: Evidence, sel: dict) -> Callable[[dict], bool]:
                 raise ValueError(f"{key}: no flow {sel[key]!r}")
             on("node", fr[side])
             on("qp", list(fr[qps]))
-    lo = _bound(ev, sel["after"], "after") if "after" in sel else -math.inf
-    hi = _bound(ev, sel["before"], "before") if "before" in sel else math.inf
+    lo = bound(ev, sel["after"], "after") if "after" in sel else -math.inf
+    hi = bound(ev, sel["before"], "before") if "before" in sel else math.inf
     return lambda e: lo <= e["t"] <= hi and all(t(e) for t in tests)
 
 
-def _bound(ev: Evidence, b: Any, key: str) -> float:
-    """A time bound of a selector: µs (or a duration), or {first: SEL, plus: duration}:
-    the first time of another selector, shifted (Figure 11-7's "t7 after t5"). When that
-    selector matches nothing, nothing is after it (inf) and everything before it."""
+def bound(ev: Evidence, b: Any, key: str) -> float:
+    """A time bound of a selector or a window: µs (or a duration), or {first: SEL, plus:
+    duration}: the first time of another selector, shifted (Figure 11-7's "t7 after t5").
+    When that selector matches nothing, nothing is after it (inf) and everything before it."""
     if not isinstance(b, dict):
         return value(b)
     if set(b) - {"first", "plus"} or not isinstance(b.get("first"), dict):

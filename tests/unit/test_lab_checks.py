@@ -66,6 +66,13 @@ def check(kind, spec, **kw):
     ("rate", {"flow": "a", "of_link": True}, "0.25", 0.25, True),
     ("rate", {"flow": "a", "window": ["0us", "15us"]}, "150Gbps", 1.5e11, True),
     ("util", {"link": "rail3->h3", "window": [0, 20]}, "0.375", 0.375, True),
+    ("util", {"link": "rail3->h3", "window": [{"first": {"ev": "ce_first"}}, 20]}, "0.25", 0.25, True),
+    ("util", {"link": "rail3->h3", "window": [{"first": {"ev": "wred_min"}, "plus": "4us"}, "1ms"]},
+     "0.125", 0.125, True),
+    ("rate", {"flow": "a", "window": [0, {"first": {"ev": "xoff", "node": "spine1"}}]}, "100Gbps",
+     1e11, True),
+    ("util", {"link": "rail3->h3", "window": [{"first": {"ev": "xoff", "node": "rail9"}}, 20]},
+     "none", None, True),
     ("max", {"link": "rail3->h3", "queue": 3}, "> 150KB", 9e5, True),
     ("max", {"ev": "rate", "field": "rate_bps"}, "100Gbps", 1e11, True),
     ("counter", {"node": "*", "name": "drops"}, "== 0", 3.0, False),
@@ -117,6 +124,8 @@ def test_bad_expectations_and_selectors_are_errors():
         check("first", {"ev": "xoff", "port": "rail9->x"})
     with pytest.raises(ValueError, match="no flow 'zz'"):
         check("count", {"ev": "cnp_rx", "flow": "zz"})
+    with pytest.raises(ValueError, match="window: a time or"):
+        check("util", {"link": "rail3->h3", "window": [{"after": 3}, 20]})
 
 
 def test_ratio_over_measured_values_of_variants():
