@@ -158,7 +158,8 @@ class EventSink:
 
     def flowlet(self, flow: str, port: str, prev: str, load: float, now: float) -> None:
         """A flow started a flowlet (flowlet mode): its port, the previous flowlet's
-        ("" for the first) and that port's load against the threshold (> 1: over)."""
+        ("" for the first) and the chosen port's load against the threshold (> 1: over;
+        balancer.FlowLb.pick)."""
         self.emit("flowlet", now, flow=flow, port=port, prev=prev, load=round(load, 3))
 
     def spray(self, flow: str, port: str, n: int, now: float) -> None:
