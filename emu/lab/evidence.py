@@ -8,8 +8,9 @@ capture (tshark); emu.lab.runner gathers it, emu.lab.checks measures it.
 
 A selector SEL is a mapping of event fields (ev, node, port, prio, queue, qp, dir, why,
 ...; a list means any of) plus `port: "A->B"` (node A, its port towards B), `flow:` /
-`flow_rx:` (the flow's sender / receiver NIC and QPs), `after:` / `before:` (µs or a
-duration, or `{first: SEL, plus: duration}`: relative to another event).
+`flow_rx:` (the flow's sender / receiver NIC and QPs; a list: any of those flows),
+`after:` / `before:` (µs or a duration, or `{first: SEL, plus: duration}`: relative to
+another event).
 """
 
 from __future__ import annotations
@@ -76,11 +77,14 @@ def matcher(ev: Evidence, sel: dict) -> Callable[[dict], bool]:
         on("port", port)
     for key, side, qps in (("flow", "src", "qps"), ("flow_rx", "dst", "rx_qps")):
         if key in sel:
-            fr = ev.flows.get(sel[key])
-            if fr is None:
-                raise ValueError(f"{key}: no flow {sel[key]!r}")
-            on("node", fr[side])
-            on("qp", list(fr[qps]))
+            names = sel[key] if isinstance(sel[key], list) else [sel[key]]
+            pairs = set()
+            for name in names:
+                fr = ev.flows.get(name)
+                if fr is None:
+                    raise ValueError(f"{key}: no flow {name!r}")
+                pairs |= {(fr[side], q) for q in fr[qps]}
+            tests.append(lambda e, pairs=pairs: (e.get("node"), e.get("qp")) in pairs)
     lo = bound(ev, sel["after"], "after") if "after" in sel else -math.inf
     hi = bound(ev, sel["before"], "before") if "before" in sel else math.inf
     return lambda e: lo <= e["t"] <= hi and all(t(e) for t in tests)

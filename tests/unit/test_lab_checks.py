@@ -61,6 +61,8 @@ def check(kind, spec, **kw):
     ("count", {"ev": "xoff", "node": "spine*"}, "== 3", 3, True),
     ("count", {"ev": "xoff", "prio": [0, 1, 2]}, "== 0", 0, True),
     ("count", {"ev": "cnp_rx", "flow": "a"}, ">= 1", 1, True),
+    ("count", {"ev": ["cnp_rx", "rate"], "flow": ["a", "b"]}, "== 2", 2, True),
+    ("count", {"ev": "cnp_rx", "flow": ["b"]}, "== 0", 0, True),
     ("span", {"from": {"ev": "xoff", "node": "rail3"}, "to": {"ev": "xon"}}, "40us ± 1%", 40.0, True),
     ("rate", {"flow": "a"}, "50Gbps", 5e10, True),
     ("rate", {"flow": "a", "of_link": True}, "0.25", 0.25, True),
@@ -124,6 +126,8 @@ def test_bad_expectations_and_selectors_are_errors():
         check("first", {"ev": "xoff", "port": "rail9->x"})
     with pytest.raises(ValueError, match="no flow 'zz'"):
         check("count", {"ev": "cnp_rx", "flow": "zz"})
+    with pytest.raises(ValueError, match="flow_rx: no flow 'zz'"):
+        check("count", {"ev": "cnp_rx", "flow_rx": ["a", "zz"]})
     with pytest.raises(ValueError, match="window: a time or"):
         check("util", {"link": "rail3->h3", "window": [{"after": 3}, 20]})
 
