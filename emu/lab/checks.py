@@ -10,7 +10,8 @@ primitive (docs/LABS.md "Checks") and an expectation (emu.lab.expect):
 * span: {from: SEL, to: SEL} -> µs from the first of one to the first of the other
 * rate: {flow, window?} -> model bit/s (the flow's bytes over its duration; over a
   window [a, b]: the mean of its QPs' sampled tx_bps; a and b are µs, durations or
-  {first: SEL, plus?} like a selector's after/before, e.g. from the first pause on a port); `of_link: true` -> fraction;
+  {first: SEL, plus?} as a selector's after / before, e.g. from a port's first pause);
+  `of_link: true` -> fraction;
   `paced: true` -> the rate its sender's own DCQCN allowed: the flow's bytes over the time
   from its post until each QP had put its wire bytes (tx_wire_bytes) on the link at the
   rates its `rate` events set (line rate before the first) - what a lossless fabric with
