@@ -159,7 +159,6 @@ def test_emu_show_places_the_fabric_on_the_servers(tmp_path, capsys):
     assert "underlay_mtu: 1500 is too small" in capsys.readouterr().err
 
 
-
 @pytest.mark.parametrize("latency_us, tdf, code, verdict", [
     (20.0, 1, 2, "need TDF >= 20 (TDF 1 too low: rerun with --tdf"),  # a veth away, most days
     (20.0, 20, 0, "need TDF >= 20 (TDF 20 fits)"),
@@ -178,6 +177,7 @@ def test_emu_show_check_judges_the_crossing_links_by_the_measured_latency(
     assert main(["show", "rail2x4", "--servers", str(f), "--check", "--tdf", str(tdf)]) == code
     err = capsys.readouterr().err
     assert f"server b: one-way latency {latency_us:.0f} us lab; its 4 crossing links {verdict}" in err
+
 
 class FakeRemote(remote.Remote):
     """Answers from a table: command word -> (returncode, stdout, stderr)."""
