@@ -13,9 +13,12 @@ pyroute2 is imported when a function is called, not when this module is: `python
 
 from __future__ import annotations
 
+import subprocess
+
 from emu.realise import nsutil
-from emu.realise.netplan import (MAIN_TABLE, SCOPE_UNIVERSE, NamespacePlan, Neighbour, NextHop,
-                                 RouteEntry, Rule)
+from emu.realise.earlydrop import tc_commands
+from emu.realise.netplan import (MAIN_TABLE, SCOPE_UNIVERSE, IngressFilter, NamespacePlan,
+                                 Neighbour, NextHop, RouteEntry, Rule)
 from emu.realise.tunnel import VXLAN_PORT, check_mtu
 
 NUD_PERMANENT = 0x80
@@ -59,6 +62,22 @@ def apply(plan: NamespacePlan, netns: str) -> None:
         for nb in plan.neighbours:
             ipr.neigh("add", dst=nb.ip, lladdr=nb.mac,
                       ifindex=ipr.link_lookup(ifname=nb.dev)[0], state=NUD_PERMANENT)
+        install_ingress_filters(plan.ingress_filters)
+
+
+def install_ingress_filters(filters: tuple[IngressFilter, ...]) -> None:
+    """Put each filter's classic BPF program on its port's ingress (the current
+    namespace) with one `tc -batch` (pyroute2 0.9.7 encodes cls_bpf's TCA_BPF_OPS as
+    one uint32, not the instruction array the kernel takes)."""
+    if not filters:
+        return
+    lines = [c for f in filters for c in tc_commands(f.ifname, f.program)]
+    done = subprocess.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", text=True,
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"tc: the early-drop filter of ports {[f.ifname for f in filters]}"
+                           f" failed (needs cls_bpf and the clsact qdisc): "
+                           f"{done.stderr.strip() or done.stdout.strip()}")
 
 
 def _ifindex(ipr):

@@ -24,7 +24,11 @@ What the plan encodes (book ch.13, docs/ARCHITECTURE.md):
 * a multi-rail host has one routing table per NIC (100 + rail) selected by source
   address, ahead of the local table, so a packet leaves through the NIC whose address
   it carries, even towards a sibling NIC of the same host;
-* every neighbour is static (permanent), so no ARP crosses the fabric.
+* every neighbour is static (permanent), so no ARP crosses the fabric;
+* a switch's fabric ports drop, before its IP stack, the IPv4 packets not addressed to
+  the switch, and a host's NIC ports the RoCEv2 and UET datagrams (`IngressFilter`,
+  `emu.realise.earlydrop`): the agents and NICs read them from their taps, and the
+  kernel would only throw them away at the sender's expense.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import ipaddress
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from emu.realise.earlydrop import Insn, host_program, switch_program
 from topologies.model import FRONTEND, HOST, SWITCH, Fabric, Link
 
 HOST_TABLE_BASE = 100  #: per-NIC routing table = 100 + rail
@@ -62,6 +67,15 @@ class Interface:
     offloads_off: bool = False
     addresses: tuple[str, ...] = ()  # "a.b.c.d/len"
     keep_sg: bool = False  # with offloads_off: leave scatter-gather and tx checksumming on
+
+
+@dataclass(frozen=True)
+class IngressFilter:
+    """A classic BPF program on a port's ingress, run before the IP stack
+    (`emu.realise.earlydrop`)."""
+
+    ifname: str
+    program: tuple[Insn, ...]
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,7 @@ class NamespacePlan:
     rules: tuple[Rule, ...] = ()
     routes: tuple[RouteEntry, ...] = ()
     neighbours: tuple[Neighbour, ...] = ()
+    ingress_filters: tuple[IngressFilter, ...] = ()
 
 
 def plan_node(fabric: Fabric, node: str, down: Collection[Link] = ()) -> NamespacePlan:
@@ -150,7 +165,23 @@ def plan_node(fabric: Fabric, node: str, down: Collection[Link] = ()) -> Namespa
         sysctls += HOST_SYSCTLS
         rules, routes = _per_nic_routing(fabric, node)
     neighbours = tuple(Neighbour(dev, ip, mac) for dev, ip, mac in fabric.neighbours(node))
-    return NamespacePlan(node, sysctls, tuple(interfaces), bridges, rules, routes, neighbours)
+    return NamespacePlan(node, sysctls, tuple(interfaces), bridges, rules, routes, neighbours,
+                         _ingress_filters(n.kind, interfaces, bridges))
+
+
+def _ingress_filters(kind: str, interfaces: list[Interface],
+                     bridges: tuple[Bridge, ...]) -> tuple[IngressFilter, ...]:
+    """The early drop of a switch's or host's fabric ports (those whose offloads are
+    off: not lo, not a frontend port)."""
+    ports = [i.ifname for i in interfaces if i.offloads_off]
+    if kind == SWITCH:
+        program = switch_program([a for i in interfaces for a in i.addresses]
+                                 + [b.address for b in bridges])
+    elif kind == HOST:
+        program = host_program()
+    else:
+        return ()
+    return tuple(IngressFilter(p, program) for p in ports)
 
 
 def _per_nic_routing(fabric: Fabric, node: str) -> tuple[tuple[Rule, ...], tuple[RouteEntry, ...]]:

@@ -5,8 +5,9 @@ import pytest
 
 import topologies
 from emu.realise.netlink import link_kind, route_request, rule_request
-from emu.realise.netplan import (Bridge, Interface, Neighbour, NextHop, RouteEntry, Rule, plan_fabric,
-                         plan_node)
+from emu.realise.earlydrop import host_program, switch_program
+from emu.realise.netplan import (Bridge, IngressFilter, Interface, Neighbour, NextHop, RouteEntry,
+                                 Rule, plan_fabric, plan_node)
 
 RAIL2X4 = topologies.load("rail2x4")
 PLAN = plan_fabric(RAIL2X4)
@@ -115,6 +116,20 @@ def test_frontend_bridge_namespace_is_plain():
     assert p.interfaces == (Interface("lo"),
                             *(Interface(f"eth{i}", 1500, False) for i in range(1, 5)))
     assert (p.bridges, p.rules, p.routes, p.neighbours) == ((), (), (), ())
+
+
+def test_early_drop_on_fabric_ports_only():
+    """A switch keeps the IPv4 packets to its own addresses (ports and SVI), a host
+    drops RoCE and UET on its NICs; lo, frontend ports and the frontend bridge none."""
+    rail1 = switch_program(["10.0.1.1", "172.16.1.0", "172.16.2.0"])
+    assert PLAN["rail1"].ingress_filters == tuple(
+        IngressFilter(f"eth{i}", rail1) for i in range(1, 7))
+    assert PLAN["spine2"].ingress_filters == (
+        IngressFilter("eth1", switch_program(["172.16.2.1", "172.16.2.3"])),
+        IngressFilter("eth2", switch_program(["172.16.2.1", "172.16.2.3"])))
+    assert PLAN["h1"].ingress_filters == (IngressFilter("nic1", host_program()),
+                                          IngressFilter("nic2", host_program()))
+    assert PLAN["fe"].ingress_filters == ()
 
 
 def test_rail_only_has_no_routes_and_dual_rail_two_svis():

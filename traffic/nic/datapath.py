@@ -6,10 +6,12 @@ makes the receiving NIC send a CNP with DSCP 48; the sending NIC lowers its rate
 DCQCN; PFC pauses stop the RoCE priority) and ch.12 (Figures 12-1..12-3, 12-7).
 
 * Wire: an AF_PACKET raw socket on the NIC interface (PACKET_IGNORE_OUTGOING, as the
-  switch agent). The kernel also sees every RoCE frame: a UDP socket bound to
-  (nic_ip, 4791) exists so it never answers with ICMP port-unreachable. It is not
-  read: its receive buffer is the minimum, the kernel drops the copies silently, and
-  the NIC pays no system call per frame for them.
+  switch agent). In a fabric the port's early drop (emu.realise.earlydrop) keeps RoCE
+  and UET datagrams from the kernel's IP stack; where a port has none (a bare veth of a
+  test), the kernel sees every RoCE frame: a UDP socket bound to (nic_ip, 4791) exists
+  so it never answers with ICMP port-unreachable. It is not read: its receive buffer is
+  the minimum, the kernel drops the copies silently, and the NIC pays no system call
+  per frame for them.
 * Frames: each QP's FrameTemplate builds its data frames (its DSCP and ECN, by
   default 24 and ECT(0)) and the ACK/NAKs of its responder, and `parse` checks what
   arrives; both from emucore.framing: the C of emucore.wire.fast unless
