@@ -225,7 +225,8 @@ class FabricNet:
     def configure(self, node: str) -> None:
         """Sysctls, interfaces, addresses, routes, rules and neighbours of one node, as
         the network plan says (emu.realise.netplan)."""
-        netlink.apply(plan_node(self.fabric, node), nsutil.ns_name(self.tag, node))
+        netlink.apply(plan_node(self.fabric, node, bridged=self.switch_kind == "bridge"),
+                      nsutil.ns_name(self.tag, node))
 
     def agent_config(self, node: str) -> AgentConfig:
         """The start-up configuration of one switch agent."""

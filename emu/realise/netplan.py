@@ -141,9 +141,12 @@ class NamespacePlan:
     ingress_filters: tuple[IngressFilter, ...] = ()
 
 
-def plan_node(fabric: Fabric, node: str, down: Collection[Link] = ()) -> NamespacePlan:
+def plan_node(fabric: Fabric, node: str, down: Collection[Link] = (),
+              bridged: bool = False) -> NamespacePlan:
     """The plan of one node's namespace; with links `down`, a switch's routes are those
-    of the fabric without them (emu.faults.plan: reconvergence)."""
+    of the fabric without them (emu.faults.plan: reconvergence). `bridged`: the switches
+    are Linux bridges (`emu bench forward`'s peer), whose kernel forwards, so a switch
+    gets no early drop."""
     n = fabric.nodes[node]
     interfaces = [Interface("lo")]
     for p in fabric.node_ports(node):
@@ -166,7 +169,8 @@ def plan_node(fabric: Fabric, node: str, down: Collection[Link] = ()) -> Namespa
         rules, routes = _per_nic_routing(fabric, node)
     neighbours = tuple(Neighbour(dev, ip, mac) for dev, ip, mac in fabric.neighbours(node))
     return NamespacePlan(node, sysctls, tuple(interfaces), bridges, rules, routes, neighbours,
-                         _ingress_filters(n.kind, interfaces, bridges))
+                         () if bridged and n.kind == SWITCH
+                         else _ingress_filters(n.kind, interfaces, bridges))
 
 
 def _ingress_filters(kind: str, interfaces: list[Interface],

@@ -118,6 +118,14 @@ def test_switch_kernel_sees_only_packets_to_the_switch(fnet):
     assert "direct-action" in tc.communicate(timeout=10)[0]
 
 
+def test_bridged_switch_forwards_in_its_kernel():
+    """`emu bench forward`'s peer: a switch that is a Linux bridge gets no early drop
+    (netplan `bridged`), so its kernel forwards IPv4 between two hosts."""
+    fab = topologies.from_dict({"gpus_per_host": 1, "hosts": 2, "spines": 0, "name": "br"})
+    with FabricNet(fab, shaping=False, switch_kind="bridge") as f:
+        assert reach.check_all(f, count=2, pairs=[("h1g1", "h2g1")])[0].received == 2
+
+
 def backlogged(counters: dict) -> dict | None:
     """The snapshot when rail1 eth2 holds at least two 9000-byte frames, else None."""
     return counters if counters["ports"]["eth2"]["queue_bytes"] >= 2 * 9000 else None

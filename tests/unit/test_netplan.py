@@ -130,6 +130,8 @@ def test_early_drop_on_fabric_ports_only():
     assert PLAN["h1"].ingress_filters == (IngressFilter("nic1", host_program()),
                                           IngressFilter("nic2", host_program()))
     assert PLAN["fe"].ingress_filters == ()
+    assert plan_node(RAIL2X4, "rail1", bridged=True).ingress_filters == ()  # a Linux bridge
+    assert plan_node(RAIL2X4, "h1", bridged=True).ingress_filters == PLAN["h1"].ingress_filters
 
 
 def test_rail_only_has_no_routes_and_dual_rail_two_svis():
