@@ -19,13 +19,15 @@ time, every frame left against its model schedule (the shaper slot and delay-lin
 release it would have had had the loop never been late), every control frame against
 its due time, and every timer (PFC pause refresh, watchdog, LLDP) against its deadline.
 Frames for the switch itself (ARP, ping) are left to the namespace's kernel, which
-never forwards (net.ipv4.ip_forward = 0). LLDP/DCBX is `switch_agent.dcbx`; the poll
-loop (sockets, control requests, kernel changes) is `switch_agent.serve`.
+never forwards (net.ipv4.ip_forward = 0); what it sends into a rail's VLAN the agent
+switches from the SVI's CPU port (`cpuport`). LLDP/DCBX is `switch_agent.dcbx`; the
+poll loop (sockets, control requests, kernel changes) is `switch_agent.serve`.
 Every switch event of docs/EVENTS.md (WRED crossings, first CE mark, xOFF/xON, PFC
 frames sent and received, pauses, drops, watchdog, DCBX) goes, as it is handled, to the
 `switch_agent.events.EventSink` the agent hands its stages (`Agent.sink`), which writes
 the event log (`emucore.eventlog`, `Agent.log`). Beside the pipeline: the control plane
-(`admin`), the timers (`timers`), reporting (`state`) and the test hook (`testhook`).
+(`admin`), the timers (`timers`), reporting (`state`), the switch's own frames (ICMP
+Time Exceeded, the kernel's: `cpuport`) and the test hook (`testhook`).
 """
 
 from __future__ import annotations
@@ -48,11 +50,12 @@ from emucore.wire.roce_codes import is_cnp
 from emucore.wire.uet_codec import trim_frame
 from switch_agent.admin import AgentAdmin
 from switch_agent.agentconfig import AgentConfig
+from switch_agent.cpuport import AgentOrigins, CpuPorts
 from switch_agent.balancer import Balancer, Dre
 from switch_agent.dcbx import Dcbx
 from switch_agent.events import EventSink
 from switch_agent.flowcache import FlowCache
-from switch_agent.forward import Fib, flow_key, route_rewrite, time_exceeded_reply
+from switch_agent.forward import Fib, flow_key, route_rewrite
 from switch_agent.ingress import IngressBuffers
 from switch_agent.maccontrol import MacControl
 from switch_agent.port import Port
@@ -64,7 +67,7 @@ ETH_IPV4 = b"\x08\x00"
 LINK_LOCAL = b"\x01\x80\xc2"
 
 
-class Agent(AgentAdmin, AgentTimers, AgentState):
+class Agent(AgentAdmin, AgentTimers, AgentState, AgentOrigins):
     """The forwarding loop of one switch."""
 
     drop_rate = DropRate()  #: the test hook's drop fraction (switch_agent.testhook)
@@ -106,6 +109,7 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
         for table in cfg.svi.values():
             for mac, ifname in table.items():
                 self.l2[mac_bytes(mac)] = self.ports[ifname]
+        self.cpu = CpuPorts(cfg, self.ports, self.l2, open_sockets)  # `from_kernel`
         self.router_macs = {p.mac for p in self.ports.values()}
         self.lb = (LoadBalance.from_dict(cfg.lb, "lb") if cfg.lb is not None else
                    self.qos.load_balance if self.qos is not None and self.qos.load_balance
@@ -273,13 +277,6 @@ class Agent(AgentAdmin, AgentTimers, AgentState):
         if dre is not None:
             dre.add(len(frame), now)
         self.backlog.add(out)
-
-    def time_exceeded(self, port: Port, frame: bytes, now: float) -> None:
-        """Answer an expired packet with ICMP Time Exceeded (so traceroute shows hops)."""
-        reply = time_exceeded_reply(self.fib, self.port_ip.get(port.name), frame)
-        if reply is not None:
-            out = reply[1]
-            self.enqueue(self.ports[reply[0]], 0, out, None, 0, now, self.prio_of(out))
 
     def service(self, now: float) -> float | None:
         """Move frames queue -> shaper -> delay line -> wire; return the next wake time.

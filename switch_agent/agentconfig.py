@@ -60,6 +60,9 @@ class AgentConfig:
     #: DLB virtual next-hop MACs to accept as our own (every switch of a run that
     #: balances with a DLB MAC, ch.12 Example 12-1)
     dlb_macs: tuple[str, ...] = ()
+    #: SVI -> the agent's end of its CPU port (emu.realise.netplan `svi_cpu`): the frames
+    #: the switch's kernel sends into that VLAN arrive there (`Agent.from_kernel`)
+    svi_cpu: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Raise ValueError naming the bad field."""
@@ -81,6 +84,9 @@ class AgentConfig:
         for ifname in self.lldp_off:
             if ifname not in names:
                 raise ValueError(f"lldp_off: {ifname!r} is not a port of {self.name}")
+        for svi in self.svi_cpu:
+            if svi not in self.svi:
+                raise ValueError(f"svi_cpu: {svi!r} is not an SVI of {self.name}")
         if self.queue_limit_bytes <= 0:
             raise ValueError(f"queue_limit_bytes: must be > 0, got {self.queue_limit_bytes!r}")
 

@@ -180,6 +180,10 @@ class FastAgent:
         if self.fast.on_frame(port.name, frame, now) is not None:
             self.push_pfc(port)
 
+    def from_kernel(self, svi: str, frame: bytes, now: float) -> None:
+        """`Agent.from_kernel`, queued through C (`FastPipeline.from_kernel`)."""
+        self.fast.from_kernel(svi, frame, now)
+
     def punted(self, i: int, frame: bytes, now: float, miss: int) -> None:
         """A frame C's loop handed back (`Pipeline.serve`): as `on_frame` after C's `miss`."""
         port = self.py_ports[i]

@@ -1,5 +1,6 @@
-"""The agent's poll loop (thin I/O): one epoll over the port sockets, the control socket
-and a netlink monitor; the kernel's routes and neighbours are re-read after a change
+"""The agent's poll loop (thin I/O): one epoll over the port sockets, the control socket,
+the SVIs' CPU ports (what the switch's kernel sends into a VLAN: switch_agent.cpuport) and a
+netlink monitor; the kernel's routes and neighbours are re-read after a change
 (docs/ARCHITECTURE.md "Planes and processes"). Runs until `agent.running` is cleared.
 
 Deadlines (a shaper slot, a delay-line release, a timer) are kept to the microsecond:
@@ -62,6 +63,7 @@ def serve_rings(agent: FastAgent, ep: select.epoll, ctl, nl, ipr) -> None:
     signal wake-up descriptor is in the epoll set) - then Python does it."""
     serve_c, epfd, punted, ctl_fd, nl_fd = (agent.fast.c.serve, ep.fileno(), agent.punted,
                                             ctl.fileno(), nl.fileno())
+    cpu = agent.cpu
     wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     previous = signal.set_wakeup_fd(wakeup_w)
     ep.register(wakeup_r, select.EPOLLIN)
@@ -86,6 +88,8 @@ def serve_rings(agent: FastAgent, ep: select.epoll, ctl, nl, ipr) -> None:
                     elif fd == wakeup_r:
                         while os.read(wakeup_r, 512) == 512:
                             pass
+                    elif fd in cpu.socks:
+                        cpu.read(fd, agent.from_kernel, now)
             if reload_at is not None and clock() >= reload_at:
                 agent.link_states(kernel.port_states(ipr), clock())
                 agent.install_fib(*kernel.read_control_plane(ipr))
@@ -109,6 +113,9 @@ def serve(agent: Agent | FastAgent) -> None:
     ep.register(ctl.fileno(), select.EPOLLIN)
     nl = rawsock.open_netlink_monitor()
     ep.register(nl.fileno(), select.EPOLLIN)
+    cpu = agent.cpu
+    for fd in cpu.socks:
+        ep.register(fd, select.EPOLLIN)
     ipr = IPRoute()
     if not rawsock.tighten_timer_slack():
         log.warning("%s: cannot set the timer slack: wake-ups may be up to 50 us late", name)
@@ -160,6 +167,8 @@ def serve(agent: Agent | FastAgent) -> None:
                         handle(port, frame, now)
                 elif fd == ctl.fileno():
                     ctl.handle()
+                elif fd in cpu.socks:
+                    cpu.read(fd, agent.from_kernel, now)
                 else:
                     rawsock.drain(nl)
                     reload_at = now + RELOAD_DEBOUNCE_S  # debounce bursts of netlink events
@@ -175,4 +184,5 @@ def serve(agent: Agent | FastAgent) -> None:
         for p in agent.ports.values():
             if p.sock:
                 p.sock.close()
+        cpu.close()
         log.info("%s: stopped", name)

@@ -20,6 +20,8 @@ verdict): TC_ACT_SHOT for a frame the kernel would discard, TC_ACT_OK for the re
   frames go on as before) and the IPv4 packets addressed to the switch itself (ping,
   traceroute to its addresses: the kernel answers them, switch_agent.agent); it drops
   every other IPv4 packet (the agent routes or switches it from its tap).
+* `drop_all_program()`: the agent's end of a rail switch's SVI CPU port
+  (emu.realise.netplan `Bridge.cpu`) drops everything: the switch's own frames.
 * `host_program()`: a host drops the unfragmented IPv4 UDP datagrams to RoCEv2's port
   4791 (RoCEv2 Annex A17.4.5.1) and UET's 4793 (the NIC reads them from its tap); its
   kernel keeps everything else (ping, TCP, other UDP).
@@ -91,6 +93,12 @@ def host_program() -> tuple[Insn, ...]:
             (JEQ, 0, 1, UET_UDP_PORT),  # 9: -> drop (10) or keep (11)
             (RET, 0, 0, TC_ACT_SHOT),
             (RET, 0, 0, TC_ACT_OK))
+
+
+def drop_all_program() -> tuple[Insn, ...]:
+    """Drop every frame: the agent's end of an SVI's CPU port, where only the switch
+    kernel's own frames arrive (for the agent's tap, never for the kernel again)."""
+    return ((RET, 0, 0, TC_ACT_SHOT),)
 
 
 def bytecode(program: tuple[Insn, ...]) -> str:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from emu.realise import lbplan, netlink, nsutil, spawner
-from emu.realise.netplan import FRONTEND_MTU, plan_node
+from emu.realise.netplan import FRONTEND_MTU, plan_node, svi_cpu
 from emu.realise.nics import NicProcesses, start_host_lldp
 from emu.realise.nodeops import NodeOps
 from emu.realise.nodes import AgentSwitch, build_mininet, mininet_classes, stop_mininet
@@ -242,8 +242,10 @@ class FabricNet:
                                     f"{remote.node}:{remote.ifname}",
                                     fab.nodes[remote.node].kind == HOST))
         svi = fab.l2_tables(node)
+        svi_cpu_ends = {} if self.switch_kind == "bridge" else {v: svi_cpu(v)[1] for v in svi}
         return AgentConfig(name=node, tdf=fab.tdf, control=str(self.control_path(node)),
-                           ports=tuple(ports), svi=svi, ecmp_seed=n.ecmp_seed, mtu=fab.mtu,
+                           ports=tuple(ports), svi=svi, svi_cpu=svi_cpu_ends,
+                           ecmp_seed=n.ecmp_seed, mtu=fab.mtu,
                            test_drop_rate=self.test_drop_rate, test_drop_seed=self.seed,
                            qos=self.qos.to_dict() if self.qos is not None else None,
                            lldp_off=self.lldp_off.get(node, ()),

@@ -50,11 +50,22 @@ def apply(plan: NamespacePlan, netns: str) -> None:
                 ip, plen = addr.split("/")
                 ipr.addr("add", index=idx, address=ip, prefixlen=int(plen))
         for br in plan.bridges:
-            ipr.link("add", ifname=br.ifname, kind="bridge", address=br.mac)
+            # no multicast snooping: its IGMP join of 224.0.0.106 would go to the hosts
+            ipr.link("add", ifname=br.ifname, kind="bridge", address=br.mac,
+                     br_mcast_snooping=0)
             idx = ipr.link_lookup(ifname=br.ifname)[0]
             ipr.link("set", index=idx, mtu=br.mtu, state="up")
             ip, plen = br.address.split("/")
             ipr.addr("add", index=idx, address=ip, prefixlen=int(plen))
+            if br.cpu is not None:  # the SVI's CPU port: the kernel's frames to the agent
+                inner, agent_end = br.cpu
+                ipr.link("add", ifname=inner, kind="veth", peer={"ifname": agent_end})
+                for name in br.cpu:
+                    offloads_off(name)  # the kernel's frames leave with their checksums
+                ipr.link("set", index=ipr.link_lookup(ifname=inner)[0], master=idx,
+                         mtu=br.mtu, state="up")
+                ipr.link("set", index=ipr.link_lookup(ifname=agent_end)[0], mtu=br.mtu,
+                         state="up")
         for rule in plan.rules:
             ipr.rule("del" if rule.delete else "add", **rule_request(rule))
         for route in plan.routes:

@@ -1,7 +1,7 @@
 """What the kernel of every namespace gets, as data: the network plan (pure, no root).
 
 `plan_fabric(fabric)` turns a `topologies.model.Fabric` into one `NamespacePlan` per
-node: sysctls, interfaces (MTU, offloads, addresses), the port-less bridges that hold
+node: sysctls, interfaces (MTU, offloads, addresses), the bridges that hold
 a rail switch's SVI addresses, policy rules, routes (ECMP as several next hops) and
 static neighbours. `emu.realise.netlink` installs a plan with pyroute2; tests compare plans
 with exact values, table-driven, without root (the pyroute2 way of testing request
@@ -16,8 +16,12 @@ What the plan encodes (book ch.13, docs/ARCHITECTURE.md):
   come from a packet socket with their checksums complete, and without it the kernel
   copies every frame larger than a page into one linear buffer before the veth takes
   it (__pskb_pull_tail, ~6 % of an agent's CPU at 4,170-byte RoCE frames, perf);
-* a rail switch holds each SVI address (the rail's gateway, 10.0.r.1) on a port-less
-  bridge with the switch's router MAC (the kernel has no dummy driver); switch routes
+* a rail switch holds each SVI address (the rail's gateway, 10.0.r.1) on a bridge
+  with the switch's router MAC (the kernel has no dummy driver) whose one port is a veth
+  pair, the SVI's CPU port (`Bridge.cpu`): what the kernel sends into the VLAN (its reply
+  to a host's ping of the gateway) comes out at the agent's end, and the agent switches
+  it to the host (switch_agent.agent `from_kernel`); a bridge without a port has no
+  carrier, and the kernel drops what it sends there; switch routes
   are `Fabric.routes`, shortest paths with every equal-cost next hop in local port order
   (`topologies.routing`): a rail switch reaches the other rails over every spine (ECMP),
   a spine each rail subnet over that rail's link (or its super-spines, between pods);
@@ -37,7 +41,7 @@ import ipaddress
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from emu.realise.earlydrop import Insn, host_program, switch_program
+from emu.realise.earlydrop import Insn, drop_all_program, host_program, switch_program
 from topologies.model import FRONTEND, HOST, SWITCH, Fabric, Link
 
 HOST_TABLE_BASE = 100  #: per-NIC routing table = 100 + rail
@@ -80,12 +84,19 @@ class IngressFilter:
 
 @dataclass(frozen=True)
 class Bridge:
-    """A port-less bridge created to hold an SVI address (rail switches)."""
+    """A bridge created to hold an SVI address (rail switches); `cpu`: its CPU port, a
+    veth pair (the end enslaved to the bridge, the agent's end), `svi_cpu`."""
 
     ifname: str
     mac: str
     mtu: int
     address: str  # "a.b.c.d/len"
+    cpu: tuple[str, str] | None = None
+
+
+def svi_cpu(svi: str) -> tuple[str, str]:
+    """The CPU port of SVI `svi`: (the veth end in the bridge, the agent's end)."""
+    return f"{svi}k", f"{svi}c"
 
 
 @dataclass(frozen=True)
@@ -161,7 +172,8 @@ def plan_node(fabric: Fabric, node: str, down: Collection[Link] = (),
     routes: tuple[RouteEntry, ...] = ()
     if n.kind == SWITCH:
         sysctls += SWITCH_SYSCTLS
-        bridges = tuple(Bridge(v.ifname, n.router_mac, fabric.mtu, v.ip) for v in n.svis)
+        bridges = tuple(Bridge(v.ifname, n.router_mac, fabric.mtu, v.ip,
+                               None if bridged else svi_cpu(v.ifname)) for v in n.svis)
         routes = tuple(RouteEntry(r.prefix, tuple(NextHop(gw, dev) for gw, dev in r.nexthops))
                        for r in fabric.routes(node, down))
     elif n.kind == HOST:
@@ -185,7 +197,8 @@ def _ingress_filters(kind: str, interfaces: list[Interface],
         program = host_program()
     else:
         return ()
-    return tuple(IngressFilter(p, program) for p in ports)
+    return tuple(IngressFilter(p, program) for p in ports) + tuple(
+        IngressFilter(b.cpu[1], drop_all_program()) for b in bridges if b.cpu)
 
 
 def _per_nic_routing(fabric: Fabric, node: str) -> tuple[tuple[Rule, ...], tuple[RouteEntry, ...]]:

@@ -246,6 +246,17 @@ class FastPipeline:
         else:  # check_agent refused the modes that balance per packet
             raise Unsupported("lb.mode: a balanced route reached the C pipeline")
 
+    def from_kernel(self, svi: str, frame: bytes, now: float) -> None:
+        """`Agent.from_kernel`: the switch kernel's frame into a VLAN, queued through C."""
+        a = self.agent
+        if len(frame) < 16 or not a.admin_up:
+            return
+        prio = a.prio_of(frame)
+        for out in a.cpu.targets(svi, frame):
+            self.c.enqueue(self.index[out.name], 0, frame, now, prio)
+        if self.logging:
+            self.drain()
+
     def time_exceeded(self, port: str, frame: bytes, now: float) -> None:
         """`Agent.time_exceeded`: the ICMP Time Exceeded, queued through C."""
         a = self.agent

@@ -97,21 +97,24 @@ def ip_stats(fnet, node: str) -> dict[str, int]:
     return dict(zip(names, map(int, values)))
 
 
-def test_switch_kernel_sees_only_packets_to_the_switch(fnet):
+def test_switch_kernels_see_only_packets_to_the_switch(fnet):
     """Early drop (emu.realise.earlydrop): routed packets reach the agents from their
-    taps but never a switch's IP stack; spine1's kernel still answers a ping to its own
-    address (routed to it by rail1's agent); h4's NIC ports carry the host's filter."""
+    taps but never a switch's IP stack; the kernels still answer pings to their own
+    addresses: spine1's (routed to it by rail1's agent) and rail1's gateway address on
+    its SVI (the reply switched to h1 by the agent from the SVI's CPU port); h4's NIC
+    ports carry the host's filter."""
     before = {sw: ip_stats(fnet, sw) for sw in ("rail1", "spine1")}
     assert reach.check_all(fnet, count=10, pairs=[("h1g1", "h4g2")])[0].received == 10
     g = fnet.fabric.gpus["h1g1"]
     spine1 = fnet.fabric.ports[("spine1", "eth1")].ip.split("/")[0]
-    ping = fnet.host("h1").popen(["ping", "-n", "-q", "-c", "3", "-i", "0.2", "-W", "2",
-                                  "-I", g.ip, spine1], stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
-    assert ping.wait(timeout=15) == 0, ping.stdout.read()
+    for dst in (spine1, g.gateway):
+        ping = fnet.host("h1").popen(["ping", "-n", "-q", "-c", "3", "-i", "0.2", "-W", "2",
+                                      "-I", g.ip, dst], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        assert ping.wait(timeout=15) == 0, ping.stdout.read()
     got = {sw: {k: ip_stats(fnet, sw)[k] - before[sw][k] for k in ("InReceives", "InAddrErrors")}
            for sw in before}
-    assert got == {"rail1": {"InReceives": 0, "InAddrErrors": 0},
+    assert got == {"rail1": {"InReceives": 3, "InAddrErrors": 0},
                    "spine1": {"InReceives": 3, "InAddrErrors": 0}}
     tc = fnet.host("h4").popen(["tc", "filter", "show", "dev", fnet.fabric.gpus["h4g2"].nic,
                                 "ingress"], stdout=subprocess.PIPE, text=True)

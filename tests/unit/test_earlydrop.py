@@ -13,8 +13,8 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from emu.realise.earlydrop import (TC_ACT_OK, TC_ACT_SHOT, bytecode, host_program,
-                                   switch_program, tc_commands)
+from emu.realise.earlydrop import (TC_ACT_OK, TC_ACT_SHOT, bytecode, drop_all_program,
+                                   host_program, switch_program, tc_commands)
 
 ROUTER_MAC, HOST_MAC = "02:00:00:00:01:01", "02:00:00:00:00:11"
 
@@ -111,3 +111,8 @@ def test_tc_commands():
 def test_too_many_addresses_is_refused():
     with pytest.raises(ValueError, match="addresses: at most 250"):
         switch_program([f"10.{i // 256}.{i % 256}.1" for i in range(251)])
+
+
+def test_drop_all_program():
+    assert bytecode(drop_all_program()) == "1,6 0 0 2"
+    assert run(drop_all_program(), eth(ARP(op=1), dst="ff:ff:ff:ff:ff:ff")) == TC_ACT_SHOT

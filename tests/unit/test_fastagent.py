@@ -30,6 +30,7 @@ from switch_agent.fast.pipeline import Unsupported
 from switch_agent.serve import discard
 from switch_agent.show import COMMANDS
 from switch_agent.forward import FibRoute
+from traffic.tools.rawgen import build_frame
 from tests.unit import test_fast_pipeline
 from tests.unit.test_fast_pipeline import CASES, FIB, config, records, reference, small_qos, trace
 
@@ -161,6 +162,7 @@ def drive_logged(cfg, frames, actions: dict[float, dict], logs: Path,
     events = records(logs / "py.jsonl")
     assert records(logs / "c.jsonl") == events
     ref.logged = [dict(e) for e in events]  # for the tests' own checks
+    ref.sent = py_sent
     return ref, fa
 
 
@@ -171,6 +173,34 @@ def per_port(sent: list) -> dict[str, list]:
     for port, t, frame in sent:
         out.setdefault(port, []).append((t, frame))
     return out
+
+
+def test_the_kernels_frames_into_its_vlan_are_switched_as_the_pythons():
+    """`from_kernel`: what the switch's kernel sends through an SVI's CPU port (a ping
+    reply to a host, a broadcast) is queued at the host's access port, or at every
+    port of the VLAN; C sends the same frames at the same times as the Python agent (the
+    drive's per-port check), and queues nothing while the switch is down."""
+    frames = trace(9)
+    t = [frames[k][0] for k in (5, 15, 25, 35)]
+    h1_mac, h1_ip = test_fast_pipeline.HOSTS["eth1"]
+    reply = bytes(build_frame(bytes.fromhex(test_fast_pipeline.ROUTER.replace(":", "")),
+                              bytes.fromhex(h1_mac.replace(":", "")), "10.0.1.1", h1_ip, 64))
+    bcast = b"\xff" * 6 + bytes.fromhex(test_fast_pipeline.ROUTER.replace(":", "")) \
+        + b"\x08\x06" + bytes(46)
+    ref, fa = drive(config(small_qos()), frames, {
+        t[0]: lambda agent: agent.from_kernel("vlan101", reply, t[0]),
+        t[1]: lambda agent: agent.from_kernel("vlan101", bcast, t[1])})
+    got = [(port, bytes(frame)) for port, _, frame in ref.sent if bytes(frame) in (reply, bcast)]
+    vlan = sorted(test_fast_pipeline.HOSTS)
+    assert sorted(got) == sorted([("eth1", reply)] + [(port, bcast) for port in vlan])
+    assert answers(ref) == answers(fa)
+    down = {"cmd": "admin", "state": "down"}
+    with mock.patch("switch_agent.control.time", SimpleNamespace(monotonic=lambda: t[3])):
+        assert ask(ref, down) == ask(fa, down)
+    for agent in (ref, fa):
+        agent.from_kernel("vlan101", reply, t[3])
+    assert ref.ports["eth1"].queues.packets == 0
+    assert answers(ref) == answers(fa)
 
 
 @pytest.mark.parametrize("case", ["book-small", "watchdog-drop"])

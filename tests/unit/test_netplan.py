@@ -5,7 +5,7 @@ import pytest
 
 import topologies
 from emu.realise.netlink import link_kind, route_request, rule_request
-from emu.realise.earlydrop import host_program, switch_program
+from emu.realise.earlydrop import drop_all_program, host_program, switch_program
 from emu.realise.netplan import (Bridge, IngressFilter, Interface, Neighbour, NextHop, RouteEntry,
                                  Rule, plan_fabric, plan_node)
 
@@ -71,7 +71,8 @@ def test_h1_neighbours_gateway_and_rail_peers():
 
 def test_rail1_svi_bridge_ports_and_sysctls():
     p = PLAN["rail1"]
-    assert p.bridges == (Bridge("vlan101", "02:00:00:00:05:00", 9216, "10.0.1.1/24"),)
+    assert p.bridges == (Bridge("vlan101", "02:00:00:00:05:00", 9216, "10.0.1.1/24",
+                                ("vlan101k", "vlan101c")),)
     assert p.interfaces == (
         Interface("lo"),
         *(Interface(f"eth{i}", 9216, True, keep_sg=True) for i in range(1, 5)),
@@ -123,14 +124,16 @@ def test_early_drop_on_fabric_ports_only():
     drops RoCE and UET on its NICs; lo, frontend ports and the frontend bridge none."""
     rail1 = switch_program(["10.0.1.1", "172.16.1.0", "172.16.2.0"])
     assert PLAN["rail1"].ingress_filters == tuple(
-        IngressFilter(f"eth{i}", rail1) for i in range(1, 7))
+        IngressFilter(f"eth{i}", rail1) for i in range(1, 7)) + (
+        IngressFilter("vlan101c", drop_all_program()),)  # the SVI's CPU port, agent's end
     assert PLAN["spine2"].ingress_filters == (
         IngressFilter("eth1", switch_program(["172.16.2.1", "172.16.2.3"])),
         IngressFilter("eth2", switch_program(["172.16.2.1", "172.16.2.3"])))
     assert PLAN["h1"].ingress_filters == (IngressFilter("nic1", host_program()),
                                           IngressFilter("nic2", host_program()))
     assert PLAN["fe"].ingress_filters == ()
-    assert plan_node(RAIL2X4, "rail1", bridged=True).ingress_filters == ()  # a Linux bridge
+    bridged = plan_node(RAIL2X4, "rail1", bridged=True)  # a Linux bridge: none, no CPU port
+    assert (bridged.ingress_filters, bridged.bridges[0].cpu) == ((), None)
     assert plan_node(RAIL2X4, "h1", bridged=True).ingress_filters == PLAN["h1"].ingress_filters
 
 
