@@ -341,7 +341,8 @@ class FastAgent:
         """`AgentState.snapshot` of C's state; "datapath": "c"."""
         self.sync()
         snap = self.agent.snapshot()
-        snap["fidelity"] = {**self.meter_snapshot(), "cpu_s": snap["fidelity"]["cpu_s"]}
+        snap["fidelity"] = {**self.meter_snapshot(), "cpu_s": snap["fidelity"]["cpu_s"],
+                            "wakeups": self.agent.wakeups + self.fast.c.loop_stats()[0]}
         snap["datapath"] = C
         for i, name in enumerate(self.fast.names):
             for q, n in enumerate(self.fifo[i]):

@@ -127,6 +127,7 @@ def serve(agent: Agent | FastAgent) -> None:
     ctl.ready()
     by_fd = agent.by_fd
     on_frame = agent.on_frame
+    woke = agent.woke
     clock = time.monotonic
     try:
         if rings:  # returns when the agent stops
@@ -146,6 +147,7 @@ def serve(agent: Agent | FastAgent) -> None:
             except InterruptedError:
                 continue
             now = clock()
+            woke()
             for fd, _ in events:
                 port = by_fd.get(fd)
                 if port is not None:

@@ -38,6 +38,13 @@ class AgentState:
     started: float
     #: the data path the agent's frames take (switch_agent.fastagent.FastAgent: "c")
     datapath = "python"
+    #: the poll loop's wake-ups since start (switch_agent.serve: `woke`), in the counters'
+    #: "fidelity" (with the ports' rx_packets: frames per wake-up, `emu bench tdf`)
+    wakeups = 0
+
+    def woke(self) -> None:
+        """The poll loop woke up (switch_agent.serve)."""
+        self.wakeups += 1
 
     def snapshot(self) -> dict:
         """Counters of every port (the contract with `emu` metrics and `show`); the
@@ -48,7 +55,8 @@ class AgentState:
                 "tdf": self.cfg.tdf, "datapath": self.datapath, "qos": self.qos is not None,
                 "ports": {p.name: p.counters(now) for p in self.ports.values()},
                 "events": list(self.events[-20:]),
-                "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time()},
+                "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time(),
+                             "wakeups": self.wakeups},
                 "lb": {"mode": self.lb.mode, "describe": self.lb.describe(),
                        "paths": self.balancer.paths(),
                        "flowlets": self.balancer.flowlet_counts(),

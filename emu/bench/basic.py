@@ -139,12 +139,14 @@ def load_trial(topo: str, tdf: float, load: float, duration: float) -> dict:
         b = {s.name: fnet.counters(s.name) for s in fab.switches()}
         sent = [json.loads(p.communicate(timeout=duration + 30)[0] or "{}") for p in procs]
     offered = sum(x.get("rate_bps", 0) for x in sent)
-    delivered = drops = frames = cpu = 0.0
+    delivered = drops = frames = cpu = wakeups = received = 0.0
     for sw in b:
         cpu += b[sw]["fidelity"]["cpu_s"] - a[sw]["fidelity"]["cpu_s"]
+        wakeups += b[sw]["fidelity"]["wakeups"] - a[sw]["fidelity"]["wakeups"]
         for port, c in b[sw]["ports"].items():
             drops += sum(c["drops"].values()) - sum(a[sw]["ports"][port]["drops"].values())
             frames += c["tx_packets"] - a[sw]["ports"][port]["tx_packets"]
+            received += c["rx_packets"] - a[sw]["ports"][port]["rx_packets"]
             if c["peer"].startswith("h"):
                 dt = b[sw]["t_lab"] - a[sw]["t_lab"]
                 delivered += (c["tx_bytes"] - a[sw]["ports"][port]["tx_bytes"]) * 8 / dt
@@ -152,6 +154,7 @@ def load_trial(topo: str, tdf: float, load: float, duration: float) -> dict:
     return {"tdf": tdf, "lab_link_bps": fnet.td.lab_rate(2e11), "offered_bps": offered,
             "delivered_bps": delivered, "drops": drops,
             "cpu_us_per_frame": cpu / frames * 1e6 if frames else 0.0,
+            "frames_per_wakeup": received / wakeups if wakeups else 0.0,
             "kept_up": bool(fid["kept_up"]), "p99_lag_model_us": fid["p99_lag_model_us"],
             "agents": paths_.agents_path(b)}
 
@@ -178,20 +181,22 @@ def fabric_load(tdfs=(1000.0, 2000.0, 5000.0, 10000.0), duration: float = 5.0,
         for m in paths:
             r = trials[(tdf, m)]
             if r is None:
-                rows.append([f"{tdf:g}", m, "failed"] + [""] * 8)
+                rows.append([f"{tdf:g}", m, "failed"] + [""] * 9)
                 continue
             off, dlv = r["offered_bps"], r["delivered_bps"]
             rows.append([f"{tdf:g}", m, r["agents"], f"{r['lab_link_bps'] / 1e6:g} M",
                          f"{off / 1e6:.1f}", f"{dlv / 1e6:.1f}", f"{dlv / off if off else 0:.3f}",
                          f"{r['drops']:.0f}", f"{r['cpu_us_per_frame']:.1f}",
+                         f"{r['frames_per_wakeup']:.2f}",
                          f"{r['p99_lag_model_us']:.2f} us", paths_.verdict(r["kept_up"])])
         if len(paths) == 2:
             f, p = (_cpu_figure(trials[(tdf, m)], m) for m in ("fast", "python"))
             rows.append([f"{tdf:g}", "fast/python", "", "", "", "", "", "",
-                         paths_.ratio_cell(f, p), "", ""])
+                         paths_.ratio_cell(f, p), "", "", ""])
     print("\n".join(paths_.render(["TDF", "path", "agents", "lab link", "offered Mbps",
                                    "delivered Mbps", "delivered/offered", "agent drops",
-                                   "agent CPU us/frame", "guard p99 lag", "fidelity"], rows, 3)))
+                                   "agent CPU us/frame", "frames/wake-up", "guard p99 lag",
+                                   "fidelity"], rows, 3)))
     return 0 if all(r is not None for r in trials.values()) else 1
 
 

@@ -150,6 +150,7 @@ def test_bench_tdf_alternates_paths_and_prints_the_ratio_of_kept_up_rows(monkeyp
         return {"tdf": tdf, "lab_link_bps": 2e11 / tdf, "offered_bps": 8e7,
                 "delivered_bps": 7.9e7, "drops": 0.0, "kept_up": m == "fast" or tdf > 1000,
                 "cpu_us_per_frame": {"python": 100.0, "fast": 60.0}[m],
+                "frames_per_wakeup": {"python": 1.25, "fast": 3.5}[m],
                 "p99_lag_model_us": 0.5, "agents": {"python": "python", "fast": "c"}[m]}
     monkeypatch.setattr(basic, "load_trial", trial)
     assert basic.fabric_load((1000.0, 10000.0)) == 0
@@ -158,15 +159,16 @@ def test_bench_tdf_alternates_paths_and_prints_the_ratio_of_kept_up_rows(monkeyp
     table = capsys.readouterr().out.splitlines()[-7:]
     assert table[0].split() == ["TDF", "path", "agents", "lab", "link", "offered", "Mbps",
                                 "delivered", "Mbps", "delivered/offered", "agent", "drops",
-                                "agent", "CPU", "us/frame", "guard", "p99", "lag", "fidelity"]
+                                "agent", "CPU", "us/frame", "frames/wake-up", "guard", "p99",
+                                "lag", "fidelity"]
     assert [r.split() for r in table[1:]] == [
-        ["1000", "python", "python", "200", "M", "80.0", "79.0", "0.988", "0", "100.0", "0.50",
-         "us", "LOST"],
-        ["1000", "fast", "c", "200", "M", "80.0", "79.0", "0.988", "0", "60.0", "0.50", "us",
-         "kept", "up"],
-        ["1000", "fast/python", "-", "(python", "lost", "fidelity)"],  # not used: LOST
-        ["10000", "python", "python", "20", "M", "80.0", "79.0", "0.988", "0", "100.0", "0.50",
+        ["1000", "python", "python", "200", "M", "80.0", "79.0", "0.988", "0", "100.0", "1.25",
+         "0.50", "us", "LOST"],
+        ["1000", "fast", "c", "200", "M", "80.0", "79.0", "0.988", "0", "60.0", "3.50", "0.50",
          "us", "kept", "up"],
-        ["10000", "fast", "c", "20", "M", "80.0", "79.0", "0.988", "0", "60.0", "0.50", "us",
-         "kept", "up"],
+        ["1000", "fast/python", "-", "(python", "lost", "fidelity)"],  # not used: LOST
+        ["10000", "python", "python", "20", "M", "80.0", "79.0", "0.988", "0", "100.0", "1.25",
+         "0.50", "us", "kept", "up"],
+        ["10000", "fast", "c", "20", "M", "80.0", "79.0", "0.988", "0", "60.0", "3.50", "0.50",
+         "us", "kept", "up"],
         ["10000", "fast/python", "0.60"]]
