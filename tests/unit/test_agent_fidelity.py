@@ -229,9 +229,12 @@ def test_counters_carry_the_fidelity_snapshot_and_reset_clears_it():
         a.on_frame(a.ports["eth1"], frame(0, 3), 0.0)
     drive(a, 10 * MS, 1.0)
     c0 = time.process_time()
+    a.woke(), a.woke()  # the poll loop's wake-ups (switch_agent.serve)
     fid = control.AgentControl.dispatch(types.SimpleNamespace(agent=a), {"cmd": "counters"})[
         "fidelity"]
-    assert set(fid) == {"count", "max_lag_model_s", "p99_lag_model_s", "hist", "worst", "cpu_s"}
+    assert set(fid) == {"count", "max_lag_model_s", "p99_lag_model_s", "hist", "worst", "cpu_s",
+                        "wakeups"}
+    assert fid["wakeups"] == 2
     assert fid["count"] == 2 and len(fid["hist"]) == HIST_LEN
     assert 0 < fid["cpu_s"] <= time.process_time() and fid["cpu_s"] >= c0 - 1e-3
     zero = {"count": 0, "max_lag_model_s": 0.0, "p99_lag_model_s": 0.0,
