@@ -27,7 +27,7 @@ verdict): TC_ACT_SHOT for a frame the kernel would discard, TC_ACT_OK for the re
   kernel keeps everything else (ping, TCP, other UDP).
 
 `tc_commands(ifname, program)` gives the `tc -batch` lines that install a program
-(emu.realise.netlink.install_early_drop runs them). A program is a tuple of
+(emu.realise.netlink.install_ingress_filters runs them). A program is a tuple of
 (code, jt, jf, k) instructions, as `tc ... bpf bytecode` and `struct sock_filter` have
 them (linux/filter.h); at the tc ingress hook a classic program's loads are offsets
 from the start of the Ethernet header.

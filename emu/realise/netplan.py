@@ -20,7 +20,7 @@ What the plan encodes (book ch.13, docs/ARCHITECTURE.md):
   with the switch's router MAC (the kernel has no dummy driver) whose one port is a veth
   pair, the SVI's CPU port (`Bridge.cpu`): what the kernel sends into the VLAN (its reply
   to a host's ping of the gateway) comes out at the agent's end, and the agent switches
-  it to the host (switch_agent.agent `from_kernel`); a bridge without a port has no
+  it to the host (switch_agent.cpuport); a bridge without a port has no
   carrier, and the kernel drops what it sends there; switch routes
   are `Fabric.routes`, shortest paths with every equal-cost next hop in local port order
   (`topologies.routing`): a rail switch reaches the other rails over every spine (ECMP),
@@ -50,6 +50,7 @@ LOCAL_TABLE = 255
 SCOPE_UNIVERSE = 0
 SCOPE_LINK = 253
 FRONTEND_MTU = 1500
+IFNAME_MAX = 15  #: IFNAMSIZ - 1
 
 COMMON_SYSCTLS = (("net.ipv4.ip_forward", 0), ("net.ipv6.conf.all.disable_ipv6", 1),
                   ("net.ipv6.conf.default.disable_ipv6", 1))
@@ -96,6 +97,9 @@ class Bridge:
 
 def svi_cpu(svi: str) -> tuple[str, str]:
     """The CPU port of SVI `svi`: (the veth end in the bridge, the agent's end)."""
+    if len(svi) > IFNAME_MAX - 1:
+        raise ValueError(f"svi: {svi!r} leaves no room for its CPU port's one-letter suffix "
+                         f"in an interface name of at most {IFNAME_MAX} characters")
     return f"{svi}k", f"{svi}c"
 
 

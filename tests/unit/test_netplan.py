@@ -7,7 +7,7 @@ import topologies
 from emu.realise.netlink import link_kind, route_request, rule_request
 from emu.realise.earlydrop import drop_all_program, host_program, switch_program
 from emu.realise.netplan import (Bridge, IngressFilter, Interface, Neighbour, NextHop, RouteEntry,
-                                 Rule, plan_fabric, plan_node)
+                                 Rule, plan_fabric, plan_node, svi_cpu)
 
 RAIL2X4 = topologies.load("rail2x4")
 PLAN = plan_fabric(RAIL2X4)
@@ -135,6 +135,12 @@ def test_early_drop_on_fabric_ports_only():
     bridged = plan_node(RAIL2X4, "rail1", bridged=True)  # a Linux bridge: none, no CPU port
     assert (bridged.ingress_filters, bridged.bridges[0].cpu) == ((), None)
     assert plan_node(RAIL2X4, "h1", bridged=True).ingress_filters == PLAN["h1"].ingress_filters
+
+
+def test_svi_cpu_port_names():
+    assert svi_cpu("vlan101") == ("vlan101k", "vlan101c")
+    with pytest.raises(ValueError, match="svi: 'vlan1234567890ab' leaves no room"):
+        svi_cpu("vlan1234567890ab")
 
 
 def test_rail_only_has_no_routes_and_dual_rail_two_svis():
