@@ -83,8 +83,12 @@ def install_ingress_filters(filters: tuple[IngressFilter, ...]) -> None:
     if not filters:
         return
     lines = [c for f in filters for c in tc_commands(f.ifname, f.program)]
-    done = subprocess.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", text=True,
-                          capture_output=True, check=False)
+    try:
+        done = subprocess.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", text=True,
+                              capture_output=True, check=False)
+    except FileNotFoundError:
+        raise RuntimeError("tc: not found (iproute2; ./setup.sh installs it), needed for the "
+                           "early-drop filters of the fabric ports") from None
     if done.returncode != 0:
         raise RuntimeError(f"tc: the early-drop filter of ports {[f.ifname for f in filters]}"
                            f" failed (needs cls_bpf and the clsact qdisc): "

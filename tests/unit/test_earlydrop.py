@@ -116,3 +116,35 @@ def test_too_many_addresses_is_refused():
 def test_drop_all_program():
     assert bytecode(drop_all_program()) == "1,6 0 0 2"
     assert run(drop_all_program(), eth(ARP(op=1), dst="ff:ff:ff:ff:ff:ff")) == TC_ACT_SHOT
+
+
+def test_a_missing_tc_is_a_clear_error(monkeypatch):
+    from emu.realise import netlink
+    from emu.realise.netplan import IngressFilter
+
+    def run(*_a, **_k):
+        raise FileNotFoundError("tc")
+    monkeypatch.setattr(netlink.subprocess, "run", run)
+    with pytest.raises(RuntimeError, match=r"tc: not found \(iproute2; ./setup.sh installs it\)"):
+        netlink.install_ingress_filters((IngressFilter("eth1", drop_all_program()),))
+    netlink.install_ingress_filters(())  # nothing to install: tc is not run
+
+
+def test_a_refused_filter_names_its_ports(monkeypatch):
+    import subprocess
+
+    from emu.realise import netlink
+    from emu.realise.netplan import IngressFilter
+    seen = {}
+
+    def run(args, input, **_k):
+        seen["args"], seen["input"] = args, input
+        return subprocess.CompletedProcess(args, 1, "", "Error: Unknown filter \"bpf\".\n")
+    monkeypatch.setattr(netlink.subprocess, "run", run)
+    with pytest.raises(RuntimeError, match=r"ports \['eth1', 'eth2'\] failed \(needs cls_bpf "
+                                           r"and the clsact qdisc\): Error: Unknown filter"):
+        netlink.install_ingress_filters((IngressFilter("eth1", drop_all_program()),
+                                         IngressFilter("eth2", drop_all_program())))
+    assert seen["args"] == ["tc", "-batch", "-"]
+    assert seen["input"].splitlines() == tc_commands("eth1", drop_all_program()) + tc_commands(
+        "eth2", drop_all_program())
