@@ -32,12 +32,30 @@ again at the guard's suggested TDF (the test body), so a busy machine makes it s
 
 The split is set by the 3-5 cuts of the first ~2.5 ms and then frozen (the two add up to
 less than C for ~5 ms), so a run judges one draw of them. The switches' dice are the same
-in every run unless `emu run --seed` changes them (default 1, this test's). Runs under
-the NIC's wake-up grid of 624e8ed (withdrawn in 5934ea4: a frame leaves at its pacer
-time) split up to 0.286 (0.788 / 1.074 of C/2), wider than the model; since then, seeds
-1, 2 and 3 gave splits 0.024, 0.065 and 0.042 (docs/DCQCN_PARAMS.md "Why one sender
-leads"), within the model's spread over 24 dice. One draw per run still decides, so a
-wider draw remains possible; the bound is the issue's, not fitted to these runs.
+in every run of one `emu run --seed` (default 1), but the lab's timing is not: a frame
+leaves up to its NIC's lag late (p99 0.42-0.56 us model in these runs), which moves the
+interleaving at the port and so which frames meet the marks. The model with that noise
+(`--jitter-us J`: each frame up to J late, uniform; 256 seeds, window [2, 8) ms):
+
+    python -m emu.bench.dcqcnsim --senders 2 --qos paper --ms 9 --start-us 0,0.24 \
+        --frame 4154 --slack-us 0.74 --wred-seed S:eth4 --seeds 1-256 --jitter-us J --window-ms 2,8
+
+J = 0: no seed outside +-10 %, lowest share 0.913, the two together 1.906-1.944 of C/2;
+J = 0.5 us: 2 of 256 outside, lowest 0.871, together 1.872-1.949; J = 0.75 us (the NIC's
+pacer slack at TDF 3000): 8 of 256, lowest 0.666, together 1.654-1.947; J = 1.0 us, past
+the slack, loses rate: 1.498-1.692 together. The fabric's p99 lag puts it near J = 0.5.
+Its widest split since the grid went: CI at 5403b96,
+2026-11-29, TDF 3000, kept up, p99 lag 0.56 us: 1.019 / 0.898 of C/2.
+
+Two draws. So a draw is outside the bound with a probability of about 1-3 % without
+anything being wrong, and a CI run in 30-100 would fail on chance. The test therefore
+judges a second draw, `emu run --seed 2`'s dice, when the first has a sender outside, and
+fails when both do: 1 in 10^3-10^4 by chance, while a fabric whose 2:1 does not converge
+fails every time. A second draw costs ~35 s only when it runs. Runs under the NIC's
+wake-up grid of 624e8ed (withdrawn in 5934ea4: a frame leaves at its pacer time) split up
+to 0.286 (0.788 / 1.074 of C/2); since then the fabric's splits were 0.024-0.078 and,
+once, 0.121 (docs/DCQCN_PARAMS.md "Why one sender leads"). The bound is the issue's, not
+fitted to these runs.
 
 The 3:1 (`--from h1g1,h2g1,h3g1 --size 860MiB`, TDF 3000): within +-15 % of C/3 per
 sender (issue 31's bound, `TOLERANCE3`) over [80 ms, 0.9 of the first finish]. When to
@@ -88,6 +106,9 @@ START_MODEL_S = 2e-3
 ROCE_QUEUE = "3"
 #: issue 31: a 2:1 within +-10 % of C/2 (the model's `emu.bench.dcqcnsim.TOLERANCE[2]`)
 TOLERANCE = 0.10
+#: the switches' and NICs' dice of each draw (`emu run --seed`); the second only when the
+#: first has a sender outside `TOLERANCE` (module docstring, "Two draws")
+SEEDS = (1, 2)
 #: lab seconds between two readings of the bottleneck port's counters (`run_incast`)
 PORT_EVERY_S = 2.0
 
@@ -121,13 +142,14 @@ def queue3(counters: dict) -> dict:
 
 
 def run_incast(tdf: float, froms: list[str] = FROM, size: int = SIZE,
-               start_model_s: float = START_MODEL_S, port: tuple[str, str] | None = None
-               ) -> tuple[dict, dict, dict]:
-    """(the incast's result, the guard's verdict, queue3 deltas) on a fresh rail2x4; with
-    `port` (switch, interface) also that port's RoCE-queue counters about every
-    `PORT_EVERY_S` lab during the incast (`r["port_samples"]`: (lab s after posting,
-    counters))."""
-    with FabricNet(topologies.load("rail2x4", tdf=tdf), qos=load_qos("paper")) as f:
+               start_model_s: float = START_MODEL_S, port: tuple[str, str] | None = None,
+               seed: int = 1) -> tuple[dict, dict, dict]:
+    """(the incast's result, the guard's verdict, queue3 deltas) on a fresh rail2x4 whose
+    switches and NICs draw from `seed` (`emu run --seed`); with `port` (switch, interface)
+    also that port's RoCE-queue counters about every `PORT_EVERY_S` lab during the incast
+    (`r["port_samples"]`: (lab s after posting, counters))."""
+    with FabricNet(topologies.load("rail2x4", tdf=tdf), qos=load_qos("paper"),
+                   seed=seed) as f:
         assert f.wait_pfc() == {}
         f.start_nics(gpus=[TO, *froms])  # DCQCN profile: paper (the NICs' default)
         switches = [s.name for s in f.fabric.switches()]
@@ -146,13 +168,18 @@ def run_incast(tdf: float, froms: list[str] = FROM, size: int = SIZE,
     return r, fid, {k: after[k] - before[k] for k in after}
 
 
-def test_two_to_one_incast_gives_each_sender_half_the_port():
+def one_draw(seed: int) -> dict[str, float]:
+    """One 2:1 incast with the switches' dice of `seed`, once more at the guard's TDF if it
+    fell behind (a busy machine makes it slower, not red): each sender's share of C/2 over
+    the judged window, after the checks every draw must pass (byte-exact, no drop, no
+    retransmit)."""
     tdf = TDF
-    r, fid, q = run_incast(tdf)
-    if not fid["kept_up"]:  # a busy machine: once more at the guard's TDF
+    r, fid, q = run_incast(tdf, seed=seed)
+    if not fid["kept_up"]:
         tdf = fid["suggested_tdf"]
-        r, fid, q = run_incast(tdf)
+        r, fid, q = run_incast(tdf, seed=seed)
     fair = r["link_model_bps"] / len(FROM)
+    print(f"--- seed {seed}")
     print(rdma.describe(r))
     print(f"TDF {tdf:g}, kept up {fid['kept_up']} (p99 lag {fid['p99_lag_model_us']:.2f} us "
           f"model), finish {r['seconds_lab']} s lab, window "
@@ -163,10 +190,21 @@ def test_two_to_one_incast_gives_each_sender_half_the_port():
     assert set(r["status"].values()) == {"SUCCESS"} and all(r["byte_exact"].values()), r
     assert q["drops"] == 0 and set(r["retransmits"].values()) == {0}, (q, r["retransmits"])
     if not fid["kept_up"]:
-        pytest.skip(f"the lab fell behind at TDF {TDF:g} and {tdf:g}: no rate to judge ({fid})")
-    for g in FROM:
-        rate = r["steady_rate_model_bps"][g]
-        assert rate == pytest.approx(fair, rel=TOLERANCE), (g, rate / fair, r["fair_share"])
+        pytest.skip(f"the lab fell behind at TDF {TDF:g} and {tdf:g} (seed {seed}): no rate "
+                    f"to judge ({fid})")
+    return {g: r["steady_rate_model_bps"][g] / fair for g in FROM}
+
+
+def test_two_to_one_incast_gives_each_sender_half_the_port():
+    draws = []
+    for seed in SEEDS:
+        shares = one_draw(seed)
+        draws.append((seed, shares))
+        if all(abs(x - 1) <= TOLERANCE for x in shares.values()):
+            return
+    pytest.fail(f"a sender outside +-{TOLERANCE:.0%} of C/2 in every draw (seed: shares): "
+                + "; ".join(f"{s}: " + ", ".join(f"{g} {x:.3f}" for g, x in sh.items())
+                            for s, sh in draws))
 
 
 #: the 3:1 (module docstring, "The 3:1"): senders, bytes each, TDF (the guard kept up at

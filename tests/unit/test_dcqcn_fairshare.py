@@ -138,6 +138,24 @@ def test_a_shared_send_grid_keeps_the_rate_with_the_pacers_slack():
     with pytest.raises(ValueError, match="grid"):
         simulate(1, grid=-1.0)
 
+def test_the_labs_jitter_moves_the_frames_not_the_rate():
+    # one sender alone at line rate: each frame leaves up to `jitter` late, and the pacer
+    # keeps its schedule within its slack, so the rate stays the line rate (a sample
+    # loses at most the bytes of one jitter at line rate and the frame in flight at its
+    # edge); a second sender's frames meet the
+    # port at other instants, so the marks move; jitter 0 is the model without it, exactly
+    kw = dict(duration=0.001, sample=0.0005, starts=[0.0], wred_seed="1:eth4", slack=0.74e-6)
+    free, late = simulate(1, **kw), simulate(1, jitter=0.5e-6, **kw)
+    assert late.delivered != free.delivered
+    edge = 0.5e-6 * 200e9 / 8 + FRAME
+    assert all(abs(a[0] - b[0]) <= edge for a, b in zip(free.delivered, late.delivered))
+    two = dict(duration=0.003, starts=[0.0, 0.24e-6], wred_seed="1:eth4", slack=0.74e-6)
+    assert simulate(2, jitter=0.5e-6, **two).marks != simulate(2, **two).marks
+    assert simulate(2, jitter=0.0, **two).delivered == simulate(2, **two).delivered
+    with pytest.raises(ValueError, match="jitter"):
+        simulate(1, jitter=-1e-6)
+
+
 
 @pytest.mark.parametrize("delivered, span, within_from", [
     ([[500, 500], [300, 700], [500, 500], [500, 500]], 1, 2.0),   # 0.6 / 1.4 in second 1
