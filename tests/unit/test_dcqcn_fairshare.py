@@ -18,7 +18,8 @@ the marking probability on the RED ramp.
 import pytest
 
 from emu.bench.dcqcnmatrix import table
-from emu.bench.dcqcnsim import TOLERANCE, Run, fixed_points, settling, simulate, steady
+from emu.bench.dcqcnsim import (TOLERANCE, Run, fixed_points, main, settling, simulate,
+                                steady)
 from traffic.dcqcn import DcqcnProfile
 from traffic.dcqcnfluid import closed_form, exact, fairness_time, queue_for
 
@@ -155,6 +156,25 @@ def test_the_labs_jitter_moves_the_frames_not_the_rate():
     with pytest.raises(ValueError, match="jitter"):
         simulate(1, jitter=-1e-6)
 
+
+def test_the_cli_counts_the_seeds_outside_the_tolerance_over_a_window(capsys):
+    # --window-ms A,B with --seeds: each seed's shares over [A, B) ms (Run.window), then
+    # how many seeds have a sender outside TOLERANCE there and the range of the shares
+    args = ["--senders", "2", "--ms", "3", "--start-us", "0,0.24", "--wred-seed", "S:eth4",
+            "--seeds", "1-2", "--window-ms", "1,3"]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    shares = [simulate(2, duration=0.003, seed=s, sample=1e-3, starts=[0, 0.24e-6],
+                       wred_seed=f"{s}:eth4").window(1e-3, 3e-3)["shares"] for s in (1, 2)]
+    for line, sh in zip(out[1:3], shares):
+        assert line.endswith("window " + "/".join(f"{x:.3f}" for x in sh))
+    n = sum(1 for sh in shares if any(abs(x - 1) > TOLERANCE[2] for x in sh))
+    assert out[3] == (f"window [1, 3) ms: {n} of 2 seeds with a sender outside +-10%; shares "
+                      f"{min(map(min, shares)):.3f}-{max(map(max, shares)):.3f} of C/N")
+    for bad in ("2,x", "3,1", "1,4", "1"):
+        with pytest.raises(SystemExit):
+            main(args[:-1] + [bad])
+        assert "--window-ms" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("delivered, span, within_from", [
