@@ -157,6 +157,15 @@ def test_the_labs_jitter_moves_the_frames_not_the_rate():
         simulate(1, jitter=-1e-6)
 
 
+def test_a_run_of_few_samples_prints_its_steady_state(capsys):
+    # 2 samples: the last 25 % is less than one sample; the steady state is the last one
+    # (the window [1.5, 2) ms used to be empty: ValueError at the end of the printout)
+    assert main(["--senders", "2", "--ms", "2", "--every-ms", "1"]) == 0
+    run = simulate(2, duration=0.002, sample=1e-3, seed=1)
+    assert steady(run)["shares"] == run.window(1e-3, 2e-3)["shares"]
+    assert "steady (last 25 %)" in capsys.readouterr().out
+
+
 def test_the_cli_counts_the_seeds_outside_the_tolerance_over_a_window(capsys):
     # --window-ms A,B with --seeds: each seed's shares over [A, B) ms (Run.window), then
     # how many seeds have a sender outside TOLERANCE there and the range of the shares
