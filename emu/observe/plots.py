@@ -219,8 +219,11 @@ def fidelity_lag(rows, bound_s: float | None, path: Path, top: int = 6) -> bool:
         ax.plot([x * 1e3 for x in t], [min(y, 1.0) * 1e6 for y in v], marker=".", label=k[0])
     if bound_s:
         ax.axhline(bound_s * 1e6, linestyle="--", color="grey", linewidth=1)
+        # x in axes coordinates: at the plot's left edge whatever the model times are (at
+        # x = 0 in data, a run whose samples start later put the label far left of the
+        # axes, and tight_layout could not fit it: "Tight layout not applied")
         ax.text(0, bound_s * 1e6, " bound (one MTU on the fastest link)", va="bottom",
-                fontsize=8, color="grey")
+                fontsize=8, color="grey", transform=ax.get_yaxis_transform())
     ax.set_yscale("log")
     return _save(fig, ax, path, "Lag behind the model schedule (p99 per interval)",
                  "lag (us, model)", legend=True)
