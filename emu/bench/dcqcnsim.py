@@ -329,18 +329,16 @@ def main(argv: list[str] | None = None) -> int:
                         frame=a.frame, grid=a.grid_us / 1e6, slack=a.slack_us / 1e6,
                         starts=starts, pfc=a.pfc, jitter=a.jitter_us / 1e6)
         tol = TOLERANCE.get(a.senders, 0.15)
+        shares = [None if window is None else r["run"].window(*window)["shares"] for r in rows]
         print(f"{a.senders}:1 incast, DCQCN {a.profile}, ECN {a.qos}, {a.gbps:g}G; within "
-              f"+-{TOLERANCE.get(a.senders, 0.15):.0%} of C/N from (ms), per 1 ms / per 5 ms; "
-              "5 ms shares")
-        for r in rows:
+              f"+-{tol:.0%} of C/N from (ms), per 1 ms / per 5 ms; 5 ms shares")
+        for r, sh in zip(rows, shares):
             print(f"  seed {r['seed']:3d}: " + " / ".join(
                 "never" if x is None else f"{x * 1e3:g}"
                 for x in (r["within_1ms_from"], r["within_5ms_from"])) + "  "
                 + " ".join("/".join(f"{x:.2f}" for x in b) for b in r["blocks"])
-                + ("" if window is None else "  window " + "/".join(
-                    f"{x:.3f}" for x in r["run"].window(*window)["shares"])))
+                + ("" if sh is None else "  window " + "/".join(f"{x:.3f}" for x in sh)))
         if window is not None:
-            shares = [r["run"].window(*window)["shares"] for r in rows]
             out = sum(1 for sh in shares if any(abs(x - 1) > tol for x in sh))
             print(f"window [{window[0] * 1e3:g}, {window[1] * 1e3:g}) ms: {out} of {len(rows)} "
                   f"seeds with a sender outside +-{tol:.0%}; shares "
