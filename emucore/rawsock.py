@@ -1,5 +1,6 @@
 """Socket I/O of the switch agent and the NIC: raw AF_PACKET port sockets, a netlink
-monitor, and the timer slack of their event loops.
+monitor, the kernel's arrival stamp of each received frame (SO_TIMESTAMPNS, socket(7)),
+and the timer slack of their event loops.
 
 The only module of the agent that opens sockets on the data path (docs/ARCHITECTURE.md
 "Switch agent pipeline"). Gotcha (docs/ARCHITECTURE.md): a raw socket also sees the frames
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import socket
+import struct
 
 #: timer slack asked by `tighten_timer_slack`, ns (Linux's default is 50,000)
 TIMER_SLACK_NS = 1000
@@ -26,6 +28,11 @@ RTMGRP_NEIGH = 0x4
 RTMGRP_IPV4_IFADDR = 0x10
 RTMGRP_IPV4_ROUTE = 0x40
 SOCKET_BUFFER = 8 * 1024 * 1024
+#: SO_TIMESTAMPNS (asm-generic/socket.h, x86-64 and arm64: 35; Python's socket module
+#: has no name for it): a struct timespec of CLOCK_REALTIME per received frame
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("qq")
+RX_ANC = socket.CMSG_SPACE(_TIMESPEC.size)  #: recvmsg's ancillary buffer for one stamp
 
 
 def open_port(ifname: str, bypass_qdisc: bool = True, drain_first: bool = True) -> socket.socket:
@@ -79,3 +86,22 @@ def tighten_timer_slack(ns: int = TIMER_SLACK_NS) -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def enable_rx_stamps(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp each frame `sock` receives; whether it agreed."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def arrival(anc: list, mono_minus_real: float) -> float | None:
+    """A frame's arrival on the monotonic clock from recvmsg's ancillary data (None
+    without a stamp); `mono_minus_real`: time.monotonic() - time.time() now."""
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return sec + nsec * 1e-9 + mono_minus_real
+    return None

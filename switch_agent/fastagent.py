@@ -38,6 +38,7 @@ from emucore import datapath, fidelity
 from emucore.fidelity import BUCKET_EDGES
 from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig
+from switch_agent.arrivals import bound_lab_s, poll_step
 from switch_agent.forward import flow_key
 
 log = logging.getLogger("switch_agent")
@@ -67,12 +68,8 @@ PAUSE_COPIED = ("until", "since", "last_rx", "resumed_at", "paused_s", "pauses_r
 
 def grid_step(cfg: AgentConfig) -> float:
     """The wake-up grid of C's loop, lab seconds: GRID_FRACTION of the fidelity guard's
-    bound as `emu.observe.guard.lag_bound` takes it, from this switch's ports: the
-    shortest cable's delay, or one MTU frame at the fastest port's model rate if longer
-    (or if no cable has a delay)."""
-    mtu = fidelity.lag_bound_model_s(cfg.mtu, max(p.model_bps for p in cfg.ports))
-    cable = min((p.delay_lab_s for p in cfg.ports if p.delay_lab_s > 0), default=0.0)
-    return GRID_FRACTION * max(mtu * cfg.tdf, cable)
+    bound as this switch's ports see it (`switch_agent.arrivals.bound_lab_s`)."""
+    return GRID_FRACTION * bound_lab_s(cfg)
 
 
 def choose(mode: str) -> str:
@@ -221,8 +218,9 @@ class FastAgent:
                 self.on_frame(p, frame, now)
             p.sock = RingSocket(sock, c, i)
         c.set_grid(grid_step(self.cfg))
-        log.info("%s: C's poll loop on PACKET_MMAP rings (wake-up grid %.1f us)", self.cfg.name,
-                 grid_step(self.cfg) * 1e6)
+        c.set_poll(poll_step(self.cfg))
+        log.info("%s: C's poll loop on PACKET_MMAP rings (wake-up grid %.1f us, poll %.1f us)",
+                 self.cfg.name, grid_step(self.cfg) * 1e6, poll_step(self.cfg) * 1e6)
         return True
 
     def python_deadline(self, now: float) -> float:

@@ -11,6 +11,12 @@ descriptor is: one descriptor, a microsecond timeout), then collects the events 
 non-blocking `epoll.poll(0)`; it asks the kernel for a 1 us timer slack
 (emucore.rawsock.tighten_timer_slack). Nothing spins: with no deadline it blocks.
 
+Each frame runs at its arrival: the port sockets stamp what they receive (SO_TIMESTAMPNS)
+and a wake-up's frames from every port run in arrival order at their stamps; after a
+wake-up that read frames the loop sleeps `arrivals.poll_step` without watching any
+descriptor and then takes what came (switch_agent.arrivals: the rules, and C's loop
+follows them too).
+
 A fast agent (switch_agent.fastagent) whose port sockets take PACKET_MMAP rings runs
 `serve_rings` instead: the loop is C's (switch_agent/fast/loop.h), Python runs only for
 its own descriptors and deadlines.
@@ -30,6 +36,7 @@ from pyroute2 import IPRoute
 
 from emucore import rawsock
 from switch_agent import control, kernel
+from switch_agent.arrivals import arrival_order, poll_step, poll_until
 from switch_agent.agent import Agent
 from switch_agent.fastagent import SERVE_PYTHON, FastAgent
 
@@ -128,7 +135,29 @@ def serve(agent: Agent | FastAgent) -> None:
     by_fd = agent.by_fd
     on_frame = agent.on_frame
     woke = agent.woke
-    clock = time.monotonic
+    clock, realtime = time.monotonic, time.time
+    poll, polling = poll_step(agent.cfg), False
+    for port in by_fd.values():
+        rawsock.enable_rx_stamps(port.sock)  # refused: the frames run at their wake-up
+
+    def read(port, batch: list, offset: float) -> bool:
+        """Up to RX_BUDGET frames of `port` into `batch` as (arrival or None, (port,
+        frame)); False when the socket is gone (teardown)."""
+        recvmsg = port.sock.recvmsg
+        for _ in range(RX_BUDGET):
+            try:
+                frame, anc, _, _ = recvmsg(65535, rawsock.RX_ANC)
+            except BlockingIOError:
+                return True
+            except OSError as exc:
+                if exc.errno == errno.ENETDOWN:  # reported once after the port went
+                    port.drop("rx_netdown")  # down: it may come back
+                    return True
+                log.warning("%s: %s: %s", name, port.name, exc)
+                return False
+            batch.append((rawsock.arrival(anc, offset), (port, frame)))
+        return True
+
     try:
         if rings:  # returns when the agent stops
             serve_rings(agent, ep, ctl, nl, ipr)
@@ -141,33 +170,31 @@ def serve(agent: Agent | FastAgent) -> None:
                     wake = w
             if reload_at is not None and reload_at < wake:
                 wake = reload_at
-            timeout = -1 if wake == math.inf else max(0.0, wake - clock())
             try:
-                events = wait(ep, timeout)
+                if polling and poll > 0:  # frames came at the last wake-up
+                    time.sleep(max(0.0, poll_until(now, wake, poll) - clock()))
+                    events = ep.poll(0)
+                else:
+                    events = wait(ep, -1 if wake == math.inf else max(0.0, wake - clock()))
             except InterruptedError:
                 continue
-            now = clock()
+            lo, now = now, clock()  # the last step's time; the wake-up's
             woke()
+            offset = now - realtime()  # the stamps' clock
+            batch, others = [], []
             for fd, _ in events:
                 port = by_fd.get(fd)
-                if port is not None:
-                    recv = port.sock.recv
-                    handle = on_frame if agent.admin_up else discard
-                    for _ in range(RX_BUDGET):
-                        try:
-                            frame = recv(65535)
-                        except BlockingIOError:
-                            break
-                        except OSError as exc:
-                            if exc.errno == errno.ENETDOWN:  # reported once after the
-                                port.drop("rx_netdown")  # port went down: it may come back
-                                break
-                            log.warning("%s: %s: %s", name, port.name, exc)  # gone (teardown)
-                            ep.unregister(fd)
-                            del by_fd[fd]
-                            break
-                        handle(port, frame, now)
-                elif fd == ctl.fileno():
+                if port is None:
+                    others.append(fd)
+                elif not read(port, batch, offset):
+                    ep.unregister(fd)
+                    del by_fd[fd]
+            handle = on_frame if agent.admin_up else discard
+            for t, (port, frame) in arrival_order(batch, lo, now):
+                handle(port, frame, t)
+            polling = bool(batch)
+            for fd in others:  # after the frames, which ran at their (earlier) arrivals
+                if fd == ctl.fileno():
                     ctl.handle()
                 elif fd in cpu.socks:
                     cpu.read(fd, agent.from_kernel, now)

@@ -13,6 +13,11 @@
  * Deadlines on a grid: the next wake-up is rounded up to a multiple of `grid` seconds of
  * the monotonic clock (set_grid; switch_agent.fastagent.GRID_FRACTION of the fidelity
  * guard's bound), so deadlines close together share one wake-up.
+ *
+ * Arrivals (switch_agent.arrivals, the rules and their reasons): each frame runs at its
+ * RX slot's stamp, in arrival order over the ports one wake-up read (`arrival_order`),
+ * and after a wake-up that read frames the loop sleeps until `poll_until` (set_poll)
+ * without watching any descriptor, then takes what is ready.
  */
 #include <sys/epoll.h>
 
@@ -72,6 +77,14 @@ static PyObject *Pipeline_set_grid(Pipeline *P, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* set_poll(seconds): arrivals.poll_step (0: no polling) */
+static PyObject *Pipeline_set_poll(Pipeline *P, PyObject *args) {
+    double s;
+    if (!PyArg_ParseTuple(args, "d", &s)) return NULL;
+    P->poll = s > 0 ? s : 0.0;
+    Py_RETURN_NONE;
+}
+
 /* serve.discard: a switch that is down drops what still arrives */
 static void discard(Port *p, Py_ssize_t n) {
     p->rx_packets++;
@@ -79,29 +92,62 @@ static void discard(Port *p, Py_ssize_t n) {
     port_drop(p, D_SWITCH_DOWN);
 }
 
-/* Up to RX_BUDGET frames from port i's RX ring through on_frame (or discard); -1: error */
-static int ring_drain(Pipeline *P, int i, double now, int up, PyObject *punt) {
-    Port *p = &P->ports[i];
-    for (int k = 0; k < RX_BUDGET; k++) {
-        struct tpacket2_hdr *h = ring_rx(&p->ring);
-        if (h == NULL) break;
-        Py_ssize_t n = h->tp_snaplen;
+typedef struct {
+    double t; /* the stamp on the monotonic clock */
+    int seq, port;
+    struct tpacket2_hdr *h;
+} Arrival;
+
+static int arrival_cmp(const void *a, const void *b) {
+    const Arrival *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return x->seq - y->seq;
+}
+
+/* Up to RX_BUDGET frames from each ready port's RX ring through on_frame (or discard), as
+ * arrivals.arrival_order: by stamp (realtime less `offset`, realtime - monotonic), ties
+ * in the order read, each at its stamp clamped into [lo, now]; their slots back to the
+ * kernel afterwards. The number of frames, or -1: error. */
+static int ring_drain(Pipeline *P, const int *ready, int nready, double lo, double now,
+                      double offset, int up, PyObject *punt) {
+    Arrival a[nready * RX_BUDGET > 0 ? nready * RX_BUDGET : 1];
+    int n = 0;
+    for (int r = 0; r < nready; r++) {
+        Ring *ring = &P->ports[ready[r]].ring;
+        for (unsigned k = 0; k < RX_BUDGET; k++) {
+            struct tpacket2_hdr *h = ring_rx_at(ring, k);
+            if (h == NULL) break;
+            double t = h->tp_sec || h->tp_nsec ? (double)h->tp_sec + h->tp_nsec * 1e-9 - offset : now;
+            a[n] = (Arrival){t, n, ready[r], h};
+            n++;
+        }
+    }
+    Arrival order[n > 0 ? n : 1];
+    memcpy(order, a, sizeof(Arrival) * n);
+    qsort(order, n, sizeof(Arrival), arrival_cmp);
+    int err = 0;
+    for (int k = 0; k < n && !err; k++) {
+        Port *p = &P->ports[order[k].port];
+        struct tpacket2_hdr *h = order[k].h;
+        Py_ssize_t len = h->tp_snaplen;
+        double t = order[k].t < lo ? lo : order[k].t > now ? now : order[k].t;
         P->ring_frames++;
-        if (!up) { discard(p, n); ring_rx_done(&p->ring, h); continue; }
-        PyObject *frame = PyBytes_FromStringAndSize((const char *)h + h->tp_mac, n);
-        ring_rx_done(&p->ring, h);
-        if (frame == NULL) return -1;
-        EVP = P; EVNOW = now;
-        int r = on_frame(P, i, frame, now);
+        if (!up) { discard(p, len); continue; }
+        PyObject *frame = PyBytes_FromStringAndSize((const char *)h + h->tp_mac, len);
+        if (frame == NULL) { err = 1; break; }
+        EVP = P; EVNOW = t;
+        int r = on_frame(P, order[k].port, frame, t);
         if (r > 0) { /* a MISS_*: the Python half takes it */
-            PyObject *x = PyObject_CallFunction(punt, "iOdi", i, frame, now, r);
+            PyObject *x = PyObject_CallFunction(punt, "iOdi", order[k].port, frame, t, r);
             Py_XDECREF(x);
             if (x == NULL) r = -1;
         }
         Py_DECREF(frame);
-        if (r < 0) return -1;
+        if (r < 0) err = 1;
     }
-    return 0;
+    for (int k = 0; k < n; k++) /* each port's slots in their order */
+        ring_rx_done(&P->ports[a[k].port].ring, a[k].h);
+    return err ? -1 : n;
 }
 
 /* loop_stats() -> (wake-ups of serve, frames its RX rings gave) */
@@ -164,23 +210,41 @@ static PyObject *Pipeline_serve(Pipeline *P, PyObject *args) {
             tp = &ts;
         }
         int n;
-        Py_BEGIN_ALLOW_THREADS
-        n = epoll_pwait2(epfd, evs, SERVE_EVENTS_MAX, tp, NULL);
-        Py_END_ALLOW_THREADS
+        if (P->poll > 0 && P->polling) { /* arrivals.poll_until, then what is ready */
+            double until = now + P->poll < wake ? now + P->poll : wake;
+            struct timespec at = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
+            static const struct timespec zero = {0, 0};
+            Py_BEGIN_ALLOW_THREADS
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
+            n = epoll_pwait2(epfd, evs, SERVE_EVENTS_MAX, &zero, NULL);
+            Py_END_ALLOW_THREADS
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            n = epoll_pwait2(epfd, evs, SERVE_EVENTS_MAX, tp, NULL);
+            Py_END_ALLOW_THREADS
+        }
+        P->polling = 0;
         if (n < 0) {
             if (errno != EINTR) return PyErr_SetFromErrno(PyExc_OSError);
             if (PyErr_CheckSignals() < 0) return NULL;
             return SERVED(SERVE_SIGNAL);
         }
+        double lo = now; /* the time of the last step (timers, service) */
         now = monotonic_s();
+        struct timespec rt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        double offset = (double)rt.tv_sec + rt.tv_nsec * 1e-9 - now; /* the stamps' clock */
         P->wakeups++;
-        int py = 0;
+        int py = 0, ready[SERVE_EVENTS_MAX], nready = 0;
         for (int k = 0; k < n; k++) {
             int i = port_of_fd(P, evs[k].data.fd);
             if (i < 0) { py = 1; continue; }
             if (evs[k].events & EPOLLERR) port_error(&P->ports[i]);
-            if (ring_drain(P, i, now, up, punt) < 0) return NULL;
+            ready[nready++] = i;
         }
+        int got = ring_drain(P, ready, nready, lo, now, offset, up, punt);
+        if (got < 0) return NULL;
+        P->polling = got > 0;
         if (py) return SERVED(SERVE_PYTHON);
         if (P->ev.len) return SERVED(SERVE_EVENTS);
     }

@@ -278,6 +278,7 @@ typedef struct {
     int events_on; EvList ev; /* the events not yet drained */
     double drop_rate; Mt drop_rng; /* testhook.DropHook: its rate and its die */
     double grid; /* loop.h: next wake-ups rounded up to a multiple of it (0: none) */
+    double poll; int polling; /* loop.h: arrivals.poll_step (0: none); the last wake-up read frames */
     long long wakeups, ring_frames; /* loop.h: its wake-ups, the frames its RX rings gave */
 } Pipeline;
 
@@ -1925,6 +1926,7 @@ static PyMethodDef Pipeline_methods[] = {
     {"open_ring", (PyCFunction)Pipeline_open_ring, METH_VARARGS, "open_ring(i): TPACKET_V2 rings on port i's socket"},
     {"ring_send", (PyCFunction)Pipeline_ring_send, METH_VARARGS, "ring_send(i, frame): send through the TX ring"},
     {"set_grid", (PyCFunction)Pipeline_set_grid, METH_VARARGS, "set_grid(seconds): the wake-up grid"},
+    {"set_poll", (PyCFunction)Pipeline_set_poll, METH_VARARGS, "set_poll(seconds): the poll step after a wake-up that read frames"},
     {"loop_stats", (PyCFunction)Pipeline_loop_stats, METH_NOARGS, "(wake-ups, frames received) of serve"},
     {"serve", (PyCFunction)Pipeline_serve, METH_VARARGS, "serve(epfd, py_deadline, admin_up, punt, wd_events, sent)"},
     {"set_fd", (PyCFunction)Pipeline_set_fd, METH_VARARGS, "set_fd(i, fd): C sends on it"},

@@ -57,13 +57,15 @@ static void ring_close(Ring *r) {
     r->map = NULL;
 }
 
-/* The next received frame's slot, or NULL when the kernel has not filled it yet. */
-static struct tpacket2_hdr *ring_rx(Ring *r) {
-    struct tpacket2_hdr *h = (struct tpacket2_hdr *)(r->map + (size_t)r->rx_head * RING_FRAME);
+/* The slot of the k-th received frame from the next one (k = 0: the next), or NULL when
+ * the kernel has not filled it yet (k < RING_RX; the frames before it are filled). */
+static struct tpacket2_hdr *ring_rx_at(Ring *r, unsigned k) {
+    size_t slot = (r->rx_head + k) % RING_RX;
+    struct tpacket2_hdr *h = (struct tpacket2_hdr *)(r->map + slot * RING_FRAME);
     return __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER ? h : NULL;
 }
 
-/* The slot is read: back to the kernel. */
+/* The next slot (ring_rx_at's k = 0) is read: back to the kernel. */
 static void ring_rx_done(Ring *r, struct tpacket2_hdr *h) {
     __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
     r->rx_head = (r->rx_head + 1) % RING_RX;

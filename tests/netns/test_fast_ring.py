@@ -11,7 +11,12 @@ Nothing lost without a count: frames sent at a port while the loop does not poll
 its RX ring and the kernel drops the rest - the agent's `rx_ring_drops` is what the
 kernel's PACKET_STATISTICS reported, and sent = received + dropped exactly; frames a
 kick's send() leaves in a TX ring (the peer down: no carrier) are dropped as `tx_nobufs`,
-one by one, and the ring still sends what comes after, nothing stale."""
+one by one, and the ring still sends what comes after, nothing stale.
+
+Arrivals (switch_agent.arrivals): after a wake-up that read a frame the loop polls, and
+the frames that came meanwhile at two ports run in the order they arrived over both
+ports, each at its ring stamp - so a frame read late is late on the lag meter, by its
+wait."""
 
 import json
 import os
@@ -200,6 +205,58 @@ def overflow_child() -> None:
         "tx": sum(p["tx_packets"] for p in snaps[0].values())}))
 
 
+def order_child() -> None:
+    """Run in the new namespace: frames to h2 (eth2) sent at eth1 and eth3 in turn,
+    ORDER_GAP_S apart, while C's loop serves with a poll step of ORDER_POLL_S (unshaped
+    ports, no cable: nothing else to wake it)."""
+    import select
+    import threading
+    import time
+
+    from emucore import rawsock
+    from emucore.wire.ether import mac_bytes
+    from switch_agent import fastagent
+    from tests.unit.test_fast_pipeline import FIB, HOSTS, config
+    from traffic.tools.rawgen import build_frame
+
+    veths()
+    cfg = config(None, shaped=False)
+    fa = fastagent.build(cfg, "fast")
+    fa.install_fib(*FIB)
+    peers = {port: rawsock.open_port(peer) for port, peer in PEER.items()}
+    rings = fa.open_rings(time.monotonic())
+    fa.fast.c.set_poll(ORDER_POLL_S)
+    ep = select.epoll()
+    for fd in fa.by_fd:
+        ep.register(fd, select.EPOLLIN)
+
+    def send() -> None:
+        time.sleep(ORDER_POLL_S / 3)
+        for k in range(ORDER_N):
+            port = ("eth1", "eth3")[k % 2]
+            f = bytes(build_frame(mac_bytes(HOSTS[port][0]), mac_bytes(HOSTS["eth2"][0]),
+                                  HOSTS[port][1], HOSTS["eth2"][1], 200))
+            peers[port].send(f[:-1] + bytes([k]))
+            time.sleep(ORDER_GAP_S)
+
+    sender = threading.Thread(target=send)
+    watchdog, sent = [], []
+    wakes = fa.fast.c.loop_stats()[0]
+    sender.start()
+    end = time.monotonic() + 3 * ORDER_POLL_S
+    while time.monotonic() < end:
+        _, now = fa.fast.c.serve(ep.fileno(), end, True, fa.punted, watchdog, sent)
+        fa.served(now, watchdog, sent)
+    sender.join()
+    wakes = fa.fast.c.loop_stats()[0] - wakes
+    got = [f[-1] for f in (bytes.fromhex(h) for h in drain(peers["eth2"]))]
+    count, max_s = fa.fast.c.meter()[:2]
+    print(json.dumps({"rings": rings, "got": got, "wakes": wakes, "meter_count": count,
+                      "meter_max_s": max_s, "tdf": cfg.tdf}))
+
+
+#: the arrival-order child: frames, their spacing and the poll step (lab s)
+ORDER_N, ORDER_GAP_S, ORDER_POLL_S = 8, 0.001, 0.03
 N_BLAST, K = 3000, 5  # frames sent at eth5's ring of RING_RX slots; to eth2 down, then up
 
 
@@ -213,6 +270,7 @@ def drain(s) -> list[str]:
 
 
 CHILD = "from tests.netns.test_fast_ring import child; child()"
+ORDER_CHILD = "from tests.netns.test_fast_ring import order_child; order_child()"
 OVERFLOW_CHILD = "from tests.netns.test_fast_ring import overflow_child; overflow_child()"
 
 
@@ -273,3 +331,20 @@ def test_no_frame_is_lost_without_a_count(sanitized, tmp_path):
     assert out["tx_events"] == [["eth2", 0]] * K
     assert up["tx_packets"] == K and up["drops"].get("tx_nobufs") == K
     assert sorted(out["got"]) == [100 + k for k in range(K)]
+
+
+@pytest.mark.parametrize("sanitized", [False, True])
+def test_frames_run_in_arrival_order_at_their_stamps(sanitized, tmp_path):
+    """The first frame wakes the loop, which then polls: it sleeps ORDER_POLL_S without
+    watching the ports while the other seven arrive at two ports in turn, then runs them
+    in the order they arrived over both ports (not port by port, as the ports' readiness
+    would have them) and each at its ring stamp: an unshaped port without a cable has a
+    frame due on the wire at its arrival, so the second frame left about the poll step
+    less one gap late (at least half of it, on a busy machine), which the lag meter shows (model seconds: lab / TDF) - a frame run
+    at its wake-up would have left on time."""
+    out = run_child(ORDER_CHILD, sanitized, tmp_path)
+    assert out["rings"]
+    assert out["got"] == list(range(ORDER_N))
+    assert out["wakes"] < ORDER_N  # without polling: one or more per frame
+    assert out["meter_count"] >= ORDER_N
+    assert out["meter_max_s"] >= ORDER_POLL_S / 2 / out["tdf"]  # the second: ~0.97 of it

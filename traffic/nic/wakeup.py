@@ -29,14 +29,13 @@ cable delay, or one path-MTU frame at its link's model rate if longer.
 from __future__ import annotations
 
 import math
-import socket
-import struct
 
 from emucore.fidelity import lag_bound_model_s
+from emucore.rawsock import RX_ANC, SO_TIMESTAMPNS, arrival, enable_rx_stamps
 from traffic.nic.nicconfig import NicConfig
 
 __all__ = ["GRID_FRACTION", "grid_step", "on_grid", "next_wake", "enable_rx_stamps",
-           "arrival", "RX_ANC"]
+           "arrival", "RX_ANC", "SO_TIMESTAMPNS"]
 
 #: while receiving, the loop polls on a grid of this fraction of the fidelity guard's
 #: bound (`grid_step`; switch_agent.fastagent's C loop rounds its deadlines to 0.1). A
@@ -45,11 +44,6 @@ __all__ = ["GRID_FRACTION", "grid_step", "on_grid", "next_wake", "enable_rx_stam
 #: frame waits at most half the bound, which leaves half the bound for the wake-up's own
 #: lateness (the guard measured a p99 of 0.13 us at TDF 20000 on rail2x4)
 GRID_FRACTION = 0.5
-#: SO_TIMESTAMPNS (asm-generic/socket.h, x86-64 and arm64: 35; Python's socket module
-#: has no name for it): a struct timespec of CLOCK_REALTIME per received frame
-SO_TIMESTAMPNS = 35
-_TIMESPEC = struct.Struct("qq")
-RX_ANC = socket.CMSG_SPACE(_TIMESPEC.size)  #: recvmsg's ancillary buffer for one stamp
 
 
 def grid_step(cfg: NicConfig, slack: float) -> float:
@@ -75,22 +69,3 @@ def next_wake(now: float, timeout: float, grid: float, polling: bool) -> float:
     if polling and grid > 0 and timeout > grid:  # a deadline within a step serves
         wake = min(wake, (math.floor(now / grid) + 1) * grid)
     return wake
-
-
-def enable_rx_stamps(sock: socket.socket) -> bool:
-    """Ask the kernel to stamp each frame `sock` receives; whether it agreed."""
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    except OSError:
-        return False
-    return True
-
-
-def arrival(anc: list, mono_minus_real: float) -> float | None:
-    """A frame's arrival on the monotonic clock from recvmsg's ancillary data (None
-    without a stamp); `mono_minus_real`: time.monotonic() - time.time() now."""
-    for level, kind, data in anc:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
-            sec, nsec = _TIMESPEC.unpack_from(data)
-            return sec + nsec * 1e-9 + mono_minus_real
-    return None
