@@ -39,9 +39,10 @@ __all__ = ["POLL_FRACTION", "bound_lab_s", "poll_step", "poll_until", "arrival_o
 #: guard's bound later (`poll_step`). The frames that came meanwhile run at their stamps,
 #: so the wait costs the model nothing while it is shorter than the cable's delay (the
 #: bound on a fabric whose cables are longer than an MTU's serialisation, rail2x4's
-#: 1 us); 0.3 leaves 0.7 of the bound for the wake-up's own lateness where it is not.
-#: 300 us at TDF 1000 on rail2x4 (docs/PERFORMANCE.md "Arrival stamps and polling")
-POLL_FRACTION = 0.3
+#: 1 us); what it does delay is a pause a frame's arrival sends upstream (xOFF). 0.15:
+#: as many frames per wake-up as 0.3 on rail2x4 at TDF 1500-2000 (~3), the pause half as
+#: late (docs/PERFORMANCE.md "Arrival stamps and polling")
+POLL_FRACTION = 0.15
 
 
 def bound_lab_s(cfg: AgentConfig) -> float:

@@ -50,9 +50,9 @@ def test_poll_step_is_a_fraction_of_the_guards_bound():
     """The bound as the switch's ports see it: its shortest cable (1 ms lab in this
     config), or one MTU at its fastest port's model rate where longer or no cable."""
     cfg = config(None)
-    assert arrivals.POLL_FRACTION == 0.3
+    assert arrivals.POLL_FRACTION == 0.15
     assert bound_lab_s(cfg) == 0.001
-    assert math.isclose(poll_step(cfg), 0.3 * 0.001)
+    assert math.isclose(poll_step(cfg), 0.15 * 0.001)
     bare = config(None, shaped=False)  # no cable delays
     mtu = fidelity.lag_bound_model_s(bare.mtu, 400e9)
     assert math.isclose(bound_lab_s(bare), mtu * bare.tdf)
