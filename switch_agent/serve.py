@@ -137,7 +137,7 @@ def serve(agent: Agent | FastAgent) -> None:
     woke = agent.woke
     clock, realtime = time.monotonic, time.time
     poll, polling = poll_step(agent.cfg), False
-    for port in by_fd.values():
+    for port in () if rings else by_fd.values():  # (a ring stamps its slots itself)
         rawsock.enable_rx_stamps(port.sock)  # refused: the frames run at their wake-up
 
     def read(port, batch: list, offset: float) -> bool:
