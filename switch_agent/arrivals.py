@@ -23,6 +23,14 @@ and C's (switch_agent/fast/loop.h, the same rules under the same names) follow i
   that came meanwhile, so frames at load share wake-ups. The frames wait at most that
   long, which their stamps keep out of the model as above. A wake-up that read nothing
   waits on the ports again.
+* **A poll never overflows a port's ring** (`poll_step`): the step is no longer than
+  POLL_RING_FRAMES minimum-size frames take at the fastest port's lab rate, a quarter of
+  the RX ring (switch_agent/fast/ring.h's RING_RX). Its peer paces what it sends to that
+  rate, so the kernel cannot drop a frame for want of a slot while the loop sleeps. An
+  unshaped fabric (`emu run --no-shaping`, `emu bench forward`: no lab rate, so nothing
+  bounds how fast frames come) does not poll: there a 0.75 ms poll let a TCP stream's
+  bursts overflow the 1024-slot ring (9,228 drops in 4 s at MTU 1500) and cut `bench
+  forward` from 2.4 to 1.0 Gbit/s.
 
 The bound (`bound_lab_s`) is the guard's as the switch sees it (emu.observe.guard): the
 shortest cable's delay, or one MTU frame at the fastest port's model rate if longer.
@@ -30,10 +38,12 @@ shortest cable's delay, or one MTU frame at the fastest port's model rate if lon
 
 from __future__ import annotations
 
+import math
+
 from emucore.fidelity import lag_bound_model_s
 from switch_agent.agentconfig import AgentConfig
 
-__all__ = ["POLL_FRACTION", "bound_lab_s", "poll_step", "poll_until", "arrival_order"]
+__all__ = ["POLL_FRACTION", "POLL_RING_FRAMES", "MIN_FRAME_BITS", "bound_lab_s", "poll_step", "poll_until", "arrival_order"]
 
 #: after a wake-up that read frames, the ports are watched again this fraction of the
 #: guard's bound later (`poll_step`). The frames that came meanwhile run at their stamps,
@@ -43,6 +53,15 @@ __all__ = ["POLL_FRACTION", "bound_lab_s", "poll_step", "poll_until", "arrival_o
 #: as many frames per wake-up as 0.3 on rail2x4 at TDF 1500-2000 (~3), the pause half as
 #: late (docs/PERFORMANCE.md "Arrival stamps and polling")
 POLL_FRACTION = 0.15
+
+#: a poll step is at most this many minimum-size frames at the fastest port's lab rate:
+#: a quarter of the 1024 slots of a port's RX ring (switch_agent/fast/ring.h RING_RX;
+#: tests/unit/test_arrivals.py holds the two together). On rail2x4 0.15 of the bound is
+#: ~58 such frames at any TDF (0.15 us model of a 200 Gb/s port), so this binds only
+#: where cables are long (L11.13's 10 us ones at 400 Gb/s: ~1,170)
+POLL_RING_FRAMES = 256
+#: the shortest Ethernet frame, 64 bytes
+MIN_FRAME_BITS = 64 * 8
 
 
 def bound_lab_s(cfg: AgentConfig) -> float:
@@ -56,8 +75,12 @@ def bound_lab_s(cfg: AgentConfig) -> float:
 
 def poll_step(cfg: AgentConfig) -> float:
     """How long after a wake-up that read frames the loop looks at the ports again,
-    lab seconds: POLL_FRACTION of `bound_lab_s`."""
-    return POLL_FRACTION * bound_lab_s(cfg)
+    lab seconds: POLL_FRACTION of `bound_lab_s`, at most POLL_RING_FRAMES minimum-size
+    frames at the fastest port's lab rate; 0.0 (no polling) when a port is unshaped."""
+    fastest = max(p.lab_bps for p in cfg.ports)
+    if not math.isfinite(fastest):
+        return 0.0
+    return min(POLL_FRACTION * bound_lab_s(cfg), POLL_RING_FRAMES * MIN_FRAME_BITS / fastest)
 
 
 def poll_until(now: float, wake: float, step: float) -> float:

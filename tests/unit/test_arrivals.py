@@ -5,9 +5,11 @@ Python loop's stamps read from real sockets. C's loop follows the same rules
 (tests/netns/test_fast_ring.py: its rings, their stamps and polling)."""
 
 import math
+import re
 import socket
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -53,12 +55,37 @@ def test_poll_step_is_a_fraction_of_the_guards_bound():
     assert arrivals.POLL_FRACTION == 0.15
     assert bound_lab_s(cfg) == 0.001
     assert math.isclose(poll_step(cfg), 0.15 * 0.001)
-    bare = config(None, shaped=False)  # no cable delays
+    # no cable delays: one MTU at the fastest model rate (400 Gb/s, the uplinks)
+    bare = replace(cfg, ports=tuple(replace(p, delay_lab_s=0.0) for p in cfg.ports))
     mtu = fidelity.lag_bound_model_s(bare.mtu, 400e9)
     assert math.isclose(bound_lab_s(bare), mtu * bare.tdf)
+    assert math.isclose(poll_step(bare), 0.15 * mtu * bare.tdf)
     assert math.isclose(fastagent.grid_step(bare), fastagent.GRID_FRACTION * mtu * bare.tdf)
-    slow = replace(bare, tdf=20 * bare.tdf)
+    slow = replace(bare, tdf=20 * bare.tdf,
+                   ports=tuple(replace(p, lab_bps=p.lab_bps / 20) for p in bare.ports))
     assert math.isclose(poll_step(slow), 20 * poll_step(bare))
+
+
+def test_a_poll_cannot_overflow_a_ring():
+    """A poll step lets at most a quarter of a ring's slots of 64-byte frames in at the
+    fastest port's lab rate (the config's host ports: 200 Gb/s model at TDF 1000): long
+    cables shorten it to that; an unshaped port (no lab rate) turns polling off."""
+    cfg = config(None)
+    fastest = 200e9 / 1000.0
+    cap = arrivals.POLL_RING_FRAMES * 512 / fastest  # 655.36 us lab
+    assert cap < 0.15 * 0.01
+    far = replace(cfg, ports=tuple(replace(p, delay_lab_s=0.01) for p in cfg.ports))
+    assert math.isclose(poll_step(far), cap)
+    assert poll_step(config(None, shaped=False)) == 0.0
+    one = replace(cfg, ports=(replace(cfg.ports[0], lab_bps=math.inf),) + cfg.ports[1:])
+    assert poll_step(one) == 0.0
+
+
+def test_the_cap_is_a_quarter_of_cs_ring():
+    """POLL_RING_FRAMES mirrors switch_agent/fast/ring.h's RING_RX / 4."""
+    ring_h = (Path(arrivals.__file__).parent / "fast" / "ring.h").read_text()
+    slots = int(re.search(r"#define RING_RX (\d+)", ring_h).group(1))
+    assert arrivals.POLL_RING_FRAMES * 4 == slots
 
 
 def test_a_socket_stamps_what_it_receives():
