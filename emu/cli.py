@@ -126,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "(default 4MB)")
     p.add_argument("--tdf", type=float, default=None,
                    help="bench lb: TDF (default 10000); bench fuzz: TDF (default 1000); "
-                        "bench train: TDF (default emu run's auto)")
+                        "bench train: TDF (default emu run's auto); bench fidelity: T for "
+                        "every workload (default each one's own: 2000 on rail2x4, 5000 on "
+                        "rail8x4)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="bench lb, train: keep the runs here (default a new temporary "
                         "directory)")
@@ -223,7 +225,10 @@ def cmd_bench(args) -> int:
         return bench.speed(topos or ("rail2x4",), load=1.0 if args.load is None else args.load,
                            duration=args.duration, paths=paths)
     if args.what == "fidelity":
-        return bench.fidelity(paths=paths, topos=topos)
+        if args.tdf is not None and args.tdf < 1:
+            print(f"emu bench: --tdf must be >= 1, got {args.tdf:g}", file=sys.stderr)
+            return 2
+        return bench.fidelity(paths=paths, topos=topos, tdf=args.tdf)
     if args.what == "forward":
         return bench.forward(duration=args.duration, paths=paths)
     os.environ[datapath.ENV] = paths[0]  # one path: every process of the bench inherits it

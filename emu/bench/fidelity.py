@@ -48,9 +48,10 @@ def kept_up(code: int, summary: dict) -> bool | None:
 
 
 def fidelity(factor: float = 4.0, paths: tuple[str, ...] = paths_.BOTH,
-             topos: tuple[str, ...] | None = None) -> int:
-    """The cases of FIDELITY_CASES (those on `topos`, if given) at TDF T and factor x T on
-    each of `paths`; prints a table per case. Exit 0 if every run exited 0."""
+             topos: tuple[str, ...] | None = None, tdf: float | None = None) -> int:
+    """The cases of FIDELITY_CASES (those on `topos`, if given) at TDF T (`tdf` for every
+    case if given, else the case's own) and factor x T on each of `paths`; prints a table
+    per case. Exit 0 if every run exited 0."""
     print(f"bench fidelity: each workload at TDF T and {factor:g}T on each data path, model "
           "results and the guard's verdict (emu run, --pcap none)", flush=True)
     print("\n".join(paths_.legend(paths)))
@@ -59,21 +60,22 @@ def fidelity(factor: float = 4.0, paths: tuple[str, ...] = paths_.BOTH,
         for name, argv, t in FIDELITY_CASES:
             if topos is not None and argv[0] not in topos:
                 continue
+            t = tdf or t
             tdfs = (t, factor * t)
             runs = {}
-            for tdf, m in paths_.alternate(paths, tdfs):
-                out = Path(tmp) / f"{argv[0]}-{argv[2]}-{tdf:g}-{m}"
-                print(f"  {name} at TDF {tdf:g}, {m} ...", flush=True)
-                code = emu_run([*argv, "--tdf", str(tdf), "--datapath", m, "--pcap", "none",
+            for at, m in paths_.alternate(paths, tdfs):
+                out = Path(tmp) / f"{argv[0]}-{argv[2]}-{at:g}-{m}"
+                print(f"  {name} at TDF {at:g}, {m} ...", flush=True)
+                code = emu_run([*argv, "--tdf", str(at), "--datapath", m, "--pcap", "none",
                                 "--quiet", "--out", str(out)])
                 path = out / "summary.json"
                 summary = json.loads(path.read_text()) if path.is_file() else {}
-                runs[(tdf, m)] = (code, summary, model_results(summary))
+                runs[(at, m)] = (code, summary, model_results(summary))
                 ok &= code == 0
             print(f"\n{name}")
             print("\n".join(case_table(runs, tdfs, paths)))
-            for (tdf, m), (code, s, _) in runs.items():
-                print(f"  TDF {tdf:g} {m}: exit {code}, verdict {s.get('verdict', '?')}; "
+            for (at, m), (code, s, _) in runs.items():
+                print(f"  TDF {at:g} {m}: exit {code}, verdict {s.get('verdict', '?')}; "
                       f"{guard.line(s) if s else 'no summary.json'}")
     return 0 if ok else 1
 

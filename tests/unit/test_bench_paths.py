@@ -172,3 +172,21 @@ def test_bench_tdf_alternates_paths_and_prints_the_ratio_of_kept_up_rows(monkeyp
         ["10000", "fast", "c", "20", "M", "80.0", "79.0", "0.988", "0", "60.0", "3.50", "0.50",
          "us", "kept", "up"],
         ["10000", "fast/python", "0.60"]]
+
+
+def test_bench_fidelity_runs_each_workload_at_t_and_4t(monkeypatch, capsys):
+    """`emu bench fidelity --topo rail2x4 --tdf 1000 --datapath fast`: each rail2x4 case at
+    TDF 1000 and 4000 (issue 30 asks T = 1000 there); without --tdf, the case's own T."""
+    calls = []
+
+    def run(argv):  # a stand-in for `emu run`: the topology, workload and TDF it was given
+        calls.append((argv[0], argv[2], float(argv[argv.index("--tdf") + 1])))
+        return 0
+    monkeypatch.setattr(fidelity, "emu_run", run)
+    assert fidelity.fidelity(paths=("fast",), topos=("rail2x4",), tdf=1000.0) == 0
+    assert calls == [("rail2x4", "allreduce", 1000.0), ("rail2x4", "allreduce", 4000.0),
+                     ("rail2x4", "incast", 1000.0), ("rail2x4", "incast", 4000.0)]
+    calls.clear()
+    assert fidelity.fidelity(paths=("fast",), topos=("rail8x4",)) == 0
+    assert calls == [("rail8x4", "allreduce", 5000.0), ("rail8x4", "allreduce", 20000.0)]
+    assert "rail8x4 AllReduce 4 MB (32 ranks)" in capsys.readouterr().out
