@@ -9,13 +9,17 @@ The switch agent (`switch_agent.control.AgentControl`) and the emulated NIC
   ready (`ready`), so a client that can connect is answered. Two ways to serve: `handle`
   from an event loop (non-blocking listener, one request per connection, answered
   inline: the agent's epoll loop) or `start` (a thread per connection, any number of
-  lines on it: the NIC, whose verbs calls block). A subclass answers in `reply`.
+  lines on it: the NIC, whose verbs calls block). A subclass answers in `reply`;
+  `answered` holds how long the last answer to each command took, decoding and encoding
+  included (wall time: what an agent's loop waits for it; emu.observe.metrics paces its
+  sampling by the `counters` one).
 * `request`: one request on a fresh connection; `exchange` returns the raw reply line.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import os
 import socket
 import threading
@@ -58,6 +62,8 @@ class LineServer:
         self.sock.bind(path + ".tmp")
         self.sock.listen(backlog)
         self.sock.setblocking(blocking)
+        #: command -> how long its last answer took, s
+        self.answered: dict[str, float] = {}
 
     def reply(self, req: dict) -> dict:
         """The reply to one request (an exception becomes an error reply)."""
@@ -65,11 +71,17 @@ class LineServer:
 
     def answer(self, data: bytes) -> bytes:
         """The encoded reply to one received line (an empty one is the request {})."""
+        t, cmd = time.monotonic(), None
         try:
-            out = self.reply(json.loads(data or b"{}"))
+            req = json.loads(data or b"{}")
+            cmd = req.get("cmd") if isinstance(req, dict) else None
+            out = self.reply(req)
         except Exception as exc:  # a bad request must not kill the process it controls
             out = error_reply(exc)
-        return encode(out)
+        line = encode(out)
+        if isinstance(cmd, str):
+            self.answered[cmd] = time.monotonic() - t
+        return line
 
     def ready(self) -> None:
         """Publish the socket under its final name: clients may now connect."""
