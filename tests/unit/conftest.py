@@ -19,3 +19,15 @@ def asan_dir(tmp_path_factory) -> Path:
     out = shared / "asan"
     out.mkdir(exist_ok=True)
     return out
+
+
+@pytest.fixture(autouse=True)
+def closes_nics():
+    """The NICs tests/unit/test_nic.py's `_pair` made during a test are closed after it
+    (their wake-up socket pairs: nothing left to the garbage collector)."""
+    yield
+    import sys
+    mod = sys.modules.get("tests.unit.test_nic")
+    made = getattr(mod, "MADE", None) if mod is not None else None
+    while made:
+        made.pop().close()

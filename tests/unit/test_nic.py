@@ -120,6 +120,10 @@ class Wire:
         raise BlockingIOError
 
 
+#: the NICs `_pair` made: tests/unit/conftest.py's `closes_nics` closes them after each test
+MADE: list = []
+
+
 def _pair(dcqcn="paper", events=None, **kw):
     """NICs h1g1 and h4g2 (TDF 1000) without sockets; with `events` (a directory), each
     writes its event log to events/<gpu>.jsonl; `kw` more NicConfig fields."""
@@ -132,6 +136,7 @@ def _pair(dcqcn="paper", events=None, **kw):
                 open_sockets=False)
         n.raw = Wire()
         nics[g] = n
+        MADE.append(n)
     return fab, nics["h1g1"], nics["h4g2"]
 
 
@@ -249,3 +254,11 @@ def test_pfc_pause_stops_data_until_it_expires():
         assert 0 < a.step(10.0) <= lab + 1e-9  # sleeps while paused, no spinning
         a.transmit(10.0 + lab + 1e-6)
         assert len(a.raw.frames) == 1
+
+
+def test_close_closes_the_wake_pair_and_leaves_fakes_alone():
+    _, a, b = _pair()
+    wire = a.raw
+    a.close()
+    assert a.wake_r.fileno() == -1 and a.wake_w.fileno() == -1 and a.raw is wire
+    b.close()

@@ -144,6 +144,14 @@ class Nic(NicVerbs, UetRx):
         v.bind((self.cfg.ip, UET_UDP_PORT))
         self.udp_uet = v
 
+    def close(self) -> None:
+        """Close the event log (if still open), the wake-up pair and the sockets `_open`
+        opened (the process's end)."""
+        self.ev.close(time.monotonic())
+        for s in (self.wake_r, self.wake_w, self.raw, self.udp, self.udp_uet):
+            if isinstance(s, socket.socket):
+                s.close()
+
     def wake(self) -> None:
         """Make the data-path loop re-evaluate now."""
         try:

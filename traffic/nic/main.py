@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         with nic.lock:  # control threads may still be emitting
             nic.ev.close(time.monotonic())
         log.info("NIC %s: %s", cfg.gpu, json.dumps(nic.c))
+        nic.close()
     return 0
 
 
