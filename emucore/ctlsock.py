@@ -19,10 +19,10 @@ The switch agent (`switch_agent.control.AgentControl`) and the emulated NIC
 from __future__ import annotations
 
 import json
-import time
 import os
 import socket
 import threading
+import time
 
 __all__ = ["LineServer", "encode", "error_reply", "recv_line", "exchange", "request"]
 

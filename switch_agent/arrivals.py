@@ -43,7 +43,8 @@ import math
 from emucore.fidelity import lag_bound_model_s
 from switch_agent.agentconfig import AgentConfig
 
-__all__ = ["POLL_FRACTION", "POLL_RING_FRAMES", "MIN_FRAME_BITS", "bound_lab_s", "poll_step", "poll_until", "arrival_order"]
+__all__ = ["POLL_FRACTION", "POLL_RING_FRAMES", "MIN_FRAME_BITS", "bound_lab_s", "poll_step",
+           "poll_until", "arrival_order"]
 
 #: after a wake-up that read frames, the ports are watched again this fraction of the
 #: guard's bound later (`poll_step`). The frames that came meanwhile run at their stamps,

@@ -42,12 +42,11 @@ model time, over STALL_SHARE of the guard's bound (`bound_model_s`; emu.observe.
 the interval is at least that stall / DUTY (and at most MAX_INTERVAL_LAB_S): no process
 spends over DUTY of its time answering, half the 1 % of actions the guard's p99 leaves
 to be late. A shorter stall cannot by itself put an action past the bound, and the
-interval stays the one asked
-(the model interval, or 1 / max_rate_hz of lab time if longer), as it does at the labs'
-TDFs (5000 and up: 2 ms is 0.4 µs there). At 20 samples/s a 3:1 incast at TDF 1000 fell
-behind in 4 of 4 runs (p99 1.33 µs, using 0.35 of 2 cores) and kept up in 2 of 2 at
-6/s. sampler.json records the interval asked and, after the run, the mean one and the
-stalls it was set from.
+interval stays the one asked (the model interval, or 1 / max_rate_hz of lab time if
+longer), as it does at the labs' TDFs (5000 and up: 2 ms is 0.4 µs there). At 20
+samples/s a 3:1 incast at TDF 1000 fell behind in 4 of 4 runs (p99 1.33 µs, using 0.35
+of 2 cores); paced, it kept up in 2 of 2 (~4 samples/s). sampler.json records the
+interval asked and, after the run, the mean one and the stalls it was set from.
 """
 
 from __future__ import annotations
@@ -349,7 +348,7 @@ class Sampler:
         self._write_json(rounds=self.rounds,
                          mean_interval_lab_s=span / max(1, self.rounds - 1),
                          stall_lab_s={k: statistics.median(v)
-                                           for k, v in sorted(self.fetch_s.items())})
+                                      for k, v in sorted(self.fetch_s.items())})
         return dict(self.last)
 
 
