@@ -10,9 +10,11 @@ The switch agent (`switch_agent.control.AgentControl`) and the emulated NIC
   from an event loop (non-blocking listener, one request per connection, answered
   inline: the agent's epoll loop) or `start` (a thread per connection, any number of
   lines on it: the NIC, whose verbs calls block). A subclass answers in `reply`;
-  `answered` holds how long the last answer to each command took, decoding and encoding
-  included (wall time: what an agent's loop waits for it; emu.observe.metrics paces its
-  sampling by the `counters` one).
+  `answered` holds the CPU time the last answer to each command took, decoding and
+  encoding included (the answering thread's: what it took from an agent's loop, or, as a
+  NIC's control thread holds the GIL meanwhile, from the NIC's loop; wall time would add
+  whatever else ran on a busy machine). emu.observe.metrics paces its sampling by the
+  `counters` one.
 * `request`: one request on a fresh connection; `exchange` returns the raw reply line.
 """
 
@@ -62,7 +64,7 @@ class LineServer:
         self.sock.bind(path + ".tmp")
         self.sock.listen(backlog)
         self.sock.setblocking(blocking)
-        #: command -> how long its last answer took, s
+        #: command -> the CPU time its last answer took, s
         self.answered: dict[str, float] = {}
 
     def reply(self, req: dict) -> dict:
@@ -71,7 +73,7 @@ class LineServer:
 
     def answer(self, data: bytes) -> bytes:
         """The encoded reply to one received line (an empty one is the request {})."""
-        t, cmd = time.monotonic(), None
+        t, cmd = time.thread_time(), None
         try:
             req = json.loads(data or b"{}")
             cmd = req.get("cmd") if isinstance(req, dict) else None
@@ -80,7 +82,7 @@ class LineServer:
             out = error_reply(exc)
         line = encode(out)
         if isinstance(cmd, str):
-            self.answered[cmd] = time.monotonic() - t
+            self.answered[cmd] = time.thread_time() - t
         return line
 
     def ready(self) -> None:

@@ -35,8 +35,8 @@ that events can be put on the sampled series.
 as long as it takes to answer - a switch agent answers between frames in its one thread,
 a NIC's control thread takes the GIL from its loop - so frames due meanwhile leave late
 (0.5 ms of agent CPU per `counters` of rail2x4's rail1, 20 KB of JSON: 0.5 µs of model
-time at TDF 1000). A source's stall is the time its last `counters` answer took, as it
-reports it (``answer_s``, emucore.ctlsock), else the request's round trip. Where the
+time at TDF 1000). A source's stall is the CPU time its last `counters` answer took, as
+it reports it (``answer_s``, emucore.ctlsock), else the request's round trip. Where the
 slowest source's recent stall (each source's median of its last FETCH_WINDOW) is, in
 model time, over STALL_SHARE of the guard's bound (`bound_model_s`; emu.observe.guard),
 the interval is at least that stall / DUTY (and at most MAX_INTERVAL_LAB_S): no process
@@ -240,7 +240,8 @@ class Sampler:
         self.interval_lab = self.interval_asked
         #: name -> its last FETCH_WINDOW stalls (answer_s, else round trips), lab s
         self.fetch_s: dict[str, list[float]] = {}
-        self.rounds = 0
+        self.rounds = self.paced_rounds = 0
+        self.final: dict | None = None  # `report` when stopped
         self.sources = sources
         self.kinds = kinds  # name -> "switch" | "nic"
         self.last: dict[str, dict] = {}
@@ -319,6 +320,7 @@ class Sampler:
             self._paths_fh.flush()
         self.rounds += 1
         self.interval_lab = self.paced()
+        self.paced_rounds += self.interval_lab > self.interval_asked
         for hook in self.hooks:
             try:
                 hook()
@@ -344,12 +346,17 @@ class Sampler:
         self._fh.close()
         if self._paths_fh is not None:
             self._paths_fh.close()
-        span = time.monotonic() - self.t0
-        self._write_json(rounds=self.rounds,
-                         mean_interval_lab_s=span / max(1, self.rounds - 1),
-                         stall_lab_s={k: statistics.median(v)
-                                      for k, v in sorted(self.fetch_s.items())})
+        self.final = self.report()
+        self._write_json(**self.final)
         return dict(self.last)
+
+    def report(self) -> dict:
+        """How the sampling went: rounds, those the pacing slowed, the mean interval (lab
+        s, the rounds' own time included) and each source's recent stall (lab s)."""
+        span = time.monotonic() - self.t0
+        return {"rounds": self.rounds, "paced_rounds": self.paced_rounds,
+                "mean_interval_lab_s": span / max(1, self.rounds - 1),
+                "stall_lab_s": {k: statistics.median(v) for k, v in sorted(self.fetch_s.items())}}
 
 
 def read_rows(path: Path) -> list[dict]:

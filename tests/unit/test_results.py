@@ -86,6 +86,7 @@ def test_sampling_keeps_under_its_share_of_each_process(tmp_path, monkeypatch):
     assert s.interval_lab == s.interval_asked == 0.05  # 20/s at most
     s.start(background=False)
     assert s.interval_lab == pytest.approx(0.0008 / metrics.DUTY)  # 0.16 s
+    assert s.paced_rounds == 1
     s.sample()
     assert s.fetch_s == {"rail1": [pytest.approx(0.0004)] * 2,
                          "rail2": [pytest.approx(0.0008)] * 2}
@@ -114,7 +115,20 @@ def test_sampler_json_records_the_pacing(tmp_path):
     s.stop()
     meta = json.loads((tmp_path / SAMPLER_JSON).read_text())
     assert meta["rounds"] == 2 and set(meta["stall_lab_s"]) == {"rail1"}
-    assert meta["mean_interval_lab_s"] > 0
+    assert meta["mean_interval_lab_s"] > 0 and meta["paced_rounds"] == 0
+    assert s.final == {k: meta[k] for k in s.final}
+
+
+def test_the_summary_says_when_sampling_was_paced():
+    from emu.observe.summary import sampling_line
+    assert sampling_line(None) is None
+    assert sampling_line({"paced_rounds": 0, "asked_model_us": 50.0}) is None
+    assert sampling_line({"paced_rounds": 2, "rounds": 90, "asked_model_us": 50.0,
+                          "mean_model_us": 55.0, "stall_max_ms": 1.5}) is None  # as asked
+    assert sampling_line({"paced_rounds": 3, "rounds": 40, "asked_model_us": 50.0,
+                          "mean_model_us": 291.4, "stall_max_ms": 1.25}) == (
+        "Metrics: sampled every 291 µs model on average, not the 50 µs asked: answering a "
+        "sample stalls a process up to 1.2 ms, kept under 0.5 % of its time (sampler.json)")
 
 
 def synthetic_run(tmp_path):
