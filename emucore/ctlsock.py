@@ -9,12 +9,7 @@ The switch agent (`switch_agent.control.AgentControl`) and the emulated NIC
   ready (`ready`), so a client that can connect is answered. Two ways to serve: `handle`
   from an event loop (non-blocking listener, one request per connection, answered
   inline: the agent's epoll loop) or `start` (a thread per connection, any number of
-  lines on it: the NIC, whose verbs calls block). A subclass answers in `reply`;
-  `answered` holds the CPU time the last answer to each command took, decoding and
-  encoding included (the answering thread's: what it took from an agent's loop, or, as a
-  NIC's control thread holds the GIL meanwhile, from the NIC's loop; wall time would add
-  whatever else ran on a busy machine). emu.observe.metrics paces its sampling by the
-  `counters` one.
+  lines on it: the NIC, whose verbs calls block). A subclass answers in `reply`.
 * `request`: one request on a fresh connection; `exchange` returns the raw reply line.
 """
 
@@ -24,7 +19,6 @@ import json
 import os
 import socket
 import threading
-import time
 
 __all__ = ["LineServer", "encode", "error_reply", "recv_line", "exchange", "request"]
 
@@ -64,8 +58,6 @@ class LineServer:
         self.sock.bind(path + ".tmp")
         self.sock.listen(backlog)
         self.sock.setblocking(blocking)
-        #: command -> the CPU time its last answer took, s
-        self.answered: dict[str, float] = {}
 
     def reply(self, req: dict) -> dict:
         """The reply to one request (an exception becomes an error reply)."""
@@ -73,17 +65,11 @@ class LineServer:
 
     def answer(self, data: bytes) -> bytes:
         """The encoded reply to one received line (an empty one is the request {})."""
-        t, cmd = time.thread_time(), None
         try:
-            req = json.loads(data or b"{}")
-            cmd = req.get("cmd") if isinstance(req, dict) else None
-            out = self.reply(req)
+            out = self.reply(json.loads(data or b"{}"))
         except Exception as exc:  # a bad request must not kill the process it controls
             out = error_reply(exc)
-        line = encode(out)
-        if isinstance(cmd, str):
-            self.answered[cmd] = time.thread_time() - t
-        return line
+        return encode(out)
 
     def ready(self) -> None:
         """Publish the socket under its final name: clients may now connect."""

@@ -51,8 +51,8 @@ class AgentControl(LineServer):
         cmd = req.get("cmd")
         if cmd == "ping":
             return {"ok": True, "switch": a.cfg.name, "pid": os.getpid()}
-        if cmd == "counters":  # answer_s: the last one's CPU time (metrics)
-            return {"ok": True, **a.snapshot(), "answer_s": self.answered.get("counters", 0.0)}
+        if cmd == "counters":
+            return {"ok": True, **a.snapshot()}
         if cmd == "fib":
             return {"ok": True, "routes": [
                 {"prefix": f"{ipaddress.ip_address(net)}/{plen}",

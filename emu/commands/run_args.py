@@ -87,10 +87,7 @@ def add_parser(sub) -> None:
                         "and the summary says it was truncated)")
     p.add_argument("--interval", default=D.interval, metavar="T",
                    help="metrics sampling interval in model time (default 50us; never "
-                        "faster than 20 samples/s of lab time, and where answering a sample "
-                        "stalls an agent or NIC for over half the fidelity bound, slow "
-                        "enough that it spends at most 0.5 %% of its time answering; "
-                        "sampler.json says what it was)")
+                        "faster than 20 samples/s of lab time)")
     p.add_argument("--quiet", action="store_true", help="only the summary")
     p.add_argument("--workload", choices=["write", "incast", "allreduce", "train", "pipeline",
                                           "tensor", "bookexample"],

@@ -30,23 +30,6 @@ created by the first such row (a run without balanced flows has none); emu.obser
 summarises it and emu.observe.plots draws it. RUNDIR/sampler.json states the files' t = 0 on
 the event log's axis (``t0_model_us``, model µs of CLOCK_MONOTONIC, emucore.eventlog), so
 that events can be put on the sampled series.
-
-**Sampling costs the model little** (issue 30): a sample stalls each process it asks for
-as long as it takes to answer - a switch agent answers between frames in its one thread,
-a NIC's control thread takes the GIL from its loop - so frames due meanwhile leave late
-(0.5 ms of agent CPU per `counters` of rail2x4's rail1, 20 KB of JSON: 0.5 µs of model
-time at TDF 1000). A source's stall is the CPU time its last `counters` answer took, as
-it reports it (``answer_s``, emucore.ctlsock), else the request's round trip. Where the
-slowest source's recent stall (each source's median of its last FETCH_WINDOW) is, in
-model time, over STALL_SHARE of the guard's bound (`bound_model_s`; emu.observe.guard),
-the interval is at least that stall / DUTY (and at most MAX_INTERVAL_LAB_S): no process
-spends over DUTY of its time answering, half the 1 % of actions the guard's p99 leaves
-to be late. A shorter stall cannot by itself put an action past the bound, and the
-interval stays the one asked (the model interval, or 1 / max_rate_hz of lab time if
-longer), as it does at the labs' TDFs (5000 and up: 2 ms is 0.4 µs there). At 20
-samples/s a 3:1 incast at TDF 1000 fell behind in 4 of 4 runs (p99 1.33 µs, using 0.35
-of 2 cores); paced, it kept up in 2 of 2 (~4 samples/s). sampler.json records the
-interval asked and, after the run, the mean one and the stalls it was set from.
 """
 
 from __future__ import annotations
@@ -54,7 +37,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -70,14 +52,6 @@ FIELDS = ("t_model_s", "node", "port", "queue", "metric", "value")
 PATH_FIELDS = ("t_model_s", "node", "flow", "port", "bps")
 PATHS_CSV = "paths.csv"  #: next to metrics.csv
 SAMPLER_JSON = "sampler.json"  #: next to metrics.csv: the sampled files' time origin
-#: a source's stalls keep under this share of lab time (see the module docstring)
-DUTY = 0.005
-#: a source's stall: the median of its last this many
-FETCH_WINDOW = 5
-#: never sample less often than once a second of lab time
-MAX_INTERVAL_LAB_S = 1.0
-#: a stall over this share of the guard's bound (model time) paces the sampling
-STALL_SHARE = 0.5
 
 
 def switch_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[tuple]:
@@ -230,18 +204,11 @@ class Sampler:
 
     def __init__(self, path: Path, td: TimeDilation, interval_model_s: float,
                  sources: dict[str, Callable[[], dict]], kinds: dict[str, str],
-                 max_rate_hz: float = 20.0, bound_model_s: float = 1e-6) -> None:
+                 max_rate_hz: float = 20.0) -> None:
         self.path = path
         self.td = td
-        #: the fidelity guard's bound (emu.observe.guard.bound_model_s of the fabric)
-        self.bound_model_s = bound_model_s
         # never poll faster than max_rate_hz in lab time: the agents have work to do
-        self.interval_asked = max(td.lab_time(interval_model_s), 1.0 / max_rate_hz)
-        self.interval_lab = self.interval_asked
-        #: name -> its last FETCH_WINDOW stalls (answer_s, else round trips), lab s
-        self.fetch_s: dict[str, list[float]] = {}
-        self.rounds = self.paced_rounds = 0
-        self.final: dict | None = None  # `report` when stopped
+        self.interval_lab = max(td.lab_time(interval_model_s), 1.0 / max_rate_hz)
         self.sources = sources
         self.kinds = kinds  # name -> "switch" | "nic"
         self.last: dict[str, dict] = {}
@@ -256,51 +223,31 @@ class Sampler:
         #: called after every sampling round (e.g. emu.observe.procstat.CpuTracker.sample)
         self.hooks: list[Callable[[], None]] = []
 
-    def start(self, background: bool = True) -> None:
-        """Start sampling (takes a first snapshot at once; `background` False: only that,
-        the caller samples)."""
-        self._write_json()
+    def start(self) -> None:
+        """Start sampling (takes a first snapshot at once)."""
+        (self.path.parent / SAMPLER_JSON).write_text(json.dumps(
+            {"t0_lab_s": self.t0, "t0_model_us": model_us(self.t0, self.td),
+             "interval_lab_s": self.interval_lab}))
         self.paths_path.unlink(missing_ok=True)  # a rerun into the same directory
         self._fh = self.path.open("w", newline="")
         self._w = csv.writer(self._fh)
         self._w.writerow(FIELDS)
         self.sample()
-        if background:
-            self._thread = threading.Thread(target=self._loop, name="emu-sampler", daemon=True)
-            self._thread.start()
-
-    def _write_json(self, **after) -> None:
-        (self.path.parent / SAMPLER_JSON).write_text(json.dumps(
-            {"t0_lab_s": self.t0, "t0_model_us": model_us(self.t0, self.td),
-             "interval_lab_s": self.interval_asked, "duty": DUTY,
-             "paced_over_model_s": STALL_SHARE * self.bound_model_s, **after}))
+        self._thread = threading.Thread(target=self._loop, name="emu-sampler", daemon=True)
+        self._thread.start()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_lab):
             self.sample()
 
-    def paced(self) -> float:
-        """The interval from the stalls seen so far (the module docstring)."""
-        slowest = max((statistics.median(v) for v in self.fetch_s.values()), default=0.0)
-        if self.td.model_time(slowest) <= STALL_SHARE * self.bound_model_s:
-            return self.interval_asked
-        return min(max(self.interval_asked, slowest / DUTY),
-                   max(MAX_INTERVAL_LAB_S, self.interval_asked))
-
     def sample(self) -> None:
         """Poll every source once and append its rows."""
         for name, fetch in list(self.sources.items()):  # the run may add NICs meanwhile
-            t = time.monotonic()
             try:
                 cur = fetch()
             except (OSError, ValueError) as exc:
                 log.debug("sampling %s: %s", name, exc)
                 continue
-            took = self.fetch_s.setdefault(name, [])
-            answer = cur.get("answer_s") if isinstance(cur, dict) else None
-            took.append(answer if isinstance(answer, float) and answer > 0
-                        else time.monotonic() - t)
-            del took[:-FETCH_WINDOW]
             cur.setdefault("t_lab", time.monotonic())
             prev = self.last.get(name)
             if "qps" in cur:  # keep destroyed QPs, with their final counters
@@ -318,9 +265,6 @@ class Sampler:
         self._fh.flush()
         if self._paths_fh is not None:
             self._paths_fh.flush()
-        self.rounds += 1
-        self.interval_lab = self.paced()
-        self.paced_rounds += self.interval_lab > self.interval_asked
         for hook in self.hooks:
             try:
                 hook()
@@ -346,17 +290,7 @@ class Sampler:
         self._fh.close()
         if self._paths_fh is not None:
             self._paths_fh.close()
-        self.final = self.report()
-        self._write_json(**self.final)
         return dict(self.last)
-
-    def report(self) -> dict:
-        """How the sampling went: rounds, those the pacing slowed, the mean interval (lab
-        s, the rounds' own time included) and each source's recent stall (lab s)."""
-        span = time.monotonic() - self.t0
-        return {"rounds": self.rounds, "paced_rounds": self.paced_rounds,
-                "mean_interval_lab_s": span / max(1, self.rounds - 1),
-                "stall_lab_s": {k: statistics.median(v) for k, v in sorted(self.fetch_s.items())}}
 
 
 def read_rows(path: Path) -> list[dict]:

@@ -79,16 +79,6 @@ def validate_summary(d: dict) -> None:
                          f"{d['verdict']!r}")
 
 
-def sampling_line(s: dict | None) -> str | None:
-    """A line when the sampler was slowed to spare the processes it asks (its mean
-    interval over 1.5 x the one asked: a round's own time is not pacing), else None."""
-    if not s or not s.get("paced_rounds") or s["mean_model_us"] <= 1.5 * s["asked_model_us"]:
-        return None
-    return (f"Metrics: sampled every {s['mean_model_us']:.0f} µs model on average, not the "
-            f"{s['asked_model_us']:g} µs asked: answering a sample stalls a process up to "
-            f"{s['stall_max_ms']:.1f} ms, kept under 0.5 % of its time (sampler.json)")
-
-
 def verdict_text(summary: dict) -> str:
     """The verdict as the terminal says it: PASS, FAIL, FIDELITY LOST (rerun with ...)."""
     text = summary["verdict"].replace("_", " ").upper()
@@ -131,9 +121,6 @@ def table_text(summary: dict, run_dir: Path | None = None, width: int = 100,
     procs = procstat.line(summary.get("cpu"))
     if procs:
         con.print(procs, highlight=False, soft_wrap=True)
-    paced = sampling_line(summary.get("sampling"))
-    if paced:
-        con.print(paced, highlight=False, soft_wrap=True)
     con.print(f"Verdict: {verdict_text(summary)}"
               + (f"   files: {run_dir}" if run_dir else ""))
     return con.export_text(styles=bool(color))

@@ -20,7 +20,6 @@ from collectives import jobresult
 from emu.realise import lbplan
 from emu.observe.capture import Captures
 from emu.cluster.net import ClusterNet
-from emu.observe import guard
 from emu.observe.metrics import Sampler
 from emu.realise.net import FabricNet
 from emu.observe.procstat import CpuTracker
@@ -142,8 +141,7 @@ def _up(plan: RunPlan, term: Terminal, fnet, build_s: float) -> Iterator[Live]:
     caps.start(fnet, plan.targets)
     sampler = Sampler(plan.run_dir / "metrics.csv", plan.td, plan.interval,
                       {s.name: (lambda n=s.name: fnet.counters(n)) for s in fab.switches()},
-                      {s.name: "switch" for s in fab.switches()},
-                      bound_model_s=guard.bound_model_s(fab))
+                      {s.name: "switch" for s in fab.switches()})
     procs = CpuTracker(os.getpid(), lambda: known_pids(fnet))
     for s in fab.switches():  # the guard judges the run, not the build (start-up, LLDP)
         fnet.agent_request(s.name, {"cmd": "fidelity_reset"})

@@ -36,17 +36,6 @@ def stop_sampling(plan: RunPlan, live: Live) -> dict:
     return all_counters
 
 
-def sampling(plan: RunPlan, live: Live) -> dict:
-    """The metrics' interval asked and had, model µs, and whether answering the sampler
-    slowed it (emu.observe.metrics: "Sampling costs the model little")."""
-    s = live.sampler
-    r = s.final or s.report()
-    return {"asked_model_us": plan.td.model_time(s.interval_asked) * 1e6,
-            "mean_model_us": plan.td.model_time(r["mean_interval_lab_s"]) * 1e6,
-            "paced_rounds": r["paced_rounds"], "rounds": r["rounds"],
-            "stall_max_ms": max(r["stall_lab_s"].values(), default=0.0) * 1e3}
-
-
 def switch_totals(counters: dict) -> dict[str, dict]:
     """Packets in and out and drops per switch, summed over its ports."""
     return {sw: {"rx_packets": sum(p["rx_packets"] for p in c["ports"].values()),
@@ -102,7 +91,6 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "workload_lab_s": round(out.workload_lab_s, 3),
         "workload_model_s": plan.td.model_time(out.workload_lab_s),
         "metrics_rows": live.sampler.rows,
-        "sampling": sampling(plan, live),
         "classes": class_totals(counters),
         "nics": nic_totals(all_counters),
         "paths": paths.summarise(counters, fab.to_dict()),

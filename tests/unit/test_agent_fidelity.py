@@ -230,8 +230,7 @@ def test_counters_carry_the_fidelity_snapshot_and_reset_clears_it():
     drive(a, 10 * MS, 1.0)
     c0 = time.process_time()
     a.woke(), a.woke()  # the poll loop's wake-ups (switch_agent.serve)
-    fid = control.AgentControl.dispatch(types.SimpleNamespace(agent=a, answered={}),
-                                       {"cmd": "counters"})[
+    fid = control.AgentControl.dispatch(types.SimpleNamespace(agent=a), {"cmd": "counters"})[
         "fidelity"]
     assert set(fid) == {"count", "max_lag_model_s", "p99_lag_model_s", "hist", "worst", "cpu_s",
                         "wakeups"}

@@ -45,7 +45,7 @@ TIMING = ("t_lab", "uptime_s")
 
 def ask(agent, req: dict) -> dict:
     """The control socket's reply to `req` (AgentControl.dispatch, without the socket)."""
-    return AgentControl.dispatch(SimpleNamespace(agent=agent, answered={}), req)
+    return AgentControl.dispatch(SimpleNamespace(agent=agent), req)
 
 
 def test_the_data_path_chosen_by_mode(monkeypatch):

@@ -217,9 +217,7 @@ def fake_run(tmp_path, rail1_lags, checks_ok=True, workload=WRITE):
         PairResult("h1g1", "h2g1", 1, 0, None, None)]
     out = Outcome(reach_judge(FAB, results), workload, 2.0)
     procs = SimpleNamespace(report=lambda cores: {"wall_s": 10.0, "cores_used": 1.96})
-    sampler = SimpleNamespace(rows=0, interval_asked=0.05, final={
-        "rounds": 2, "paced_rounds": 0, "mean_interval_lab_s": 0.06, "stall_lab_s": {}})
-    live = SimpleNamespace(build_s=1.0, sampler=sampler, procs=procs)
+    live = SimpleNamespace(build_s=1.0, sampler=SimpleNamespace(rows=0), procs=procs)
     summary = collect.summarise(plan, live, out, counters(rail1_lags, [0.0] * 100), {})
     return plan, out, summary
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from emu.observe.metrics import SAMPLER_JSON, Sampler, nic_rows, read_rows, switch_rows
+from emu.observe.metrics import Sampler, nic_rows, read_rows, switch_rows
 from emu.observe.summary import class_totals, nic_totals, report, table_text, validate_summary
 from emucore.timedil import TimeDilation
 from emucore.qos.qosconfig import QosConfig
@@ -65,70 +65,6 @@ def test_sampler_writes_csv(tmp_path):
     assert last["rail1"]["switch"] == "rail1"
     assert rows and set(rows[0]) == {"t_model_s", "node", "port", "queue", "metric", "value"}
     assert s.rows == len(rows)
-
-
-def test_sampling_keeps_under_its_share_of_each_process(tmp_path, monkeypatch):
-    """Where the slowest source's median round trip is, in model time, over half the
-    guard's bound (1 us; TDF 1000: 0.5 ms lab), the interval is that round trip / DUTY
-    when longer than the one asked (issue 30: a sample stalls the process it asks), never
-    longer than MAX_INTERVAL_LAB_S; shorter round trips leave it as asked."""
-    from emu.observe import metrics
-    clock = [100.0]
-    monkeypatch.setattr(metrics.time, "monotonic", lambda: clock[0])
-
-    def slow(took):  # a source whose answer takes `took` lab s
-        def fetch():
-            clock[0] += took
-            return snap(clock[0], eth1=port(tx=1000))
-        return fetch
-    s = Sampler(tmp_path / "m.csv", TD, 1e-6, {"rail1": slow(0.0004), "rail2": slow(0.0008)},
-                {"rail1": "switch", "rail2": "switch"})
-    assert s.interval_lab == s.interval_asked == 0.05  # 20/s at most
-    s.start(background=False)
-    assert s.interval_lab == pytest.approx(0.0008 / metrics.DUTY)  # 0.16 s
-    assert s.paced_rounds == 1
-    s.sample()
-    assert s.fetch_s == {"rail1": [pytest.approx(0.0004)] * 2,
-                         "rail2": [pytest.approx(0.0008)] * 2}
-    s.fetch_s["rail2"] = [0.0008, 0.02, 0.0009]  # one slow round trip is not the median
-    assert s.paced() == pytest.approx(0.0009 / metrics.DUTY)
-    s.fetch_s["rail2"] = [0.1] * 3
-    assert s.paced() == metrics.MAX_INTERVAL_LAB_S
-    s.fetch_s = {}
-    s.sources = {"rail1": lambda: {**snap(clock[0], eth1=port(tx=1000)), "answer_s": 0.003}}
-    s.sample()  # the source's own answer time, not the round trip (0 here)
-    assert s.fetch_s == {"rail1": [0.003]} and s.interval_lab == pytest.approx(0.6)
-    s.fetch_s = {"rail1": [0.0005]}  # 0.5 us model: not over half the bound
-    assert s.paced() == 0.05
-    s.bound_model_s = 0.5e-6
-    assert s.paced() == pytest.approx(0.1)
-    s.stop()
-
-
-def test_sampler_json_records_the_pacing(tmp_path):
-    src = {"rail1": lambda: snap(0.0, eth1=port(tx=1000))}
-    s = Sampler(tmp_path / "m.csv", TD, 1.0, src, {"rail1": "switch"}, max_rate_hz=1e-3)
-    s.start()
-    meta = json.loads((tmp_path / SAMPLER_JSON).read_text())
-    assert meta["interval_lab_s"] == s.interval_asked and meta["duty"] == 0.005
-    assert meta["paced_over_model_s"] == 0.5e-6
-    s.stop()
-    meta = json.loads((tmp_path / SAMPLER_JSON).read_text())
-    assert meta["rounds"] == 2 and set(meta["stall_lab_s"]) == {"rail1"}
-    assert meta["mean_interval_lab_s"] > 0 and meta["paced_rounds"] == 0
-    assert s.final == {k: meta[k] for k in s.final}
-
-
-def test_the_summary_says_when_sampling_was_paced():
-    from emu.observe.summary import sampling_line
-    assert sampling_line(None) is None
-    assert sampling_line({"paced_rounds": 0, "asked_model_us": 50.0}) is None
-    assert sampling_line({"paced_rounds": 2, "rounds": 90, "asked_model_us": 50.0,
-                          "mean_model_us": 55.0, "stall_max_ms": 1.5}) is None  # as asked
-    assert sampling_line({"paced_rounds": 3, "rounds": 40, "asked_model_us": 50.0,
-                          "mean_model_us": 291.4, "stall_max_ms": 1.25}) == (
-        "Metrics: sampled every 291 µs model on average, not the 50 µs asked: answering a "
-        "sample stalls a process up to 1.2 ms, kept under 0.5 % of its time (sampler.json)")
 
 
 def synthetic_run(tmp_path):
