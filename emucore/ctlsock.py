@@ -8,7 +8,7 @@ The switch agent (`switch_agent.control.AgentControl`) and the emulated NIC
 * `LineServer`: binds ``<path>.tmp`` and publishes it under ``<path>`` once the owner is
   ready (`ready`), so a client that can connect is answered. Two ways to serve: `handle`
   from an event loop (non-blocking listener, one request per connection, answered
-  inline: the agent's epoll loop) or `start` (a thread per connection, any number of
+  inline or, when the subclass `defer`s it, later: the agent's epoll loop) or `start` (a thread per connection, any number of
   lines on it: the NIC, whose verbs calls block). A subclass answers in `reply`.
 * `request`: one request on a fresh connection; `exchange` returns the raw reply line.
 """
@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 
-__all__ = ["LineServer", "encode", "error_reply", "recv_line", "exchange", "request"]
+__all__ = ["LineServer", "encode", "error_reply", "recv_line", "send", "exchange", "request"]
 
 
 def encode(msg: dict) -> bytes:
@@ -42,6 +42,15 @@ def recv_line(s: socket.socket, chunk: int = 65536) -> bytes:
             break
         data += got
     return data
+
+
+def send(conn: socket.socket, out: bytes) -> None:
+    """Send one reply and close the connection (a client gone away is not an error)."""
+    with conn:
+        try:
+            conn.sendall(out)
+        except OSError:
+            pass
 
 
 class LineServer:
@@ -81,22 +90,25 @@ class LineServer:
 
     # -- from an event loop ------------------------------------------------------------
     def handle(self) -> None:
-        """Accept and answer pending requests (non-blocking listener)."""
+        """Accept and answer pending requests (non-blocking listener); a request `defer`
+        takes is answered later, by the subclass (`send` the reply)."""
         while True:
             try:
                 conn, _ = self.sock.accept()
             except BlockingIOError:
                 return
-            with conn:
-                conn.settimeout(1.0)
-                try:
-                    out = self.answer(recv_line(conn))
-                except OSError as exc:  # a client too slow to send its line
-                    out = encode(error_reply(exc))
-                try:
-                    conn.sendall(out)
-                except OSError:
-                    pass
+            conn.settimeout(1.0)
+            try:
+                data = recv_line(conn)
+            except OSError as exc:  # a client too slow to send its line
+                send(conn, encode(error_reply(exc)))
+                continue
+            if not self.defer(conn, data):
+                send(conn, self.answer(data))
+
+    def defer(self, conn: socket.socket, data: bytes) -> bool:
+        """Whether the request line `data` is answered later (`handle`); here never."""
+        return False
 
     # -- a thread per connection ---------------------------------------------------------
     def start(self) -> None:

@@ -9,7 +9,11 @@ the fidelity guard's lags), and the faults of issue 14: {"cmd": "admin", "state"
 "loss", "corrupt", "delay_model_s"} or {"cmd": "degrade", "port": "eth5", "restore": true}. The counters carry "fidelity": the agent's
 emucore.fidelity.LagMeter snapshot plus "cpu_s", the process's CPU seconds, and "datapath":
 "c" or "python" (switch_agent.fastagent).
-Served from the agent's poll loop (no thread, so counters are read consistently).
+Served from the agent's poll loop (no thread, so counters are read consistently). On
+C's ring loop a `counters` request is answered a port at a time (`stepping`): each port's
+counters are read at once and carry their own "t_lab", and C's loop runs between the
+ports, so a sample stalls the switch for one port's reading instead of the whole answer
+(docs/PERFORMANCE.md "What a sample costs the processes it asks").
 `request(path, payload)` (emucore.ctlsock) is the client used by `emu` and the tests.
 """
 
@@ -19,10 +23,12 @@ import ipaddress
 import json
 import logging
 import os
+import socket
 import time
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
-from emucore.ctlsock import LineServer, request
+from emucore.ctlsock import LineServer, encode, error_reply, request, send
 from switch_agent import show
 
 if TYPE_CHECKING:  # the agent imports Scapy; clients of `request` need not
@@ -33,6 +39,23 @@ __all__ = ["AgentControl", "request"]
 log = logging.getLogger("switch_agent.control")
 
 
+def counters_reply(steps: Generator[tuple[str, dict], None, dict]) -> Generator[None, None, bytes]:
+    """The encoded `counters` reply (`encode({"ok": True, **snapshot})`, the ports last) of
+    `AgentState.snapshot_steps`: a step per port, each port's counters encoded in its
+    own step, and the rest of the snapshot and its encoding in the last."""
+    parts = []
+    while True:
+        try:
+            name, c = next(steps)
+        except StopIteration as stop:
+            snap = stop.value
+            break
+        parts.append(f"{json.dumps(name)}: {json.dumps(c)}")
+        yield
+    head = json.dumps({"ok": True, **{k: v for k, v in snap.items() if k != "ports"}})
+    return f"{head[:-1]}, \"ports\": {{{', '.join(parts)}}}}}\n".encode()
+
+
 class AgentControl(LineServer):
     """The agent's control socket at `path`: a non-blocking listener its poll loop
     serves (`handle`, from emucore.ctlsock.LineServer)."""
@@ -40,6 +63,43 @@ class AgentControl(LineServer):
     def __init__(self, path: str, agent: Agent) -> None:
         super().__init__(path, backlog=16, blocking=False)
         self.agent = agent
+        #: answer `counters` a port at a time (`defer`, `step`): the fast agent's loop
+        #: (switch_agent.serve.serve_rings) runs C's loop between the steps
+        self.stepping = False
+        self.pending: list[tuple[socket.socket, Generator[None, None, bytes]]] = []
+
+    def defer(self, conn: socket.socket, data: bytes) -> bool:
+        """A `counters` request, when stepping: answered by `step`s."""
+        if not self.stepping:
+            return False
+        try:
+            req = json.loads(data or b"{}")
+        except ValueError:
+            return False  # answered at once, with the error
+        if not (isinstance(req, dict) and req.get("cmd") == "counters"):
+            return False
+        self.pending.append((conn, counters_reply(self.agent.snapshot_steps())))
+        return True
+
+    def step(self) -> None:
+        """One step of the oldest deferred `counters` answer; sent when it is complete."""
+        conn, steps = self.pending[0]
+        try:
+            next(steps)
+            return
+        except StopIteration as stop:
+            out = stop.value
+        except Exception as exc:  # as `answer`: a failed request must not kill the agent
+            out = encode(error_reply(exc))
+        self.pending.pop(0)
+        send(conn, out)
+
+    def close(self) -> None:
+        """`LineServer.close`; deferred answers are abandoned (their clients see EOF)."""
+        for conn, _ in self.pending:
+            conn.close()
+        self.pending.clear()
+        super().close()
 
     def reply(self, req: dict) -> dict:
         """The reply to one request: `dispatch`'s."""

@@ -12,11 +12,8 @@ Pause refreshes and the watchdog's poll run in C (`FastPipeline.timers`), LLDP i
 the priorities LLDP/DCBX make PFC active on (`pfc_mode auto`) are pushed to C as they change.
 
 The control socket sees the Python agent (attributes it does not find here come from
-there). `counters` and `show` keep their shapes and values: before answering, `sync`
-copies C's state into the Python ports under the same attribute names (the counters the
-two sides both move - rx, tx, drops - by C's change since the last copy, so a `reset`
-and the Python side's own drops and LLDP frames still count), and the fidelity guard is
-C's meter merged with the Python agent's (LLDP). A route reload, a degraded link and a
+there); `counters` and `show` keep their shapes and values (`switch_agent.faststate`: C's
+state copied into the Python ports). A route reload, a degraded link and a
 fidelity reset go to both, and so do the flushes of a switch or link going down
 (`flush_port`). What C does not implement is refused, never approximated; the test drop
 hook runs in C. The event log is the Python agent's: what C's stages noted is
@@ -34,17 +31,16 @@ import logging
 import math
 import os
 
-from emucore import datapath, fidelity
-from emucore.fidelity import BUCKET_EDGES
+from emucore import datapath
 from switch_agent.agent import Agent
 from switch_agent.agentconfig import AgentConfig
 from switch_agent.arrivals import bound_lab_s, poll_step
+from switch_agent.faststate import C, PORT_MOVED, FastState
 from switch_agent.forward import flow_key
 
 log = logging.getLogger("switch_agent")
 
-#: the data path names counters()["datapath"] reports
-C, PYTHON = "c", "python"
+PYTHON = "python"  #: counters()["datapath"] of the Python agent (C's: faststate.C)
 #: C's loop rounds its next wake-up up to a grid of this fraction of the fidelity guard's
 #: bound (`grid_step`), so deadlines close together share one wake-up: an action is made
 #: at most 1/10 of the bound later by it, 9/10 of the bound is left for the wake-up's
@@ -57,13 +53,6 @@ SERVE_PYTHON, SERVE_DEADLINE = 0, 1
 #: loop on its port sockets (as before the rings)
 RINGS = os.environ.get("EMU_FAST_RINGS", "1") != "0"
 MAC_CONTROL = b"\x01\x80\xc2"  #: the link-local group C's control frames (PFC) go to
-PORT_MOVED = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")  #: moved by both sides
-QUEUE_COPIED = ("qbytes", "bytes", "avg", "enq_packets", "enq_bytes", "deq_packets",
-                "deq_bytes", "marks", "max_qbytes", "drops", "sojourn_max", "sojourn_hist",
-                "bin_seen", "bin_marked", "bin_dropped")  #: PortQueues: C's alone
-INGRESS_COPIED = ("held", "max_held", "xoff_sent", "xon_sent", "headroom_drops", "refreshes")
-PAUSE_COPIED = ("until", "since", "last_rx", "resumed_at", "paused_s", "pauses_rx",
-                "resumes_rx", "mask", "next_expiry")
 
 
 def grid_step(cfg: AgentConfig) -> float:
@@ -107,7 +96,7 @@ def flow_cache_key(frame: bytes) -> tuple[int, bytes]:
     return 2, flow_key(frame)
 
 
-class FastAgent:
+class FastAgent(FastState):
     """The Python agent as control plane, its per-frame work in C."""
 
     datapath = C
@@ -135,6 +124,7 @@ class FastAgent:
         self.pfc_masks = [self.fast.push_ingress(n) for n in self.fast.names]
         #: the control plane's flushes (switch down, a link down) flush C's queues too
         self.py_flush_port, agent.flush_port = agent.flush_port, self.flush_port
+        agent.port_counters = self.port_counters  # the snapshot's ports: C's state
         #: C's flow (cache, key) -> the balancer's tracked path its decision made
         self.path_of: dict[tuple[int, bytes], object] = {}
         self.decide, self.fast.decide = self.fast.decide, self.tracked_decide
@@ -146,14 +136,6 @@ class FastAgent:
         self.decide(frame, now)
         if len(tracked) > n:
             self.path_of[flow_cache_key(frame)] = tracked[-1]
-
-    def sync_paths(self) -> None:
-        """The tracked paths' packets and bytes, from C's flows (`Balancer.paths`)."""
-        path_of = self.path_of
-        for c, key, _, packets, nbytes in self.fast.c.flows():
-            p = path_of.get((c, key))
-            if p is not None:
-                p.packets, p.bytes = packets, nbytes
 
     def __getattr__(self, name: str):  # the control plane's attributes and methods
         return getattr(self.agent, name)
@@ -295,75 +277,6 @@ class FastAgent:
         self.sync_paths()
         self.path_of.clear()
         self.fast.install_fib(routes, neighbours, local_ips)
-
-    # -- the control socket's (switch_agent.control) ------------------------------------
-    def sync(self) -> None:
-        """Copy C's state into the Python ports (see the module docstring)."""
-        self.sync_paths()
-        for i, p in enumerate(self.py_ports):
-            s = self.fast.c.state(i)
-            moved = self.moved[i]
-            for k in PORT_MOVED:
-                setattr(p, k, getattr(p, k) + s[k] - moved[k])
-                moved[k] = s[k]
-            last = self.c_drops[i]
-            for k, n in s["drops"].items():
-                if n != last.get(k, 0):
-                    p.drops[k] = p.drops.get(k, 0) + n - last.get(k, 0)
-            self.c_drops[i] = s["drops"]
-            sq, pq = s["queues"], p.queues
-            for k in QUEUE_COPIED:
-                setattr(pq, k, sq[k])
-            self.fifo[i] = sq["fifo"]
-            si, ing = s["ingress"], p.ingress
-            for k in INGRESS_COPIED:
-                setattr(ing, k, si[k])
-            ing.paused = [bool(x) for x in si["paused"]]
-            for k in PAUSE_COPIED:
-                setattr(p.pause, k, s["pause"][k])
-            p.pause_tx, p.resume_tx, p.pfc_rx_frames = s["pause_tx"], s["resume_tx"], \
-                s["pfc_rx_frames"]
-            wd = p.watchdog
-            if wd is not None:
-                sw = s["watchdog"]
-                wd.stormed = sw["stormed"]
-                wd.storms_detected, wd.storms_restored = sw["storms_detected"], \
-                    sw["storms_restored"]
-                wd.dropped = s["wd_dropped"]
-
-    def meter_snapshot(self) -> dict:
-        """C's lag meter and the Python agent's (LLDP, its control frames) as one."""
-        return fidelity.merge((self.fast.meter().snapshot(), self.agent.meter.snapshot()))
-
-    def snapshot(self) -> dict:
-        """`AgentState.snapshot` of C's state; "datapath": "c"."""
-        self.sync()
-        snap = self.agent.snapshot()
-        snap["fidelity"] = {**self.meter_snapshot(), "cpu_s": snap["fidelity"]["cpu_s"],
-                            "wakeups": self.agent.wakeups + self.fast.c.loop_stats()[0]}
-        snap["datapath"] = C
-        for i, name in enumerate(self.fast.names):
-            for q, n in enumerate(self.fifo[i]):
-                snap["ports"][name]["queues"][str(q)]["depth_packets"] = n
-        flows = self.fast.c.flows()
-        snap["lb"]["flow_cache"] = {"flows": len(flows), "flushes": self.fast.c.flushes()}
-        return snap
-
-    def show_state(self) -> dict:
-        self.sync()
-        return self.agent.show_state()
-
-    def reset_meter(self) -> None:
-        """`fidelity_reset`: both meters start a new window."""
-        self.fast.c.set_meter(BUCKET_EDGES, self.monotonic)
-        self.agent.meter.reset()
-
-    def reset_counters(self) -> None:
-        """`reset`: the port counters, as the Python agent's (C's changes count from
-        here), and both meters."""
-        self.sync()
-        self.agent.reset_counters()
-        self.reset_meter()
 
     def port_changed(self, name: str) -> None:
         """A degraded or restored link (the Python port computed it): C runs it."""

@@ -19,7 +19,8 @@ follows them too).
 
 A fast agent (switch_agent.fastagent) whose port sockets take PACKET_MMAP rings runs
 `serve_rings` instead: the loop is C's (switch_agent/fast/loop.h), Python runs only for
-its own descriptors and deadlines.
+its own descriptors and deadlines, and it answers the metrics sampler's `counters` a
+port at a time with C's loop running between the ports (`AgentControl.step`, `answer_gap`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pyroute2 import IPRoute
 
 from emucore import rawsock
 from switch_agent import control, kernel
-from switch_agent.arrivals import arrival_order, poll_step, poll_until
+from switch_agent.arrivals import arrival_order, bound_lab_s, poll_step, poll_until
 from switch_agent.agent import Agent
 from switch_agent.fastagent import SERVE_PYTHON, FastAgent
 
@@ -44,6 +45,11 @@ log = logging.getLogger("switch_agent")
 
 RX_BUDGET = 64  # frames read from one socket per wake-up, for fairness between ports
 RELOAD_DEBOUNCE_S = 0.05  # wait this long after a netlink event before re-reading routes
+#: between two steps of a `counters` answer C's loop runs this fraction of the guard's
+#: bound (`answer_gap`): a step (one port, 0.1-0.5 ms of CPU here) lags C's actions by its
+#: own cost only, and C has at least that long again to catch up before the next one
+ANSWER_GAP_FRACTION = 0.25
+ANSWER_GAP_MAX_S = 1e-3  #: ... at most: a rail switch's answer stays ~10 ms at any TDF
 
 
 def wait(ep: select.epoll, timeout: float) -> list[tuple[int, int]]:
@@ -63,6 +69,13 @@ def discard(port, frame: bytes, now: float) -> None:
     port.drop("switch_down")
 
 
+def answer_gap(cfg) -> float:
+    """Lab seconds C's loop runs between two steps of a `counters` answer
+    (`AgentControl.step`): ANSWER_GAP_FRACTION of the fidelity guard's bound, at most
+    ANSWER_GAP_MAX_S."""
+    return min(ANSWER_GAP_FRACTION * bound_lab_s(cfg), ANSWER_GAP_MAX_S)
+
+
 def serve_rings(agent: FastAgent, ep: select.epoll, ctl, nl, ipr) -> None:
     """The fast agent's loop when its ports have rings (`FastAgent.open_rings`): C's loop
     (`Pipeline.serve`, switch_agent/fast/loop.h) runs until Python has something to do -
@@ -78,11 +91,14 @@ def serve_rings(agent: FastAgent, ep: select.epoll, ctl, nl, ipr) -> None:
     sent: list = []
     reload_at = None
     clock = time.monotonic
+    ctl.stepping, gap, step_at = True, answer_gap(agent.cfg), 0.0
     try:
         while agent.running:
             wake = agent.python_deadline(clock())
             if reload_at is not None and reload_at < wake:
                 wake = reload_at
+            if ctl.pending and step_at < wake:
+                wake = step_at
             why, now = serve_c(epfd, wake, agent.admin_up, punted, watchdog, sent)
             agent.served(now, watchdog, sent)
             if why == SERVE_PYTHON:
@@ -97,6 +113,9 @@ def serve_rings(agent: FastAgent, ep: select.epoll, ctl, nl, ipr) -> None:
                             pass
                     elif fd in cpu.socks:
                         cpu.read(fd, agent.from_kernel, now)
+            if ctl.pending and clock() >= step_at:
+                ctl.step()
+                step_at = clock() + gap
             if reload_at is not None and clock() >= reload_at:
                 agent.link_states(kernel.port_states(ipr), clock())
                 agent.install_fib(*kernel.read_control_plane(ipr))

@@ -9,6 +9,7 @@ of `AgentState`: attributes only; it calls no method the agent defines.
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 
 from emucore.eventlog import EventLog
 from emucore.fidelity import LagMeter
@@ -19,6 +20,15 @@ from switch_agent.balancer import Balancer
 from switch_agent.events import EventSink
 from switch_agent.flowcache import FlowCache
 from switch_agent.port import Port
+
+
+def finish(steps: Generator) -> object:
+    """What a generator returns, its steps run at once (`AgentState.snapshot`)."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
 
 
 class AgentState:
@@ -49,12 +59,30 @@ class AgentState:
     def snapshot(self) -> dict:
         """Counters of every port (the contract with `emu` metrics and `show`); the
         event log is flushed (the metrics sampler asks every interval)."""
+        return finish(self.snapshot_steps())
+
+    def port_counters(self, p: Port, now: float) -> dict:
+        """One port's part of the snapshot (`Port.counters`; the compiled path's first
+        copies C's state, switch_agent.fastagent)."""
+        return p.counters(now)
+
+    def snapshot_steps(self) -> Generator[tuple[str, dict], None, dict]:
+        """`snapshot` a port at a time: yields (port name, its counters) after each port,
+        read at its own "t_lab", and returns the snapshot. The fast agent's loop answers
+        the sampler so, running C's loop between the steps (switch_agent.control)."""
         now = time.monotonic()
         self.rx_overflow(now)
+        ports = {}
+        for p in self.ports.values():
+            t = time.monotonic()
+            c = ports[p.name] = self.port_counters(p, t)
+            c["t_lab"] = t
+            if self.sink.enabled and p.pause.expired:  # expiries the counters noticed
+                self.sink.pauses(p, t)
+            yield p.name, c
         snap = {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
                 "tdf": self.cfg.tdf, "datapath": self.datapath, "qos": self.qos is not None,
-                "ports": {p.name: p.counters(now) for p in self.ports.values()},
-                "events": list(self.events[-20:]),
+                "ports": ports, "events": list(self.events[-20:]),
                 "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time(),
                              "wakeups": self.wakeups},
                 "lb": {"mode": self.lb.mode, "describe": self.lb.describe(),
@@ -63,11 +91,7 @@ class AgentState:
                        "untracked": self.balancer.untracked,
                        "flow_cache": {"flows": len(self.flowcache),
                                       "flushes": self.flowcache.flushes}}}
-        if self.sink.enabled:
-            for p in self.ports.values():
-                if p.pause.expired:  # expiries the counters noticed
-                    self.sink.pauses(p, now)
-            self.log.flush()
+        self.log.flush()
         return snap
 
     def rx_overflow(self, now: float) -> None:

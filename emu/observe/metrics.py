@@ -66,6 +66,10 @@ def switch_rows(prev: dict, cur: dict, td: TimeDilation, t0_lab: float) -> list[
         p = prev["ports"].get(name)
         if p is None:
             continue
+        # a port read at its own time (a switch answers a port at a time: switch_agent.control)
+        dt = c.get("t_lab", cur["t_lab"]) - p.get("t_lab", prev["t_lab"])
+        if dt <= 0:
+            continue
         out.append((t, node, name, "", "tx_bps", td.model_rate((c["tx_bytes"] - p["tx_bytes"]) * 8 / dt)))
         out.append((t, node, name, "", "rx_bps", td.model_rate((c["rx_bytes"] - p["rx_bytes"]) * 8 / dt)))
         out.append((t, node, name, "", "drops",
