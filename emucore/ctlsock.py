@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import threading
 
@@ -67,6 +68,10 @@ class LineServer:
         self.sock.bind(path + ".tmp")
         self.sock.listen(backlog)
         self.sock.setblocking(blocking)
+        #: an event loop's epoll set (`handle`): connections still sending their line
+        #: wait in it, {descriptor: (connection, what came)}
+        self.ep: select.epoll | None = None
+        self.reading: dict[int, tuple[socket.socket, bytes]] = {}
 
     def reply(self, req: dict) -> dict:
         """The reply to one request (an exception becomes an error reply)."""
@@ -90,21 +95,56 @@ class LineServer:
 
     # -- from an event loop ------------------------------------------------------------
     def handle(self) -> None:
-        """Accept and answer pending requests (non-blocking listener); a request `defer`
-        takes is answered later, by the subclass (`send` the reply)."""
+        """Accept and answer pending requests (non-blocking listener). With `ep` (the
+        event loop's epoll set) a connection whose line has not all come yet waits in it
+        (`readable` reads on when it is), the loop does not; without, it is read at once
+        (up to 1 s). A request `defer` takes is answered later by the subclass (`send`)."""
         while True:
             try:
                 conn, _ = self.sock.accept()
             except BlockingIOError:
                 return
-            conn.settimeout(1.0)
-            try:
-                data = recv_line(conn)
-            except OSError as exc:  # a client too slow to send its line
-                send(conn, encode(error_reply(exc)))
-                continue
-            if not self.defer(conn, data):
-                send(conn, self.answer(data))
+            if self.ep is None:
+                conn.settimeout(1.0)
+                try:
+                    data = recv_line(conn)
+                except OSError as exc:  # a client too slow to send its line
+                    send(conn, encode(error_reply(exc)))
+                    continue
+                self.received(conn, data)
+            else:
+                conn.setblocking(False)
+                self.reading[conn.fileno()] = (conn, b"")
+                self.ep.register(conn.fileno(), select.EPOLLIN)
+                self.readable(conn.fileno())  # what came with the connection
+
+    def readable(self, fd: int) -> None:
+        """Read on a connection of `reading` (its descriptor was ready in `ep`); once
+        its line is complete (or the client closed), answer it."""
+        conn, data = self.reading[fd]
+        try:
+            while not data.endswith(b"\n"):
+                got = conn.recv(65536)
+                if not got:  # the client closed: the line is what came
+                    break
+                data += got
+        except BlockingIOError:
+            self.reading[fd] = (conn, data)
+            return
+        except OSError:  # the client went away
+            self.ep.unregister(fd)
+            del self.reading[fd]
+            conn.close()
+            return
+        self.ep.unregister(fd)
+        del self.reading[fd]
+        conn.settimeout(1.0)
+        self.received(conn, data)
+
+    def received(self, conn: socket.socket, data: bytes) -> None:
+        """A whole request line: answered now, or by the subclass if it `defer`s it."""
+        if not self.defer(conn, data):
+            send(conn, self.answer(data))
 
     def defer(self, conn: socket.socket, data: bytes) -> bool:
         """Whether the request line `data` is answered later (`handle`); here never."""
@@ -133,7 +173,11 @@ class LineServer:
             pass
 
     def close(self) -> None:
-        """Stop listening and remove the socket file."""
+        """Stop listening and remove the socket file (connections still sending their
+        line are closed)."""
+        for conn, _ in self.reading.values():
+            conn.close()
+        self.reading.clear()
         self.sock.close()
         for p in (self.path, self.path + ".tmp"):
             try:

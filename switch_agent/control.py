@@ -1,6 +1,7 @@
 """Control socket of the switch agent: one JSON request line in, one JSON reply out.
 
-Requests: {"cmd": "ping"}, {"cmd": "counters"}, {"cmd": "fib"}, {"cmd": "fidelity_reset"},
+Requests: {"cmd": "ping"}, {"cmd": "counters"} (with "brief": true, only what the metrics
+sampler reads: `AgentState.snapshot_steps`), {"cmd": "fib"}, {"cmd": "fidelity_reset"},
 {"cmd": "show", "text": "show queuing interface eth3"} (NX-OS-like, `switch_agent.show`),
 {"cmd": "mac_table"} (the rail VLANs' static MAC entries),
 {"cmd": "set", "test_drop_rate": 0.01} (test hook), {"cmd": "reset"} (port counters and
@@ -78,7 +79,8 @@ class AgentControl(LineServer):
             return False  # answered at once, with the error
         if not (isinstance(req, dict) and req.get("cmd") == "counters"):
             return False
-        self.pending.append((conn, counters_reply(self.agent.snapshot_steps())))
+        self.pending.append((conn, counters_reply(
+            self.agent.snapshot_steps(bool(req.get("brief"))))))
         return True
 
     def step(self) -> None:
@@ -112,7 +114,7 @@ class AgentControl(LineServer):
         if cmd == "ping":
             return {"ok": True, "switch": a.cfg.name, "pid": os.getpid()}
         if cmd == "counters":
-            return {"ok": True, **a.snapshot()}
+            return {"ok": True, **a.snapshot(brief=bool(req.get("brief")))}
         if cmd == "fib":
             return {"ok": True, "routes": [
                 {"prefix": f"{ipaddress.ip_address(net)}/{plen}",

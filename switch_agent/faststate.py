@@ -95,29 +95,32 @@ class FastState:
         """C's lag meter and the Python agent's (LLDP, its control frames) as one."""
         return fidelity.merge((self.fast.meter().snapshot(), self.agent.meter.snapshot()))
 
-    def snapshot(self) -> dict:
+    def snapshot(self, brief: bool = False) -> dict:
         """`AgentState.snapshot` of C's state; "datapath": "c"."""
-        return finish(self.snapshot_steps())
+        return finish(self.snapshot_steps(brief))
 
-    def port_counters(self, p, now: float) -> dict:
+    def port_counters(self, p, now: float, brief: bool = False) -> dict:
         """`AgentState.port_counters` of C's state (`sync_port`), with the FIFOs' depths
-        in packets."""
+        in packets (not in the brief ones)."""
         i = self.fast.index[p.name]
         self.sync_port(i)
+        if brief:
+            return p.brief(now)
         c = p.counters(now)
         for q, n in enumerate(self.fifo[i]):
             c["queues"][str(q)]["depth_packets"] = n
         return c
 
-    def snapshot_steps(self) -> Generator[tuple[str, dict], None, dict]:
+    def snapshot_steps(self, brief: bool = False) -> Generator[tuple[str, dict], None, dict]:
         """`AgentState.snapshot_steps` of C's state; "datapath": "c"."""
         self.sync_paths()
-        snap = yield from self.agent.snapshot_steps()
+        snap = yield from self.agent.snapshot_steps(brief)
         snap["fidelity"] = {**self.meter_snapshot(), "cpu_s": snap["fidelity"]["cpu_s"],
                             "wakeups": self.agent.wakeups + self.fast.c.loop_stats()[0]}
         snap["datapath"] = C
-        flows = self.fast.c.flows()
-        snap["lb"]["flow_cache"] = {"flows": len(flows), "flushes": self.fast.c.flushes()}
+        if not brief:
+            flows = self.fast.c.flows()
+            snap["lb"]["flow_cache"] = {"flows": len(flows), "flushes": self.fast.c.flushes()}
         return snap
 
     def show_state(self) -> dict:

@@ -242,6 +242,25 @@ class Port:
                         "ingress": self.ingress.counters(),
                         "watchdog": self.watchdog.counters() if self.watchdog else None}}
 
+    def brief(self, now: float) -> dict:
+        """What the metrics sampler reads between two full `counters` (the same values,
+        fewer of them: emu.observe.metrics.switch_rows): rx/tx bytes, drops, the queues
+        that ever held a frame (depth, CE marks, frames enqueued, drops), PFC's pauses."""
+        q, pause = self.queues, self.pause
+        drops = dict(self.drops)
+        queues = {}
+        for i, n in enumerate(q.enq_packets):
+            if n or q.qbytes[i] or q.drops[i]:
+                queues[str(i)] = {"depth_bytes": q.qbytes[i], "ecn_marks": q.marks[i],
+                                  "enqueued": n, "drops": dict(q.drops[i])}
+                for reason, k in q.drops[i].items():
+                    drops[reason] = drops.get(reason, 0) + k
+        mask = pause.paused_mask(now)
+        return {"rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes, "drops": drops,
+                "queues": queues, "pfc": {"pause_tx": list(self.pause_tx),
+                                          "pause_rx": list(pause.pauses_rx),
+                                          "paused": [bool(mask >> p & 1) for p in range(8)]}}
+
     def show_state(self, now: float) -> dict:
         """This port's part of the `switch_agent.show` state dict."""
         qc = self.queues.counters()

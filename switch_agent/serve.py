@@ -105,6 +105,8 @@ def serve_rings(agent: FastAgent, ep: select.epoll, ctl, nl, ipr) -> None:
                 for fd, _ in ep.poll(0):  # a port's descriptor: C has read its ring
                     if fd == ctl_fd:
                         ctl.handle()
+                    elif fd in ctl.reading:
+                        ctl.readable(fd)
                     elif fd == nl_fd:
                         rawsock.drain(nl)
                         reload_at = now + RELOAD_DEBOUNCE_S
@@ -137,6 +139,7 @@ def serve(agent: Agent | FastAgent) -> None:
         ep.register(fd, select.EPOLLIN)
     ctl = control.AgentControl(agent.cfg.control, agent)
     ep.register(ctl.fileno(), select.EPOLLIN)
+    ctl.ep = ep  # a client's request line is waited for in the loop, not by it
     nl = rawsock.open_netlink_monitor()
     ep.register(nl.fileno(), select.EPOLLIN)
     cpu = agent.cpu
@@ -215,6 +218,8 @@ def serve(agent: Agent | FastAgent) -> None:
             for fd in others:  # after the frames, which ran at their (earlier) arrivals
                 if fd == ctl.fileno():
                     ctl.handle()
+                elif fd in ctl.reading:
+                    ctl.readable(fd)
                 elif fd in cpu.socks:
                     cpu.read(fd, agent.from_kernel, now)
                 else:

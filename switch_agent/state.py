@@ -56,41 +56,48 @@ class AgentState:
         """The poll loop woke up (switch_agent.serve)."""
         self.wakeups += 1
 
-    def snapshot(self) -> dict:
+    def snapshot(self, brief: bool = False) -> dict:
         """Counters of every port (the contract with `emu` metrics and `show`); the
-        event log is flushed (the metrics sampler asks every interval)."""
-        return finish(self.snapshot_steps())
+        event log is flushed (the metrics sampler asks every interval). `brief`: see
+        `snapshot_steps`."""
+        return finish(self.snapshot_steps(brief))
 
-    def port_counters(self, p: Port, now: float) -> dict:
-        """One port's part of the snapshot (`Port.counters`; the compiled path's first
-        copies C's state, switch_agent.fastagent)."""
-        return p.counters(now)
+    def port_counters(self, p: Port, now: float, brief: bool = False) -> dict:
+        """One port's part of the snapshot (`Port.counters`, or `Port.brief`; the compiled
+        path's first copies C's state, switch_agent.faststate)."""
+        return p.brief(now) if brief else p.counters(now)
 
-    def snapshot_steps(self) -> Generator[tuple[str, dict], None, dict]:
+    def snapshot_steps(self, brief: bool = False) -> Generator[tuple[str, dict], None, dict]:
         """`snapshot` a port at a time: yields (port name, its counters) after each port,
         read at its own "t_lab", and returns the snapshot. The fast agent's loop answers
-        the sampler so, running C's loop between the steps (switch_agent.control)."""
+        the sampler so, running C's loop between the steps (switch_agent.control).
+        `brief`: what the metrics sampler reads between two full snapshots - the ports'
+        `Port.brief`, the fidelity guard's and the tracked paths' counts ("brief": true)."""
         now = time.monotonic()
         self.rx_overflow(now)
         ports = {}
         for p in self.ports.values():
             t = time.monotonic()
-            c = ports[p.name] = self.port_counters(p, t)
+            c = ports[p.name] = self.port_counters(p, t, brief)
             c["t_lab"] = t
             if self.sink.enabled and p.pause.expired:  # expiries the counters noticed
                 self.sink.pauses(p, t)
             yield p.name, c
-        snap = {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
-                "tdf": self.cfg.tdf, "datapath": self.datapath, "qos": self.qos is not None,
-                "ports": ports, "events": list(self.events[-20:]),
-                "fidelity": {**self.meter.snapshot(), "cpu_s": time.process_time(),
-                             "wakeups": self.wakeups},
-                "lb": {"mode": self.lb.mode, "describe": self.lb.describe(),
-                       "paths": self.balancer.paths(),
-                       "flowlets": self.balancer.flowlet_counts(),
-                       "untracked": self.balancer.untracked,
-                       "flow_cache": {"flows": len(self.flowcache),
-                                      "flushes": self.flowcache.flushes}}}
+        fid = {**self.meter.snapshot(), "cpu_s": time.process_time(), "wakeups": self.wakeups}
+        if brief:
+            snap = {"switch": self.cfg.name, "t_lab": now, "datapath": self.datapath,
+                    "brief": True, "ports": ports, "fidelity": fid,
+                    "lb": {"paths": self.balancer.paths()}}
+        else:
+            snap = {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
+                    "tdf": self.cfg.tdf, "datapath": self.datapath, "qos": self.qos is not None,
+                    "ports": ports, "events": list(self.events[-20:]), "fidelity": fid,
+                    "lb": {"mode": self.lb.mode, "describe": self.lb.describe(),
+                           "paths": self.balancer.paths(),
+                           "flowlets": self.balancer.flowlet_counts(),
+                           "untracked": self.balancer.untracked,
+                           "flow_cache": {"flows": len(self.flowcache),
+                                          "flushes": self.flowcache.flushes}}}
         self.log.flush()
         return snap
 

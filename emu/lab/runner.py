@@ -34,6 +34,7 @@ from emu.run.autotdf import machine_cores
 from emu.run.options import RunOptions
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
+from emu.run.workload import sample_nics
 from emucore import datapath
 from emucore.eventlog import EventLog, model_us, read_events
 from emucore.timedil import TimeDilation
@@ -115,9 +116,8 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
         prof = ({"name": "off"} if v.dcqcn == "off"
                 else dataclasses.asdict(DcqcnProfile.by_name(v.dcqcn)))
         (run_dir / "dcqcn.json").write_text(json.dumps(prof, indent=1))
-        for gpu, sock in socks.items():
-            live.sampler.kinds[gpu] = "nic"
-            live.sampler.sources[gpu] = (lambda p=sock: nic_client.request(p, {"cmd": "counters"}))
+        sample_nics(live.sampler, socks)
+        for sock in socks.values():
             nic_client.request(sock, {"cmd": "fidelity_reset"})
         for s in fab.switches():
             fnet.agent_request(s.name, {"cmd": "fidelity_reset"})

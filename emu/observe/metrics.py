@@ -207,12 +207,15 @@ class Sampler:
     """Background sampling of every agent (and NIC) into metrics.csv."""
 
     def __init__(self, path: Path, td: TimeDilation, interval_model_s: float,
-                 sources: dict[str, Callable[[], dict]], kinds: dict[str, str],
+                 sources: dict[str, Callable[[bool], dict]], kinds: dict[str, str],
                  max_rate_hz: float = 20.0) -> None:
         self.path = path
         self.td = td
         # never poll faster than max_rate_hz in lab time: the agents have work to do
         self.interval_lab = max(td.lab_time(interval_model_s), 1.0 / max_rate_hz)
+        #: name -> fetch(brief): its counters; brief between the first and the last
+        #: sample (a switch's `counters` with "brief": only what the rows read, cheaper
+        #: to answer: switch_agent.state.AgentState.snapshot_steps), full at both ends
         self.sources = sources
         self.kinds = kinds  # name -> "switch" | "nic"
         self.last: dict[str, dict] = {}
@@ -242,13 +245,13 @@ class Sampler:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_lab):
-            self.sample()
+            self.sample(brief=True)
 
-    def sample(self) -> None:
+    def sample(self, brief: bool = False) -> None:
         """Poll every source once and append its rows."""
         for name, fetch in list(self.sources.items()):  # the run may add NICs meanwhile
             try:
-                cur = fetch()
+                cur = fetch(brief)
             except (OSError, ValueError) as exc:
                 log.debug("sampling %s: %s", name, exc)
                 continue

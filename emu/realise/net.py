@@ -322,9 +322,10 @@ class FabricNet:
                 raise StartFailed(f"{exc}{': ' + why if why else ''}") from None
 
     # -- queries --------------------------------------------------------------
-    def counters(self, switch: str) -> dict:
-        """Live counters of one switch agent."""
-        return control.request(str(self.control_path(switch)), {"cmd": "counters"})
+    def counters(self, switch: str, brief: bool = False) -> dict:
+        """Live counters of one switch agent (`brief`: what the metrics sampler reads)."""
+        return control.request(str(self.control_path(switch)),
+                               {"cmd": "counters", "brief": True} if brief else {"cmd": "counters"})
 
     def memory(self) -> dict:
         """GPU -> a maker of its RDMA memory where it is not here (emu.cluster.net): none."""

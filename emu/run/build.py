@@ -140,7 +140,8 @@ def _up(plan: RunPlan, term: Terminal, fnet, build_s: float) -> Iterator[Live]:
     caps = Captures(plan.run_dir / "pcaps", bound_kb=int(opts.pcap_limit * 1000))
     caps.start(fnet, plan.targets)
     sampler = Sampler(plan.run_dir / "metrics.csv", plan.td, plan.interval,
-                      {s.name: (lambda n=s.name: fnet.counters(n)) for s in fab.switches()},
+                      {s.name: (lambda brief, n=s.name: fnet.counters(n, brief))
+                       for s in fab.switches()},
                       {s.name: "switch" for s in fab.switches()})
     procs = CpuTracker(os.getpid(), lambda: known_pids(fnet))
     for s in fab.switches():  # the guard judges the run, not the build (start-up, LLDP)

@@ -27,6 +27,14 @@ from traffic.dcqcn import DcqcnProfile
 from traffic.workloads import bookexample, rdma
 
 
+def sample_nics(sampler, socks: dict[str, str]) -> None:
+    """The metrics sampler (emu.observe.metrics.Sampler) reads these NICs' counters too
+    (a NIC has no brief counters: the same every time)."""
+    for gpu, sock in socks.items():
+        sampler.kinds[gpu] = "nic"
+        sampler.sources[gpu] = (lambda brief, p=sock: nic_client.request(p, {"cmd": "counters"}))
+
+
 def run(fnet, opts: RunOptions, w: dict, sampler=None, faults=None, phases=None) -> dict:
     """Start the NICs of the GPUs involved and run the workload; result and verdict.
     A fault schedule (emu.faults.inject.FaultRunner) starts its clock at the first data frame
@@ -46,9 +54,7 @@ def run(fnet, opts: RunOptions, w: dict, sampler=None, faults=None, phases=None)
                 else {"name": "off"})
         (fnet.run_dir / "dcqcn.json").write_text(json.dumps(prof, indent=1))
     if sampler is not None:  # sample the NICs' QPs too (rate, CNPs)
-        for gpu, sock in socks.items():
-            sampler.kinds[gpu] = "nic"
-            sampler.sources[gpu] = (lambda p=sock: nic_client.request(p, {"cmd": "counters"}))
+        sample_nics(sampler, socks)
     if opts.workload in TORCH_WORKLOADS:
         return run_torch_workload(fnet, opts, w, socks)
     if opts.workload == "write":

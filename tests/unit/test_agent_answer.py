@@ -8,6 +8,7 @@ reading time (emu.observe.metrics.switch_rows).
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
@@ -17,7 +18,7 @@ from unittest import mock
 
 import pytest
 
-from emu.observe.metrics import switch_rows
+from emu.observe.metrics import Sampler, switch_rows
 from emucore.ctlsock import request
 from emucore.timedil import TimeDilation
 from switch_agent import serve
@@ -140,3 +141,96 @@ def test_rates_use_each_ports_own_reading_time():
         td.model_rate(8e6 / 0.5))
     assert bps(snap(1.0, 0, None), snap(1.5, 1_000_000, None)) == pytest.approx(
         td.model_rate(8e6 / 0.5))
+
+
+def within(brief, full, path: str = "") -> None:
+    """Every value of `brief` is `full`'s at the same place."""
+    if isinstance(brief, dict):
+        for k, v in brief.items():
+            assert k in full, f"{path}/{k} not in the full counters"
+            within(v, full[k], f"{path}/{k}")
+    else:
+        assert brief == full, path
+
+
+@pytest.mark.parametrize("case", ["book-small", "watchdog-drop"])
+def test_brief_counters_are_values_of_the_full_ones(case):
+    """On both paths after a trace with marks, pauses and drops: the brief snapshot's
+    values are the full one's; a queue it leaves out never held a frame."""
+    for agent in drive(CASES[case](), trace(7), {}):
+        with mock.patch("switch_agent.state.time", FROZEN):
+            full = agent.snapshot()
+            brief = agent.snapshot(brief=True)
+        assert brief.pop("brief") is True
+        for s in (full, brief):
+            s["fidelity"].pop("cpu_s")
+        within(brief, full)
+        for name, p in full["ports"].items():
+            assert set(brief["ports"][name]) == {"rx_bytes", "tx_bytes", "drops", "queues", "pfc",
+                                                 "t_lab"}
+            for q, qc in p["queues"].items():
+                if q not in brief["ports"][name]["queues"]:
+                    assert not (qc["enqueued"] or qc["depth_bytes"] or qc["drops"]), (name, q)
+        seen = [q for p in brief["ports"].values() for q in p["queues"].values()]
+        assert seen and any(q["ecn_marks"] or q["drops"] for q in seen)
+        assert len(json.dumps(brief["ports"])) < len(json.dumps(full["ports"])) / 3
+
+
+def test_the_sampler_asks_brief_counters_between_full_ones_at_both_ends(tmp_path):
+    """The first sample and the last (the run's last counters) are full, those between
+    brief; the rows come out of either."""
+    asked: list[bool] = []
+    a = make_agent()
+
+    def fetch(brief: bool) -> dict:
+        asked.append(brief)
+        return a.snapshot(brief=brief)
+
+    s = Sampler(tmp_path / "m.csv", TimeDilation(1000.0), 20e-6, {"rail1": fetch},
+                {"rail1": "switch"})  # 20 ms lab: the 20/s cap's 50 ms
+    s.start()
+    until(lambda: len(asked) >= 3, lambda: time.sleep(0.01))
+    last = s.stop()
+    assert asked[0] is False and asked[-1] is False and set(asked[1:-1]) == {True}
+    assert "brief" not in last["rail1"] and "events" in last["rail1"]
+    assert s.rows > 0
+
+
+def test_a_client_slow_to_send_its_line_does_not_hold_the_loop(tmp_path):
+    """With the loop's epoll set (`ep`), `handle` accepts a client that has connected
+    but not sent its line without waiting for it; the line is answered when epoll says
+    it came (`readable`), also when it comes in pieces; a client that closes unsent is
+    let go."""
+    a = make_agent()
+    ctl = AgentControl(str(tmp_path / "ctl"), a)
+    ctl.ready()
+    ep = select.epoll()
+    ctl.ep = ep
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(ctl.path)
+            t = time.monotonic()
+            ctl.handle()
+            assert time.monotonic() - t < 0.5 and len(ctl.reading) == 1
+            s.sendall(b'{"cmd": ')
+            until(lambda: ep.poll(0), lambda: time.sleep(0.001))
+            for fd, _ in ep.poll(0):
+                ctl.readable(fd)
+            assert len(ctl.reading) == 1  # half a line
+            s.sendall(b'"ping"}\n')
+            until(lambda: not ctl.reading,
+                  lambda: [ctl.readable(fd) for fd, _ in ep.poll(0.01)])
+            assert json.loads(s.recv(4096))["ok"] is True
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(ctl.path)
+            ctl.handle()
+            assert len(ctl.reading) == 1
+        until(lambda: not ctl.reading, lambda: [ctl.readable(fd) for fd, _ in ep.poll(0.01)])
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:  # left reading
+            s.connect(ctl.path)
+            ctl.handle()
+            conn = next(iter(ctl.reading.values()))[0]
+    finally:
+        ctl.close()
+        ep.close()
+    assert conn.fileno() == -1 and not ctl.reading

@@ -43,7 +43,7 @@ def sequence():
 
 def sampled(tmp_path, snaps):
     it = iter(snaps)
-    s = Sampler(tmp_path / "m.csv", TD, 1.0, {"h1g1": lambda: next(it)}, {"h1g1": "nic"})
+    s = Sampler(tmp_path / "m.csv", TD, 1.0, {"h1g1": lambda brief: next(it)}, {"h1g1": "nic"})
     s.start()
     for _ in snaps[2:]:
         s.sample()

@@ -53,7 +53,7 @@ def test_path_rows(prev, cur, expected):
 def test_sampler_writes_paths_csv_only_when_a_switch_reports_paths(tmp_path):
     grow = iter([(1.0, 0), (2.0, 125_000), (3.0, 125_000), (4.0, 250_000)])
 
-    def fetch():
+    def fetch(brief):
         t, b = next(grow)
         return snap(t, paths_=[(F1, "eth6", b)] if b else [])
 
@@ -77,7 +77,7 @@ def test_sampler_writes_paths_csv_only_when_a_switch_reports_paths(tmp_path):
     quiet = tmp_path / "quiet"
     quiet.mkdir()
     clock = iter([1.0, 2.0, 3.0])
-    s = Sampler(quiet / "metrics.csv", TD, 1.0, {"rail1": lambda: snap(next(clock))},
+    s = Sampler(quiet / "metrics.csv", TD, 1.0, {"rail1": lambda brief: snap(next(clock))},
                 {"rail1": "switch"}, max_rate_hz=1e-3)
     s.start()
     s.stop()

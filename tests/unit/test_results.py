@@ -57,7 +57,7 @@ def test_nic_rows():
 
 def test_sampler_writes_csv(tmp_path):
     clock = iter([1.0, 2.0, 3.0, 4.0])
-    src = {"rail1": lambda: snap(next(clock), eth1=port(tx=1000))}
+    src = {"rail1": lambda brief: snap(next(clock), eth1=port(tx=1000))}
     s = Sampler(tmp_path / "m.csv", TD, 1.0, src, {"rail1": "switch"})
     s.start()
     last = s.stop()
