@@ -294,6 +294,10 @@ class Sampler:
         if self._thread is not None:
             self._thread.join()
         self.sample()
+        for fetch in self.sources.values():  # a source keeping a connection open
+            close = getattr(fetch, "close", None)
+            if close is not None:
+                close()
         self._fh.close()
         if self._paths_fh is not None:
             self._paths_fh.close()

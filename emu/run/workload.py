@@ -27,12 +27,38 @@ from traffic.dcqcn import DcqcnProfile
 from traffic.workloads import bookexample, rdma
 
 
+class NicSource:
+    """One NIC's counters for the metrics sampler, over a connection kept open: the NIC
+    serves each connection in a thread of its own (traffic.nic.ctl), so a connection per
+    sample would start and end a thread in the NIC 20 times a second. A NIC has no brief
+    counters (the same every time). A failed call closes the connection (the next one
+    opens it again) and raises OSError, which the sampler logs and skips."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.client: nic_client.NicClient | None = None
+
+    def __call__(self, brief: bool) -> dict:
+        try:
+            if self.client is None:
+                self.client = nic_client.NicClient(self.path, timeout=10.0)
+            return self.client.call("counters")
+        except (OSError, nic_client.NicError) as exc:
+            self.close()
+            raise OSError(f"{self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close the connection, if open."""
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
 def sample_nics(sampler, socks: dict[str, str]) -> None:
-    """The metrics sampler (emu.observe.metrics.Sampler) reads these NICs' counters too
-    (a NIC has no brief counters: the same every time)."""
+    """The metrics sampler (emu.observe.metrics.Sampler) reads these NICs' counters too."""
     for gpu, sock in socks.items():
         sampler.kinds[gpu] = "nic"
-        sampler.sources[gpu] = (lambda brief, p=sock: nic_client.request(p, {"cmd": "counters"}))
+        sampler.sources[gpu] = NicSource(sock)
 
 
 def run(fnet, opts: RunOptions, w: dict, sampler=None, faults=None, phases=None) -> dict:

@@ -1,8 +1,11 @@
-"""The `counters` answer a port at a time (switch_agent.control `counters_reply`,
-`AgentControl.defer` / `step`; switch_agent.serve `answer_gap`): the same reply as the
-one-go answer on both data paths, one step per port, served over a real Unix socket
-while other requests are answered at once; and the metrics' rates from each port's own
-reading time (emu.observe.metrics.switch_rows).
+"""What a metrics sample asks of the processes it reads (docs/PERFORMANCE.md "What a
+sample costs the processes it asks"): a switch's `counters` answered a port at a time
+(switch_agent.control `counters_reply`, `AgentControl.defer` / `step`; switch_agent.serve
+`answer_gap`) - the same reply as the one-go answer on both data paths, one step per port,
+served over a real Unix socket while other requests are answered at once - without waiting
+for a slow client's line; brief counters between two full ones (the same values); the
+metrics' rates from each port's own reading time (emu.observe.metrics.switch_rows); a
+NIC read over one connection kept open (emu.run.workload.NicSource).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from unittest import mock
 import pytest
 
 from emu.observe.metrics import Sampler, switch_rows
-from emucore.ctlsock import request
+from emu.run.workload import NicSource
+from emucore.ctlsock import LineServer, request
 from emucore.timedil import TimeDilation
 from switch_agent import serve
 from switch_agent.arrivals import bound_lab_s
@@ -234,3 +238,33 @@ def test_a_client_slow_to_send_its_line_does_not_hold_the_loop(tmp_path):
         ctl.close()
         ep.close()
     assert conn.fileno() == -1 and not ctl.reading
+
+
+def test_a_nic_is_sampled_over_one_connection_kept_open(tmp_path):
+    """Three samples, one connection (the NIC serves each in a thread of its own); the
+    NIC gone, a sample fails with OSError (the sampler skips it) and the next connects
+    again; `close` (the sampler's stop) leaves no connection open."""
+    conns: list[int] = []
+
+    class Nic(LineServer):
+        def reply(self, req: dict) -> dict:
+            return {"ok": True, "cmd": req["cmd"], "conn": len(conns)}
+
+        def _serve(self, conn: socket.socket) -> None:
+            conns.append(conn.fileno())
+            super()._serve(conn)
+
+    nic = Nic(str(tmp_path / "nic"), backlog=4)
+    nic.start()
+    src = NicSource(nic.path)
+    try:
+        assert [src(True)["conn"] for _ in range(3)] == [1, 1, 1] and len(conns) == 1
+        src.client._sock.shutdown(socket.SHUT_RD)  # as if the NIC closed it
+        with pytest.raises(OSError):
+            src(True)
+        assert src.client is None
+        assert src(False) == {"ok": True, "cmd": "counters", "conn": 2}
+    finally:
+        src.close()
+        nic.close()
+    assert src.client is None
