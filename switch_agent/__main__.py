@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
+from emucore import rtsched
 from switch_agent import fastagent
 from switch_agent.agentconfig import AgentConfig
 from switch_agent.serve import serve
@@ -26,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(filename=args.log, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = AgentConfig.from_json(Path(args.config).read_text())
+    try:  # EMU_SCHED (emucore.rtsched): real-time round robin unless `normal`
+        log.info("%s: scheduling %s", cfg.name, rtsched.apply())
+    except ValueError as exc:
+        print(f"switch agent {cfg.name}: {exc}", file=sys.stderr)
+        return 2
     try:  # EMU_DATAPATH (emucore.datapath): the Python agent, or its frames in C
         agent = fastagent.build(cfg)
     except (ValueError, ImportError) as exc:  # fast: Unsupported (naming the field), unbuilt

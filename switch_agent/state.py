@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Generator
 
+from emucore import rtsched
 from emucore.eventlog import EventLog
 from emucore.fidelity import LagMeter
 from emucore.lbconfig import LoadBalance
@@ -90,7 +91,8 @@ class AgentState:
                     "lb": {"paths": self.balancer.paths()}}
         else:
             snap = {"switch": self.cfg.name, "t_lab": now, "uptime_s": now - self.started,
-                    "tdf": self.cfg.tdf, "datapath": self.datapath, "qos": self.qos is not None,
+                    "tdf": self.cfg.tdf, "datapath": self.datapath, "sched": rtsched.current(),
+                    "qos": self.qos is not None,
                     "ports": ports, "events": list(self.events[-20:]), "fidelity": fid,
                     "lb": {"mode": self.lb.mode, "describe": self.lb.describe(),
                            "paths": self.balancer.paths(),

@@ -28,13 +28,13 @@ from emu.cluster.part import MARK, encode
 from emu.cluster.servers import Server
 from emu.realise.procs import START_TIMEOUT_ENV
 from emucore.runmark import marked_env
-from emucore import datapath
+from emucore import datapath, rtsched
 
 log = logging.getLogger("emu.cluster.partclient")
 
 PART_TIMEOUT_S = 180.0  #: a server's part must be up within this
 #: the run's settings its processes read from the environment, handed to every part
-FORWARDED_ENV = (datapath.ENV, START_TIMEOUT_ENV)
+FORWARDED_ENV = (datapath.ENV, rtsched.ENV, START_TIMEOUT_ENV)
 FORWARD_TIMEOUT_S = 20.0
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -7,7 +7,7 @@ docs/PERFORMANCE.md "CLI start").
 from __future__ import annotations
 
 from emu.run.options import seed_arg
-from emucore import datapath
+from emucore import datapath, rtsched
 
 
 def add_parser(sub) -> None:
@@ -38,6 +38,10 @@ def add_parser(sub) -> None:
     r.add_argument("--datapath", choices=datapath.MODES, default=datapath.DEFAULT,
                    help="the per-frame code (as `emu run --datapath`): auto (default), "
                         "python or fast; lab.json records it per variant")
+    r.add_argument("--sched", choices=rtsched.MODES, default=rtsched.DEFAULT,
+                   help="how switch agents and NICs are scheduled (as `emu run --sched`): "
+                        "auto (default: real-time round robin for flows, normal for a "
+                        "variant with a PyTorch job), rr or normal")
     r.add_argument("--out", default=None, metavar="DIR",
                    help="run directory (default runs/lab-<id>-<time>; with --all the parent)")
     r.add_argument("--quiet", action="store_true", help="only the verdict")

@@ -14,8 +14,9 @@ from emu.commands.run_args import run_options
 from emu.mncli import open_cli
 from emu.observe import plots
 from emu.realise.procs import START_ERRORS, start_timeout
-from emucore import datapath
+from emucore import datapath, rtsched
 from emu.run import autotdf, build, collect, workload
+from emu.run.options import has_workers
 from emu.run.plan import make_plan
 from emu.run.report import print_report
 from emu.run.terminal import Terminal
@@ -35,6 +36,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"emu: {exc}", file=sys.stderr)
         return 2
     os.environ[datapath.ENV] = opts.datapath  # every process of the run inherits it
+    # the agents and NICs schedule themselves so (auto: rr unless the run has workers)
+    os.environ[rtsched.ENV] = rtsched.resolve(opts.sched, has_workers(opts))
     if os.geteuid() != 0:
         print("emu run needs root (network namespaces, raw sockets): try `sudo python -m emu "
               f"run {opts.topology}`", file=sys.stderr)

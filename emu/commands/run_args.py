@@ -13,7 +13,7 @@ from collectives.launch import MASTER_PORT
 from collectives.ring import RING_KINDS
 from emu.commands.topology import topo_args
 from emu.run.options import RunOptions, seed_arg
-from emucore import datapath
+from emucore import datapath, rtsched
 
 
 def add_parser(sub) -> None:
@@ -73,6 +73,12 @@ def add_parser(sub) -> None:
                         "configuration is supported, Python elsewhere), python (the "
                         "reference everywhere) or fast (compiled, refusing what it does not "
                         "implement); the header and summary.json say what ran compiled")
+    p.add_argument("--sched", choices=rtsched.MODES, default=D.sched,
+                   help="how switch agents and NICs are scheduled: rr (real-time round "
+                        "robin: their wake-ups preempt emu itself and any worker; a kernel "
+                        "that refuses it leaves them normal and summary.json says so), "
+                        "normal, or auto (default: rr unless the run has PyTorch workers, "
+                        "which the fidelity guard does not watch)")
     p.add_argument("--no-plots", action="store_true",
                    help="draw no plots at the end of the run (summary.json, metrics.csv and "
                         "the table are written as always; `emu report RUNDIR` draws them "

@@ -28,7 +28,7 @@ import topologies
 from emu.lab import page, publish, runner
 from emu.lab import schema as S
 from emu.lab import verdict as V
-from emucore import datapath
+from emucore import datapath, rtsched
 from emu.lab.curve import curve_bins
 from emu.lab.variant import Variant
 from emu.run.terminal import Terminal
@@ -205,6 +205,7 @@ def cmd_run(args) -> int:
             print(f"emu lab: {exc}", file=sys.stderr)
             return EXIT_BAD
         os.environ[datapath.ENV] = args.datapath  # the agents and NICs inherit it
+        os.environ[rtsched.ENV] = args.sched  # and schedule themselves so
     if os.geteuid() != 0 and not args.judge:
         print("emu lab run needs root (network namespaces, raw sockets): try `sudo python -m "
               "emu lab run ...`", file=sys.stderr)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ from emu.run.options import RunOptions
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
 from emu.run.workload import sample_nics
-from emucore import datapath
+from emucore import datapath, rtsched
 from emucore.eventlog import EventLog, model_us, read_events
 from emucore.timedil import TimeDilation
 from traffic.nic import client as nic_client
@@ -108,6 +109,18 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
     plan = plan_of(v, run_dir, pcap_limit_mb, seed)
     gpus = (sorted(fab.gpus) if v.workload
             else sorted({g for f in v.flows for g in (f.src, f.dst)}))
+    asked = rtsched.mode()  # `emu lab run --sched` (auto: rr for flows, normal for a job)
+    os.environ[rtsched.ENV] = rtsched.resolve(asked, bool(v.workload))
+    try:
+        return _run_built(lab, v, run_dir, term, plan, gpus, seed)
+    finally:
+        os.environ[rtsched.ENV] = asked
+
+
+def _run_built(lab: Lab, v: Variant, run_dir: Path, term: Terminal, plan: RunPlan,
+               gpus: list[str], seed: int) -> dict:
+    """`run_variant`'s fabric built, run and torn down."""
+    fab = v.fabric
     with build.build(plan, term) as live:
         fnet = live.fnet
         mtu = v.nic.get("mtu", 4096)
@@ -161,6 +174,8 @@ def run_variant(lab: Lab, v: Variant, run_dir: Path, term: Terminal,
     meta = {"lab_s": wall, "t0_sampler": t0_sampler, "fidelity": judged["fidelity"],
             "suggested_tdf": judged["suggested_tdf"], "pcaps": pcaps, "tdf": fab.tdf,
             "data_path": datapath.mode(),  # before issue 30 every run was "python"
+            "sched": {"resolved": rtsched.mode(),  # emucore.rtsched: what each agent and NIC got
+                      "got": {n: c.get("sched") for n, c in counters.items()}},
             "seed": seed}
     (run_dir / "variant.json").write_text(json.dumps(meta, indent=1))
     return {**meta, "result": result, "counters": counters, "run_dir": run_dir}

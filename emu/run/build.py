@@ -23,10 +23,10 @@ from emu.cluster.net import ClusterNet
 from emu.observe.metrics import Sampler
 from emu.realise.net import FabricNet
 from emu.observe.procstat import CpuTracker
-from emu.run.options import TORCH_WORKLOADS
+from emu.run.options import TORCH_WORKLOADS, has_workers
 from emu.run.plan import RunPlan
 from emu.run.terminal import Terminal
-from emucore import datapath
+from emucore import datapath, rtsched
 from emucore.timedil import format_rate
 
 MODEL_LINK_BPS = 2e11  # the example link of the time-dilation line
@@ -67,6 +67,7 @@ def announce(plan: RunPlan, term: Terminal) -> None:
              f"runs at {format_rate(td.lab_rate(MODEL_LINK_BPS))} in the lab; 1 µs model = "
              f"{td.lab_time(1e-6) * 1e3:g} ms lab.")
     term.say(datapath.header(plan.options.datapath))
+    term.say(rtsched.header(plan.options.sched, has_workers(plan.options)))
 
 
 @contextlib.contextmanager

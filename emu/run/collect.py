@@ -20,10 +20,11 @@ from emu.faults import reconverge as faultreport
 from emu.observe import guard, paths, reach
 from emu.observe.summary import SCHEMA_VERSION, class_totals, nic_totals
 from emu.run.build import Live
+from emu.run.options import has_workers
 from emu.run.autotdf import machine_cores
 from emu.run.plan import RunPlan
 from emu.run.workload import Outcome
-from emucore import datapath
+from emucore import datapath, rtsched
 from emucore.fidelity import suggest_tdf
 
 
@@ -84,7 +85,12 @@ def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,
         "fidelity": judged["fidelity"], "suggested_tdf": judged["suggested_tdf"],
         "tdf_choice": plan.tdf_choice, "cpu": cpu, "seed": plan.options.seed,
         "data_path": {**datapath.describe(plan.options.datapath),  # and what each agent ran
-                      "agents": {n: c.get("datapath", "python") for n, c in counters.items()}},
+                      "agents": {n: c.get("datapath", "python") for n, c in counters.items()},
+                      # emucore.rtsched: what each agent and NIC got (its counters' "sched")
+                      "sched": {"asked": plan.options.sched,
+                                "resolved": rtsched.resolve(plan.options.sched,
+                                                            has_workers(plan.options)),
+                                "got": {n: c.get("sched") for n, c in all_counters.items()}}},
         "version": SCHEMA_VERSION, "qos": plan.qos.name if plan.qos is not None else "off",
         "transport": plan.options.transport,
         "trim": plan.qos.trim.describe() if plan.qos is not None and plan.qos.trim else None,

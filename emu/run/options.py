@@ -20,6 +20,12 @@ from topologies.model import Fabric
 
 #: workloads run as a PyTorch job, one worker per GPU (collectives.jobresult)
 TORCH_WORKLOADS = ("allreduce", "train", "pipeline", "tensor", "script")
+
+
+def has_workers(opts: "RunOptions") -> bool:
+    """Whether the run starts PyTorch workers (a torch workload or --script): what
+    `--sched auto` goes by (emucore.rtsched.resolve)."""
+    return opts.workload in TORCH_WORKLOADS or bool(opts.script)
 DTYPES = ("float32", "float64", "int32", "int64")
 
 
@@ -31,6 +37,7 @@ class RunOptions:
     spines: int | None = None
     tdf: float | str = "auto"  # "auto" (emu.run.autotdf) or a number > 0
     datapath: str = "auto"  # auto | python | fast (emucore.datapath)
+    sched: str = "auto"  # auto | rr | normal: agents' and NICs' (emucore.rtsched)
     cli: bool = False
     servers: str | None = None  # a servers file (emu.cluster.servers)
     out: str | None = None  # the run directory (default runs/<topology>-<time>)

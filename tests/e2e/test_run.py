@@ -59,6 +59,12 @@ def test_run_directory_contents(run_dir):
     assert topo["links"][0]["lab_bps"] == topo["links"][0]["model_bps"] / tdf
     out = (run_dir / "stdout.txt").read_text()
     assert "RoCE (3)" in out and ("Verdict: PASS" in out or "Verdict: FIDELITY LOST" in out)
+    sched = summary["data_path"]["sched"]  # --sched auto, no workers: SCHED_RR (rtsched)
+    assert (sched["asked"], sched["resolved"]) == ("auto", "rr")
+    assert set(sched["got"]) == {"rail1", "rail2", "spine1", "spine2", "h1g1", "h2g1", "h3g1",
+                                 "h4g1"}
+    assert all(g == "rr 10" or g.startswith("normal (SCHED_RR refused: ")
+               for g in sched["got"].values()), sched
 
 
 def test_pcaps_decode_and_stay_bounded(run_dir):

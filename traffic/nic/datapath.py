@@ -55,6 +55,7 @@ import socket
 import threading
 import time
 
+from emucore import rtsched
 from emucore.qos.pfc import EgressPause
 from emucore.rawsock import open_port, tighten_timer_slack
 from emucore.wire.ib import AckKind, Op, RocePkt
@@ -390,6 +391,7 @@ class Nic(NicVerbs, UetRx):
         now = time.monotonic()
         self.ev.flush()
         return {"gpu": self.cfg.gpu, "ip": self.cfg.ip, "t_lab": now, "tdf": self.cfg.tdf,
+                "sched": rtsched.current(),  # emucore.rtsched: its threads all have it
                 "link_model_bps": self.cfg.model_bps, **self.c,
                 "pfc": self.pause.counters(now),
                 "np": {"ce_seen": self.np.ce_seen, "cnps": self.np.cnps} if self.np else None,

@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from emucore import rtsched
 from traffic.nic.nicconfig import NicConfig
 from traffic.nic.ctl import NicControl
 from traffic.nic.datapath import Nic
@@ -51,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(filename=a.log, level=logging.DEBUG if a.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = NicConfig.from_json(Path(a.config).read_text())
+    try:  # EMU_SCHED (emucore.rtsched), before any thread: the NIC's threads inherit it
+        sched = rtsched.apply()
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
     nic = Nic(cfg)
     server = NicControl(nic)
 
@@ -63,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     server.start()
     cc = (f"UET ({cfg.uet_config().mode}, NSCC)" if cfg.transport == "uet"
           else f"RoCEv2 RC, DCQCN {cfg.dcqcn}")
-    log.info("NIC %s up on %s (%s), link %g bit/s model, TDF %g, %s", cfg.gpu,
-             cfg.ifname, cfg.ip, cfg.model_bps, cfg.tdf, cc)
+    log.info("NIC %s up on %s (%s), link %g bit/s model, TDF %g, %s, scheduling %s", cfg.gpu,
+             cfg.ifname, cfg.ip, cfg.model_bps, cfg.tdf, cc, sched)
     try:
         nic.run()
     finally:
