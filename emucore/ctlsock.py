@@ -8,8 +8,9 @@ The switch agent (`switch_agent.control.AgentControl`) and the emulated NIC
 * `LineServer`: binds ``<path>.tmp`` and publishes it under ``<path>`` once the owner is
   ready (`ready`), so a client that can connect is answered. Two ways to serve: `handle`
   from an event loop (non-blocking listener, one request per connection, answered
-  inline or, when the subclass `defer`s it, later: the agent's epoll loop) or `start` (a thread per connection, any number of
-  lines on it: the NIC, whose verbs calls block). A subclass answers in `reply`.
+  inline or, when the subclass `defer`s it, later: the agent's epoll loop) or `start`
+  (a thread per connection, any number of lines on it: the NIC, whose verbs calls
+  block). A subclass answers in `reply`.
 * `request`: one request on a fresh connection; `exchange` returns the raw reply line.
 """
 

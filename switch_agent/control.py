@@ -14,7 +14,9 @@ Served from the agent's poll loop (no thread, so counters are read consistently)
 C's ring loop a `counters` request is answered a port at a time (`stepping`): each port's
 counters are read at once and carry their own "t_lab", and C's loop runs between the
 ports, so a sample stalls the switch for one port's reading instead of the whole answer
-(docs/PERFORMANCE.md "What a sample costs the processes it asks").
+(docs/PERFORMANCE.md "What a sample costs the processes it asks"). Other requests are
+answered at once, also between two steps: a `reset` or `degrade` there shows in the
+ports read after it.
 `request(path, payload)` (emucore.ctlsock) is the client used by `emu` and the tests.
 """
 
