@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(filename=args.log, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = AgentConfig.from_json(Path(args.config).read_text())
-    try:  # EMU_SCHED (emucore.rtsched): real-time round robin unless `normal`
+    try:  # EMU_SCHED (emucore.rtsched): real-time round robin where emu resolved it to rr
         log.info("%s: scheduling %s", cfg.name, rtsched.apply())
     except ValueError as exc:
         print(f"switch agent {cfg.name}: {exc}", file=sys.stderr)
