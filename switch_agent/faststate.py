@@ -44,13 +44,15 @@ class FastState:
     fifo: list[list[int]]
     path_of: dict  # C's flow (cache, key) -> the balancer's tracked path
 
-    def sync_paths(self) -> None:
-        """The tracked paths' packets and bytes, from C's flows (`Balancer.paths`)."""
-        path_of = self.path_of
-        for c, key, _, packets, nbytes in self.fast.c.flows():
+    def sync_paths(self) -> list:
+        """The tracked paths' packets and bytes, from C's flows (`Balancer.paths`); the
+        flows."""
+        path_of, flows = self.path_of, self.fast.c.flows()
+        for c, key, _, packets, nbytes in flows:
             p = path_of.get((c, key))
             if p is not None:
                 p.packets, p.bytes = packets, nbytes
+        return flows
 
     def sync(self) -> None:
         """Copy C's state into the Python ports (see the module docstring)."""
@@ -113,13 +115,12 @@ class FastState:
 
     def snapshot_steps(self, brief: bool = False) -> Generator[tuple[str, dict], None, dict]:
         """`AgentState.snapshot_steps` of C's state; "datapath": "c"."""
-        self.sync_paths()
+        flows = self.sync_paths()
         snap = yield from self.agent.snapshot_steps(brief)
         snap["fidelity"] = {**self.meter_snapshot(), "cpu_s": snap["fidelity"]["cpu_s"],
                             "wakeups": self.agent.wakeups + self.fast.c.loop_stats()[0]}
         snap["datapath"] = C
         if not brief:
-            flows = self.fast.c.flows()
             snap["lb"]["flow_cache"] = {"flows": len(flows), "flushes": self.fast.c.flushes()}
         return snap
 
