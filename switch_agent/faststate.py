@@ -73,6 +73,7 @@ class FastState:
             if n != last.get(k, 0):
                 p.drops[k] = p.drops.get(k, 0) + n - last.get(k, 0)
         self.c_drops[i] = s["drops"]
+        p.shaper.lost_s = s["lost_s"]
         sq, pq = s["queues"], p.queues
         for k in QUEUE_COPIED:
             setattr(pq, k, sq[k])

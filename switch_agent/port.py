@@ -223,6 +223,10 @@ class Port:
                 "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
                 "drops": drops, "rx_ring_drops": self.drops.get(RX_RING_FULL, 0),
                 "trimmed": self.trimmed, "trimmed_bytes": self.trimmed_bytes,
+                # model µs of wire time the shaper could not make up (Shaper.lost_s); an
+                # unshaped port has no wire time to lose
+                "lost_service_us": (round(self.pause.td.model_time(self.shaper.lost_s) * 1e6, 3)
+                                    if self.shaper.burst_s > 0 else 0.0),
                 "llr": {"active": self.llr, "replays": self.llr_replays,
                         "exhausted": self.llr_exhausted},
                 "cbfc": self.cbfc.counters() if self.cbfc is not None else None,

@@ -17,7 +17,9 @@ as the slack within which the NIC's pacer catches up (traffic/nic/datapath.py `p
 `NicDatapath.slack`), so both ends of a link make up the same lateness, and a catch-up
 hands the wire at most the burst `can_send` already allows. Further behind, the booking
 starts at now, as the NIC restarts from now beyond its slack: that lateness is the
-fidelity guard's to count.
+fidelity guard's to count, and `lost_s` adds it up - the wire time the model had and the
+lab did not, by which every frame queued behind such a booking waits longer than the
+model says (a port's counters: "lost_service_us").
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import math
 class Shaper:
     """Token-bucket pacing of one egress port at `rate_bps` (lab bit/s; inf = unshaped)."""
 
-    __slots__ = ("rate_Bps", "burst_s", "free_at")
+    __slots__ = ("rate_Bps", "burst_s", "free_at", "lost_s")
 
     def __init__(self, rate_bps: float, burst_s: float = 0.001, mtu: int = 9216) -> None:
         if rate_bps <= 0:
@@ -37,6 +39,8 @@ class Shaper:
         # at least two full frames of burst, so a lone MTU frame never waits on itself
         self.burst_s = max(burst_s, 2 * mtu / self.rate_Bps) if math.isfinite(rate_bps) else 0.0
         self.free_at = 0.0
+        #: lab seconds of wire time lost to bookings more than burst_s late (`book`)
+        self.lost_s = 0.0
 
     def ready_at(self, now: float) -> float:
         """Earliest lab time at which the next frame may be booked."""
@@ -51,11 +55,16 @@ class Shaper:
         since `eligible_at`; return (booked start, model start). The model start is
         max(free_at, eligible_at) when both are before now (booked late), else
         max(free_at, now); the booking starts there too unless that is more than
-        `burst_s` before now (then at now). free_at = booked start + nbytes / rate."""
+        `burst_s` before now (then at now, and now - model start is lost: `lost_s`).
+        free_at = booked start + nbytes / rate."""
         free = self.free_at
         if now > free and now > eligible_at:  # booked late: the wire sat idle
             model = free if free > eligible_at else eligible_at
-            start = model if now - model <= self.burst_s else now
+            if now - model <= self.burst_s:
+                start = model
+            else:
+                start = now
+                self.lost_s += now - model
         else:
             model = start = free if free > now else now
         self.free_at = start + nbytes / self.rate_Bps

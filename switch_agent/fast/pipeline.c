@@ -212,7 +212,7 @@ typedef struct {
 typedef struct {
     unsigned char mac[6];
     int vlan; /* -1: none (routed port) */
-    double rate_Bps, burst_s, free_at; /* shaper.Shaper */
+    double rate_Bps, burst_s, free_at, lost_s; /* shaper.Shaper */
     double delay, eligible_at, pause_next_expiry; /* the last: EgressPause.next_expiry */
     LineQ inflight, ctrl;
     long long rx_packets, rx_bytes, tx_packets, tx_bytes, drops[ND_PORT];
@@ -903,12 +903,17 @@ static int flush(Pipeline *P, Port *p, PyObject *sent, int idx, double now, doub
 /* Shaper.book: book n bytes at now for a port eligible since eligible_at; the booked
  * start (returned) and the model start (*model): max(free_at, eligible_at) when both are
  * before now, else max(free_at, now); the booking starts there too unless that is more
- * than burst_s before now (then at now) */
+ * than burst_s before now (then at now, and now - model start is lost: lost_s) */
 static double shaper_book(Port *p, Py_ssize_t n, double now, double *model) {
     double free = p->free_at, start;
     if (now > free && now > p->eligible_at) { /* booked late: the wire sat idle */
         *model = free > p->eligible_at ? free : p->eligible_at;
-        start = now - *model <= p->burst_s ? *model : now;
+        if (now - *model <= p->burst_s) {
+            start = *model;
+        } else {
+            start = now;
+            p->lost_s += now - *model;
+        }
     } else {
         *model = start = free > now ? free : now;
     }
@@ -1801,7 +1806,7 @@ static PyObject *Pipeline_state(Pipeline *P, PyObject *args) {
         }
     }
     return Py_BuildValue(
-        "{s:L,s:L,s:L,s:L,s:N,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:N,"
+        "{s:L,s:L,s:L,s:L,s:N,s:d,s:d,s:d,s:d,s:N,s:N,s:N,s:N,s:N,"
         "s:{s:N,s:N,s:L,s:L,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N},"
         "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:d,s:N},"
         "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:i,s:d},s:L,"
@@ -1809,7 +1814,7 @@ static PyObject *Pipeline_state(Pipeline *P, PyObject *args) {
         "rx_packets", p->rx_packets, "rx_bytes", p->rx_bytes, "tx_packets", p->tx_packets,
         "tx_bytes", p->tx_bytes, "drops", reasons(p->drops, PORT_DROPS, ND_PORT),
         "free_at", p->free_at, "eligible_at", p->eligible_at, "delay", p->delay,
-        "inflight", line_list(&p->inflight), "ctrl", line_list(&p->ctrl),
+        "lost_s", p->lost_s, "inflight", line_list(&p->inflight), "ctrl", line_list(&p->ctrl),
         "pause_tx", ll_list(p->pause_tx, NQ), "resume_tx", ll_list(p->resume_tx, NQ),
         "wd_dropped", ll_list(p->wd_dropped, NQ),
         "queues",

@@ -209,9 +209,16 @@ def test_a_trimmed_incast_keeps_acks_and_trimmed_headers_moving():
     assert port["trimmed"] > 0 and qs["6"]["dequeued"] == port["trimmed"]
     assert qs["3"]["dequeued"] > 0 and qs["7"]["dequeued"] > 0
     w7, w6 = control_bounds(port, fab.mtu, fab.tdf, trim)
+    # the bounds are the model's; a frame waits longer in the lab by the wire time its
+    # port lost to bookings later than the shaper's catch-up window (the agent not
+    # scheduled for that long: CI's run of 98d73a3 had the trimmed headers at 1.691 us
+    # against 1.578), which the port counts: at most all of it
+    lost = port["lost_service_us"]
     seen = {q: qs[q]["sojourn_max_us"] for q in ("3", "6", "7")}
     print(f"rail1 -> h4, longest wait (model us): data {seen['3']}, trimmed {seen['6']} "
-          f"(bound {w6 * 1e6:.3f}), ACKs {seen['7']} (bound {w7 * 1e6:.3f}); deepest "
+          f"(bound {w6 * 1e6:.3f}), ACKs {seen['7']} (bound {w7 * 1e6:.3f}), both + "
+          f"{lost} lost to lateness; deepest "
           f"{ {q: qs[q]['max_depth_bytes'] for q in seen} } B; {port['trimmed']} trimmed")
-    assert seen["7"] <= w7 * 1e6 and seen["6"] <= w6 * 1e6, (
-        seen, round(w7 * 1e6, 3), round(w6 * 1e6, 3), {q: qs[q]["max_depth_bytes"] for q in seen})
+    assert seen["7"] <= w7 * 1e6 + lost and seen["6"] <= w6 * 1e6 + lost, (
+        seen, round(w7 * 1e6, 3), round(w6 * 1e6, 3), lost,
+        {q: qs[q]["max_depth_bytes"] for q in seen})

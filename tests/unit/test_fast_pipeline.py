@@ -202,7 +202,7 @@ def py_state(p) -> dict:
             "tx_bytes": p.tx_bytes,
             "drops": p.drops,
             "free_at": p.shaper.free_at,
-            "eligible_at": p.eligible_at, "delay": p.delay, "inflight": list(p.inflight),
+            "eligible_at": p.eligible_at, "delay": p.delay, "lost_s": p.shaper.lost_s, "inflight": list(p.inflight),
             "ctrl": list(p.ctrl), "pause_tx": p.pause_tx, "resume_tx": p.resume_tx,
             "wd_dropped": p.watchdog.dropped if p.watchdog else [0] * 8,
             "queues": {"fifo": [len(f) for f in pq.fifo], "qbytes": pq.qbytes,
@@ -363,6 +363,8 @@ def test_late_wakeups_inside_and_outside_the_window() -> None:
     finally:
         Shaper.book = book
     assert r["sent"] and seen["caught_up"] and seen["from_now"], seen
+    lost = {name: p.shaper.lost_s for name, p in r["ref"].ports.items() if p.shaper.lost_s}
+    assert lost, lost  # bookings from now lost wire time; `differential` held C's equal
 
 
 def test_fib_change_mid_trace() -> None:

@@ -79,6 +79,19 @@ def test_book_late_within_the_window_starts_at_the_ideal_start(free, eligible, n
     sh.free_at = free
     assert sh.book(1000, now, eligible) == (start, model)
     assert sh.free_at == start + 1000 / sh.rate_Bps
+    # only a booking from now loses wire time: from the model start to now
+    assert sh.lost_s == pytest.approx(start - model)
+
+
+def test_lost_service_adds_up_over_late_bookings():
+    """Two bookings 3 ms and 4 ms behind free_at (past the 2 ms window) lose 7 ms of
+    wire time; one within the window loses none."""
+    sh = slow()
+    sh.free_at = 1.0
+    sh.book(1000, 1.003, 0.0)                         # free_at 1.004
+    sh.book(1000, 1.008, 0.0)                         # free_at 1.009
+    sh.book(1000, 1.0105, 0.0)                        # 1.5 ms behind: caught up
+    assert sh.lost_s == pytest.approx(0.007)
 
 
 def test_caught_up_frames_go_back_to_back_from_the_ideal_start():
