@@ -69,6 +69,7 @@ from emucore.atomic import write_json_atomic
 from emucore.runmark import RUN_ENV
 from collectives.work import (EmuWork, all_of, contig, merged, nbytes, reduce_op,
                               row_bytes)
+from emucore import fidelity
 from emucore.timedil import TimeDilation
 
 NAME = "emu"
@@ -136,7 +137,8 @@ class EmuProcessGroup(dist.ProcessGroup):
             "ring": self.comm.ring, "ring_kind": self.comm.ring_kind,
             "issued": self.issued,
             "history": self.comm.history + (p2p.history if p2p else []),
-            "channels": merged(self.comm.stats(), p2p.stats() if p2p else {})})
+            "channels": merged(self.comm.stats(), p2p.stats() if p2p else {}),
+            "fidelity": fidelity.merge(c.events.meter.snapshot() for c in (self.comm, p2p) if c)})
 
     def _finish(self) -> None:
         try:

@@ -24,6 +24,14 @@ Completions and notifications are collected by the endpoint's pollers
 (`collectives.endpoint`) into an `Events` board the channels wait on. Nothing polls: every
 wait blocks (a Condition, a socket receive, or a blocking `sendto` that the kernel holds
 while the peer's datagram queue is full).
+
+The fidelity guard (emucore.fidelity) sees the worker through the board: a wait that
+blocked resumes some time after its event was posted, and everything the worker does next
+- the reduction, the next message, the READY that frees the peer's slot - is that much
+later in model time, where a GPU's collective reacts at once. `Events.meter` records each
+such wake-up as a lag (posted -> resumed); the worker's record carries it and `emu run`
+judges it with the agents' and NICs' ("h1g1 comm"). A wait whose event was already there
+records nothing: the worker was busy elsewhere, which this does not see.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from collections import defaultdict
 from multiprocessing import shared_memory
 from typing import Any, Callable, Iterator
 
+from emucore.fidelity import LagMeter
 from traffic.nic.client import MemoryRegion, NicClient, RemoteBuffer, attach_untracked
 
 READY_BIT = 1 << 31
@@ -71,16 +80,21 @@ class ChannelError(RuntimeError):
 class Events:
     """A board of (kind, peer, seq) -> value that pollers post and channels wait on."""
 
-    def __init__(self) -> None:
+    def __init__(self, meter: LagMeter | None = None) -> None:
         self._cv = threading.Condition()
         self._got: dict[tuple, Any] = {}
+        self._at: dict[tuple, float] = {}  # lab time each event was posted (with a meter)
         self.error: str | None = None
         self.counts: dict[str, int] = defaultdict(int)
+        #: the waiters' wake-up lags (the module docstring); None: not measured
+        self.meter = meter
 
     def post(self, key: tuple, value: Any = True) -> None:
         """Record an event and wake its waiter."""
         with self._cv:
             self._got[key] = value
+            if self.meter is not None:
+                self._at[key] = time.monotonic()
             self.counts[key[0]] += 1
             self._cv.notify_all()
 
@@ -94,6 +108,7 @@ class Events:
         """Block until `key` is posted; returns (and forgets) its value."""
         deadline = time.monotonic() + timeout
         with self._cv:
+            blocked = key not in self._got
             while key not in self._got:
                 if self.error:
                     raise ChannelError(self.error)
@@ -101,6 +116,10 @@ class Events:
                 if left <= 0:
                     raise ChannelError(f"timed out after {timeout:g} s waiting for {key}")
                 self._cv.wait(left)  # post() and fail() notify
+            if self.meter is not None:
+                at = self._at.pop(key)
+                if blocked:  # posted at `at`, this waiter runs again now
+                    self.meter.record(at, time.monotonic(), key[0])
             return self._got.pop(key)
 
 

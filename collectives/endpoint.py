@@ -21,6 +21,7 @@ from collectives.channel import (READY_BIT, SEQ_MASK, Channel, ChannelError, Eve
                                  RdmaChannel, ShmChannel, blocking_sender, note_event)
 from collectives.rendezvous import PeerInfo
 from collectives.ring import Member, ring_by
+from emucore.fidelity import LagMeter
 from emucore.runmark import shm_name
 from emucore.timedil import TimeDilation
 from traffic.nic.client import NicClient
@@ -73,7 +74,7 @@ class Endpoint:
         self.members = [Member(p.rank, p.host, p.rail) for p in peers]
         self.ring_kind, self.ring = ring, ring_by(ring, self.members)
         self.pos = self.ring.index(rank)
-        self.events = Events()
+        self.events = Events(LagMeter(td))
         self.history: list[dict] = []
         self.channels: dict[int, Channel] = {}
         self._opened: dict[int, threading.Event] = {}

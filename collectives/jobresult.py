@@ -20,6 +20,7 @@ from typing import Any
 
 from collectives.compute.summary import rank_split
 from collectives.launch import MASTER_PORT, Prestart, run_job
+from emucore import fidelity
 from emucore.timedil import TimeDilation
 from traffic.nic.client import request
 
@@ -129,6 +130,17 @@ def fabric_senders(backend: dict[int, list[dict]]) -> list[str]:
     ring, peers = w["ring"], w["peers"]
     return [peers[r]["gpu"] for i, r in enumerate(ring)
             if peers[r]["host"] != peers[ring[(i + 1) % len(ring)]]["host"]]
+
+
+def comm_fidelity(slots: list[dict], backend: dict[int, list[dict]]) -> dict[str, dict]:
+    """GPU -> its worker's wake-up lags over every group it ran (collectives.channel
+    `Events.meter`), for the fidelity guard; ranks without a record are left out."""
+    out = {}
+    for s in slots:
+        snaps = [rec["fidelity"] for rec in backend.get(s["rank"], []) if rec.get("fidelity")]
+        if snaps:
+            out[s["gpu"]] = fidelity.merge(snaps)
+    return out
 
 
 def per_rank(slots: list[dict], backend: dict[int, list[dict]], tx: dict[str, int]) -> list[dict]:
@@ -254,6 +266,7 @@ def run_torch_workload(fnet: Any, args: Any, w: dict, socks: dict[str, str]) -> 
     ok = job["ok"] and (args.workload == "script" or (
         len(job["results"]) == n and all(r.get("ok") for r in job["results"].values())))
     res["per_rank"] = per_rank(job["slots"], job["backend"], tx)
+    res["comm_fidelity"] = comm_fidelity(job["slots"], job["backend"])
     if job.get("compute"):
         res["compute"] = {r: rank_split(c, job["backend"].get(r, []))
                           for r, c in sorted(job["compute"].items())}

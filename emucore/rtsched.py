@@ -11,12 +11,13 @@ NICs under SCHED_RR had 0.65-0.77 %, and the receiving NIC 0.05 % instead of 0.5
 their lateness was mostly time spent runnable behind other processes, which the ordinary
 scheduler (CFS) lets run out their slice, whatever their nice value (-10 did not help).
 
-But a run's PyTorch workers stay ordinary processes, and the guard does not watch them:
-at TDF 1000 on the 2-core VM a 16 MB AllReduce (agents, NICs and workers using 1.7 of
-the 2 cores) kept up by the guard under SCHED_RR with a model time of 1.92 ms, where it
-takes 1.15 ms at TDF 4000 - the workers, now behind the data path, posted late. So
-`auto`, the default, is `rr` only for a run without workers (flows, `write`, `incast`)
-and `normal` for one with them (`resolve`).
+But a run's PyTorch workers stay ordinary processes, which real-time agents and NICs
+starve: at TDF 1000 on the 2-core VM a 16 MB AllReduce (agents, NICs and workers using
+1.7 of the 2 cores) took 1.92 ms model under SCHED_RR, where it takes 1.15 ms at TDF
+4000 - the workers, behind the data path for the CPU, posted late. The guard then said
+"kept up"; it now judges the workers' wake-ups too (emu.observe.guard: their p99 was
+18 us) and says LOST. So `auto`, the default, is `rr` only for a run without workers
+(flows, `write`, `incast`) and `normal` for one with them (`resolve`).
 
 `emu run --sched` / `emu lab run --sched` (auto, rr or normal) set `EMU_SCHED`, resolved
 to `rr` or `normal`, for every process of the run (a process started otherwise, with
@@ -86,7 +87,7 @@ def current() -> str:
 def header(asked: str, workers: bool) -> str:
     """The run header's line for `--sched asked` in a run with PyTorch workers or not."""
     why = ("" if asked != "auto" else
-           " (auto: the run has PyTorch workers, which the fidelity guard does not watch)"
+           " (auto: the run has PyTorch workers, which real-time agents and NICs starve)"
            if workers else " (auto: no PyTorch workers in this run)")
     if resolve(asked, workers) == "normal":
         return f"Scheduling: switch agents and NICs as ordinary processes{why}"

@@ -78,7 +78,7 @@ def add_parser(sub) -> None:
                         "robin: their wake-ups preempt emu itself and any worker; a kernel "
                         "that refuses it leaves them normal and summary.json says so), "
                         "normal, or auto (default: rr unless the run has PyTorch workers, "
-                        "which the fidelity guard does not watch)")
+                        "which real-time agents and NICs starve)")
     p.add_argument("--no-plots", action="store_true",
                    help="draw no plots at the end of the run (summary.json, metrics.csv and "
                         "the table are written as always; `emu report RUNDIR` draws them "

@@ -47,10 +47,13 @@ def switch_totals(counters: dict) -> dict[str, dict]:
 
 
 def worker_fidelity(wl: dict | None) -> dict:
-    """The workers' compute-model hold points as guard entries ("h1g1 compute"): a worker
-    whose CPU took longer than the GPU it models lagged like a late frame."""
-    comp = ((wl or {}).get("result") or {}).get("compute_fidelity") or {}
-    return {f"{gpu} compute": {"fidelity": snap} for gpu, snap in comp.items()}
+    """The workers as guard entries: their compute-model hold points ("h1g1 compute": a
+    worker whose CPU took longer than the GPU it models lagged like a late frame) and
+    their wake-ups in the collectives ("h1g1 comm": a worker resuming late after a
+    completion or a peer's note, collectives.channel)."""
+    res = (wl or {}).get("result") or {}
+    return {f"{gpu} {kind}": {"fidelity": snap} for kind in ("compute", "comm")
+            for gpu, snap in (res.get(f"{kind}_fidelity") or {}).items()}
 
 
 def summarise(plan: RunPlan, live: Live, out: Outcome, all_counters: dict,

@@ -266,7 +266,9 @@ def test_an_allreduce_over_two_servers_is_exact(b, tmp_path, capsys):
     by = s["fidelity"]["by_server"]
     # judged per server and combined (whether this machine kept up is the guard's
     # measurement, tested in tests/netns/test_guard.py)
-    assert set(by) == {"a", "b"} and by["b"]["measured"] == 4
+    # b's 4 NICs and its 4 workers' collectives ("h3g1 comm", judged apart)
+    assert set(by) == {"a", "b"} and by["b"]["measured"] == 8
+    assert by["b"]["workers"]["measured"] == 4
     assert s["fidelity"]["kept_up"] == (by["a"]["kept_up"] and by["b"]["kept_up"])
     # b's NIC logs and event files came back, its events on this machine's axis:
     # h3g1 (on b) and h1g1 (here) post their first WRs within 50 us model

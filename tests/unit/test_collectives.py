@@ -326,3 +326,27 @@ def test_backend_collectives_ddp_and_groups_over_shared_memory(tmp_path):
     assert {"allreduce", "broadcast", "allgather", "reduce_scatter"} <= set(ops)
     assert all(c["kind"] == "shm" for c in rec["channels"].values())
     assert not list(Path("/dev/shm").glob(f"emu{rec['unique_id'][:12]}*"))  # nothing left
+
+
+def test_the_event_board_records_how_late_a_blocked_waiter_resumed():
+    """collectives.channel: a wait that blocked records one lag, posted -> resumed, in model
+    time (TDF 1000); a wait whose event was already there records none."""
+    from emucore.fidelity import LagMeter
+    from emucore.timedil import TimeDilation
+    ev = Events(LagMeter(TimeDilation(1000.0)))
+    ev.post(("data", 1, 0), 64)
+    assert ev.wait(("data", 1, 0), 1.0) == 64 and ev.meter.count == 0  # there already
+    got = []
+    t = threading.Thread(target=lambda: got.append(ev.wait(("ready", 1, 0), 10.0)))
+    t.start()
+    deadline = time.monotonic() + 10
+    while not ev._cv._waiters and time.monotonic() < deadline:  # the waiter blocks
+        time.sleep(0.001)
+    posted = time.monotonic()
+    ev.post(("ready", 1, 0))
+    t.join(10)
+    resumed_by = time.monotonic() - posted
+    assert got == [True] and ev.meter.count == 1
+    assert 0.0 <= ev.meter.max_s <= resumed_by / 1000.0
+    assert ev.meter.worst_what in ("ready", "")  # "" when it resumed within the clock's tick
+    assert not ev._at  # nothing kept once taken

@@ -92,6 +92,44 @@ def test_terminal_lines():
     assert guard.line({"tdf": 5000.0}) is None  # a run from before the guard
 
 
+def test_the_workers_are_judged_apart_from_the_agents_and_nics():
+    """A worker wakes a few hundred times in a run of many thousand frame actions: 5 of its
+    20 wake-ups 5 us late are 0.5 % of all actions (inside one p99) but a quarter of its
+    own, so the run did not keep up, and the line says it was the workers."""
+    c = counters([0.0] * 1000)
+    c["h1g1 comm"] = {"fidelity": snap([0.0] * 15 + [5e-6] * 5, "data")}
+    c["h1g1 compute"] = {"fidelity": snap([0.0] * 10, "compute")}
+    out = guard.judge(FAB, c, {"cores_used": 1.9}, 2)
+    fid = out["fidelity"]
+    assert fid["p99_lag_model_us"] == 0.0 and fid["actions"] == 1200  # the agents, the NIC
+    w = fid["workers"]
+    assert (w["kept_up"], w["measured"], w["actions"]) == (False, 2, 30)
+    assert w["p99_lag_model_us"] == pytest.approx(5.0, rel=0.3) and w["worst"] == "h1g1 comm (data)"
+    assert fid["kept_up"] is False and out["suggested_tdf"] == 10000
+    text = guard.line({"tdf": 5000.0, **out})
+    assert text.startswith("Fidelity: LOST - the workers' wake-ups: p99 lag 5")
+    assert "(worst h1g1 comm (data), max 5" in text and "30 wake-ups" in text
+    del c["h1g1 comm"]
+    up = {"tdf": 5000.0, **guard.judge(FAB, c)}
+    assert up["fidelity"]["kept_up"] is True
+    assert guard.line(up) == ("Fidelity: kept up (p99 lag 0 us model <= 1 us bound; max 0 us "
+                              "at rail1; 1,200 actions; workers p99 0 us, max 0 us at "
+                              "h1g1 compute)")
+    both = {**c, "h1g1": {"qps": {}, "fidelity": snap([3e-6] * 100, "pacer")},
+            "h1g1 comm": {"fidelity": snap([5e-6] * 20, "data")}}
+    text = guard.line({"tdf": 5000.0, **guard.judge(FAB, both)})
+    assert text.startswith("Fidelity: LOST - p99 lag 3")  # the fabric's figures come first
+
+
+def test_the_run_counts_the_workers_compute_and_collectives():
+    wl = {"result": {"compute_fidelity": {"h1g1": {"count": 1}},
+                     "comm_fidelity": {"h1g1": {"count": 2}, "h2g1": {"count": 3}}}}
+    assert collect.worker_fidelity(wl) == {
+        "h1g1 compute": {"fidelity": {"count": 1}}, "h1g1 comm": {"fidelity": {"count": 2}},
+        "h2g1 comm": {"fidelity": {"count": 3}}}
+    assert collect.worker_fidelity(None) == {} == collect.worker_fidelity({"result": None})
+
+
 def test_interval_lag_rows_from_histogram_deltas():
     m = LagMeter(TD)
     for _ in range(100):
@@ -298,7 +336,8 @@ def test_a_fabric_spread_over_servers_is_judged_per_server_and_combined():
     whole = guard.judge(FAB, c)["fidelity"]
     assert whole["kept_up"] is True
     per = guard.by_server(FAB, c, where)
-    assert (per["a"]["kept_up"], per["a"]["measured"], per["a"]["actions"]) == (True, 3, 1110)
+    assert (per["a"]["kept_up"], per["a"]["measured"], per["a"]["actions"]) == (True, 3, 1100)
+    assert (per["a"]["workers"]["actions"], per["a"]["workers"]["measured"]) == (10, 1)
     assert (per["b"]["kept_up"], per["b"]["measured"]) == (False, 1)
     assert per["b"]["p99_lag_model_us"] == pytest.approx(5.0, rel=0.3)
     got = guard.combine(whole, per)

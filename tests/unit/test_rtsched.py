@@ -78,5 +78,5 @@ def test_the_header_and_options_say_what_auto_chose():
         f"Scheduling: switch agents and NICs SCHED_RR priority {rtsched.PRIORITY} (auto: no")
     assert rtsched.header("auto", True) == (
         "Scheduling: switch agents and NICs as ordinary processes (auto: the run has PyTorch "
-        "workers, which the fidelity guard does not watch)")
+        "workers, which real-time agents and NICs starve)")
     assert rtsched.header("rr", True).startswith("Scheduling: switch agents and NICs SCHED_RR")
