@@ -204,8 +204,8 @@ def once(frames: int, tdf: float, profile: bool = False, rx_grid: bool = True,
         n.dereg_mr(mr["lkey"])
         shm.close()
         shm.unlink()
-    sa.close()
-    sb.close()
+    for n in (a, b):  # their wake-up pairs and sa / sb, their raw sockets
+        n.close()
     if prof is not None:
         st = pstats.Stats(prof)
         st.sort_stats("tottime").print_stats(25)

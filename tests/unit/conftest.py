@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,22 @@ def asan_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def closes_nics():
-    """The NICs tests/unit/test_nic.py's `_pair` made during a test are closed after it
-    (their wake-up socket pairs: nothing left to the garbage collector)."""
+def closes_nics(monkeypatch):
+    """Every `traffic.nic.datapath.Nic` a test made is closed after it (its wake-up socket
+    pair, its event log: nothing left to the garbage collector, which reported each as a
+    ResourceWarning in some other test). Only once the module is imported: importing it
+    here would fix EMU_DATAPATH's reading before a test sets it."""
+    made = []
+    mod = sys.modules.get("traffic.nic.datapath")
+    if mod is not None:
+        init = mod.Nic.__init__
+
+        def recording(self, *args, **kwargs):
+            made.append(self)
+            init(self, *args, **kwargs)
+
+        monkeypatch.setattr(mod.Nic, "__init__", recording)
     yield
-    import sys
-    mod = sys.modules.get("tests.unit.test_nic")
-    made = getattr(mod, "MADE", None) if mod is not None else None
-    while made:
-        made.pop().close()
+    for n in made:
+        if hasattr(n, "wake_w"):  # its __init__ got as far as the socket pair
+            n.close()

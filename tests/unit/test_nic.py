@@ -120,10 +120,6 @@ class Wire:
         raise BlockingIOError
 
 
-#: the NICs `_pair` made: tests/unit/conftest.py's `closes_nics` closes them after each test
-MADE: list = []
-
-
 def _pair(dcqcn="paper", events=None, **kw):
     """NICs h1g1 and h4g2 (TDF 1000) without sockets; with `events` (a directory), each
     writes its event log to events/<gpu>.jsonl; `kw` more NicConfig fields."""
@@ -136,7 +132,6 @@ def _pair(dcqcn="paper", events=None, **kw):
                 open_sockets=False)
         n.raw = Wire()
         nics[g] = n
-        MADE.append(n)
     return fab, nics["h1g1"], nics["h4g2"]
 
 
