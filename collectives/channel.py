@@ -26,10 +26,11 @@ wait blocks (a Condition, a socket receive, or a blocking `sendto` that the kern
 while the peer's datagram queue is full).
 
 The fidelity guard (emucore.fidelity) sees the worker through the board: a wait that
-blocked resumes some time after its event was posted, and everything the worker does next
+blocked resumes some time after its event happened - a completion when the NIC completed
+it (its CQ's stamp), a peer's note when it was posted - and everything the worker does next
 - the reduction, the next message, the READY that frees the peer's slot - is that much
 later in model time, where a GPU's collective reacts at once. `Events.meter` records each
-such wake-up as a lag (posted -> resumed); the worker's record carries it and `emu run`
+such wake-up as a lag (happened -> resumed); the worker's record carries it and `emu run`
 judges it with the agents' and NICs' ("h1g1 comm"). A wait whose event was already there
 records nothing: the worker was busy elsewhere, which this does not see.
 """
@@ -89,12 +90,13 @@ class Events:
         #: the waiters' wake-up lags (the module docstring); None: not measured
         self.meter = meter
 
-    def post(self, key: tuple, value: Any = True) -> None:
-        """Record an event and wake its waiter."""
+    def post(self, key: tuple, value: Any = True, at: float | None = None) -> None:
+        """Record an event and wake its waiter; `at`, when it happened (lab time: a
+        completion's time on the NIC, CQ.poll_stamped), else now."""
         with self._cv:
             self._got[key] = value
             if self.meter is not None:
-                self._at[key] = time.monotonic()
+                self._at[key] = time.monotonic() if at is None else at
             self.counts[key[0]] += 1
             self._cv.notify_all()
 

@@ -112,21 +112,21 @@ class Endpoint:
     def _cq_loop(self) -> None:
         try:
             while not self._closed.is_set():
-                for wc in self._poll_nic.poll_cq(self.cq, 64, 0.5):
+                for wc, at in self._poll_nic.poll_cq_stamped(self.cq, 64, 0.5):
                     peer = self._qp_peer.get(wc.qp_num)
                     if peer is None:
                         continue
                     if wc.opcode is WCOpcode.RDMA_WRITE:
-                        self.events.post(("sent", peer, wc.wr_id), wc.status.value)
+                        self.events.post(("sent", peer, wc.wr_id), wc.status.value, at)
                         continue
                     if wc.status is not WCStatus.SUCCESS:
                         self.events.fail(f"receive from rank {peer}: {wc.status.value}")
                         return
                     imm = wc.imm or 0
                     if imm & READY_BIT:
-                        self.events.post(("ready", peer, imm & SEQ_MASK))
+                        self.events.post(("ready", peer, imm & SEQ_MASK), True, at)
                     else:
-                        self.events.post(("data", peer, imm & SEQ_MASK), wc.byte_len)
+                        self.events.post(("data", peer, imm & SEQ_MASK), wc.byte_len, at)
                     seen = self._recv_seen[wc.qp_num] = self._recv_seen[wc.qp_num] + 1
                     if seen % 512 == 0:
                         self.channels[peer].post_recvs(512)  # type: ignore[attr-defined]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import random
+import time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -121,6 +122,9 @@ class CQ:
             raise VerbsError(f"depth: must be > 0, got {depth}")
         self.depth = depth
         self._q: deque[WC] = deque()
+        #: when each completion was pushed (time.monotonic(), the lab clock): the
+        #: completion timestamp of ibv_wc_read_completion_ts, read by `poll_stamped`
+        self._at: deque[float] = deque()
         self.overrun = False
         self.pushed = 0  # completions added so far (the NIC wakes its CQ waiters on news)
 
@@ -130,13 +134,18 @@ class CQ:
             self.overrun = True
             return
         self._q.append(wc)
+        self._at.append(time.monotonic())
         self.pushed += 1
 
     def poll(self, n: int = 1) -> list[WC]:
         """Remove and return up to `n` completions, oldest first (ibv_poll_cq)."""
-        out: list[WC] = []
+        return [wc for wc, _ in self.poll_stamped(n)]
+
+    def poll_stamped(self, n: int = 1) -> list[tuple[WC, float]]:
+        """`poll`, each completion with the lab time it was pushed."""
+        out: list[tuple[WC, float]] = []
         while self._q and len(out) < n:
-            out.append(self._q.popleft())
+            out.append((self._q.popleft(), self._at.popleft()))
         return out
 
     def __len__(self) -> int:

@@ -350,3 +350,11 @@ def test_the_event_board_records_how_late_a_blocked_waiter_resumed():
     assert 0.0 <= ev.meter.max_s <= resumed_by / 1000.0
     assert ev.meter.worst_what in ("ready", "")  # "" when it resumed within the clock's tick
     assert not ev._at  # nothing kept once taken
+    # a completion is late from when the NIC completed it, not from when it was posted
+    t = threading.Thread(target=lambda: got.append(ev.wait(("data", 1, 1), 10.0)))
+    t.start()
+    while not ev._cv._waiters and time.monotonic() < deadline + 10:
+        time.sleep(0.001)
+    ev.post(("data", 1, 1), 64, at=time.monotonic() - 0.5)  # completed 0.5 s lab ago
+    t.join(10)
+    assert got[-1] == 64 and ev.meter.count == 2 and ev.meter.max_s >= 0.5 / 1000.0

@@ -3,6 +3,7 @@ only after an iteration that added a completion (traffic.nic.datapath, `Nic.step
 after every iteration, each of which would cost the loop a thread switch."""
 
 import threading
+import time
 
 import topologies
 from traffic.nic.ctl import NicControl
@@ -66,4 +67,5 @@ def test_a_completion_pushed_outside_the_loop_wakes_at_the_next_iteration():
                 break
     t.join(30.0)
     assert not t.is_alive() and [w["wr_id"] for w in got] == [9]
+    assert got[0]["ts"] <= time.monotonic()  # when it was pushed (CQ.poll_stamped)
     assert n.notified == 1

@@ -85,6 +85,20 @@ def test_cq_bounded_poll_in_order() -> None:
     assert [w.wr_id for w in cq.poll(5)] == [2] and cq.poll() == []
 
 
+def test_cq_stamps_each_completion_with_its_push_time(monkeypatch) -> None:
+    """The completion timestamp (ibv_wc_read_completion_ts): when the NIC pushed it, on
+    the lab clock; a WC the CQ dropped (overrun) leaves no stamp behind."""
+    import traffic.verbs as verbs
+    now = iter([10.0, 10.5, 11.0])
+    monkeypatch.setattr(verbs.time, "monotonic", lambda: next(now))
+    cq = _ctx().create_cq(2)
+    for i in range(3):
+        cq.push(WC(i, WCStatus.SUCCESS, WCOpcode.RDMA_WRITE))
+    assert [(w.wr_id, t) for w, t in cq.poll_stamped(1)] == [(0, 10.0)]
+    cq.push(WC(3, WCStatus.SUCCESS, WCOpcode.RDMA_WRITE))
+    assert [(w.wr_id, t) for w, t in cq.poll_stamped(5)] == [(1, 10.5), (3, 11.0)]
+
+
 def _qp():  # type: ignore[no-untyped-def]
     ctx = _ctx()
     pd = ctx.alloc_pd()

@@ -319,8 +319,14 @@ class NicClient:
 
     def poll_cq(self, cq: int, n: int = 16, timeout: float = 0.0) -> list[WC]:
         """Up to `n` completions; waits up to `timeout` lab seconds for the first one."""
+        return [wc for wc, _ in self.poll_cq_stamped(cq, n, timeout)]
+
+    def poll_cq_stamped(self, cq: int, n: int = 16,
+                        timeout: float = 0.0) -> list[tuple[WC, float | None]]:
+        """`poll_cq`, each completion with the lab time (time.monotonic() on the NIC's
+        machine) the NIC completed it; None from a NIC that does not say."""
         r = self.call("poll_cq", _timeout=timeout, cq=cq, n=n, timeout=timeout)
-        return [wc_from_json(w) for w in r["wcs"]]
+        return [(wc_from_json(w), w.get("ts")) for w in r["wcs"]]
 
     def wait(self, cq: int, count: int, timeout: float = 60.0) -> list[WC]:
         """Poll until `count` completions arrived; NicError on timeout."""

@@ -118,10 +118,10 @@ class NicControl(LineServer):
         c = nic._cq(cq)
         deadline = time.monotonic() + timeout
         while True:
-            wcs = c.poll(n)
+            wcs = c.poll_stamped(n)
             left = deadline - time.monotonic()
-            if wcs or left <= 0:
-                return [wc_to_json(w) for w in wcs]
+            if wcs or left <= 0:  # "ts": when the NIC completed it (CQ.poll_stamped)
+                return [{**wc_to_json(w), "ts": t} for w, t in wcs]
             nic.waiters += 1
             try:
                 nic.cond.wait(min(left, 0.05))
