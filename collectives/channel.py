@@ -84,7 +84,7 @@ class Events:
     def __init__(self, meter: LagMeter | None = None) -> None:
         self._cv = threading.Condition()
         self._got: dict[tuple, Any] = {}
-        self._at: dict[tuple, float] = {}  # lab time each event was posted (with a meter)
+        self._at: dict[tuple, float] = {}  # lab time each event happened (with a meter)
         self.error: str | None = None
         self.counts: dict[str, int] = defaultdict(int)
         #: the waiters' wake-up lags (the module docstring); None: not measured
@@ -120,7 +120,7 @@ class Events:
                 self._cv.wait(left)  # post() and fail() notify
             if self.meter is not None:
                 at = self._at.pop(key)
-                if blocked:  # posted at `at`, this waiter runs again now
+                if blocked:  # it happened at `at`, this waiter runs again now
                     self.meter.record(at, time.monotonic(), key[0])
             return self._got.pop(key)
 

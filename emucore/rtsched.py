@@ -16,7 +16,7 @@ starve: at TDF 1000 on the 2-core VM a 16 MB AllReduce (agents, NICs and workers
 1.7 of the 2 cores) took 1.92 ms model under SCHED_RR, where it takes 1.15 ms at TDF
 4000 - the workers, behind the data path for the CPU, posted late. The guard then said
 "kept up"; it now judges the workers' wake-ups too (emu.observe.guard: their p99 was
-18 us) and says LOST. So `auto`, the default, is `rr` only for a run without workers
+75 us from their NICs' completions) and says LOST. So `auto`, the default, is `rr` only for a run without workers
 (flows, `write`, `incast`) and `normal` for one with them (`resolve`).
 
 `emu run --sched` / `emu lab run --sched` (auto, rr or normal) set `EMU_SCHED`, resolved

@@ -10,8 +10,9 @@ model's hold points, and "h1g1 comm", a worker resuming late in its collectives
 against the same bound: a worker wakes a few hundred times in a run whose frames make
 hundreds of thousands of actions, so in one p99 they would never count, and yet each
 late wake-up moves the collective's model time by its lag (rail2x4 AllReduce 16 MB, TDF
-1000, agents and NICs on SCHED_RR: the fabric's p99 0.56 us kept up, the workers' 17.8 us,
-and the AllReduce took 1.919 ms against 1.145 ms at TDF 4000, workers' p99 0.56 us).
+1000, agents and NICs on SCHED_RR: the fabric's p99 0.56 us kept up, the workers' 75 us
+from their NICs' completions, and the AllReduce took 1.919 ms against 1.145 ms at TDF
+4000, where the workers' p99 is 0.75-1.0 us).
 
 Processes that do not report (agents or NICs older than the guard) are listed as
 unmeasured; a run where none reports has `"kept_up": null`, which is said, not judged.
