@@ -121,10 +121,9 @@ class CQ:
         if depth <= 0:
             raise VerbsError(f"depth: must be > 0, got {depth}")
         self.depth = depth
-        self._q: deque[WC] = deque()
-        #: when each completion was pushed (time.monotonic(), the lab clock): the
+        #: (completion, when it was pushed): time.monotonic(), the lab clock - the
         #: completion timestamp of ibv_wc_read_completion_ts, read by `poll_stamped`
-        self._at: deque[float] = deque()
+        self._q: deque[tuple[WC, float]] = deque()
         self.overrun = False
         self.pushed = 0  # completions added so far (the NIC wakes its CQ waiters on news)
 
@@ -133,8 +132,7 @@ class CQ:
         if len(self._q) >= self.depth:
             self.overrun = True
             return
-        self._q.append(wc)
-        self._at.append(time.monotonic())
+        self._q.append((wc, time.monotonic()))
         self.pushed += 1
 
     def poll(self, n: int = 1) -> list[WC]:
@@ -143,10 +141,8 @@ class CQ:
 
     def poll_stamped(self, n: int = 1) -> list[tuple[WC, float]]:
         """`poll`, each completion with the lab time it was pushed."""
-        out: list[tuple[WC, float]] = []
-        while self._q and len(out) < n:
-            out.append((self._q.popleft(), self._at.popleft()))
-        return out
+        q = self._q
+        return [q.popleft() for _ in range(min(n, len(q)))]
 
     def __len__(self) -> int:
         """Number of completions waiting."""
